@@ -1,0 +1,204 @@
+// Package pgtest gives pgbox's tests a real PostgreSQL: a shared pool, a
+// freshly migrated schema per test, and child processes to kill.
+//
+// The database comes from DATABASE_URL or, when that is unset, from the
+// throwaway cluster that `make pg-up` (scripts/pg.sh) runs. There is no
+// fallback and no skipping: a test run without a database fails and says how
+// to get one.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/migrations"
+)
+
+// URL returns the connection string of the test database.
+func URL(tb testing.TB) string {
+	tb.Helper()
+	u, err := url()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return u
+}
+
+func url() (string, error) {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("pgtest: go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+	port, err := os.ReadFile(filepath.Join(dir, ".pgbox", "pg", "port"))
+	if err != nil {
+		return "", fmt.Errorf("pgtest: no database: set DATABASE_URL, or run `make pg-up` to start the local test cluster (%v)", err)
+	}
+	return "postgres://postgres@127.0.0.1:" + strings.TrimSpace(string(port)) + "/pgbox?sslmode=disable", nil
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *pgxpool.Pool
+	sharedErr  error
+)
+
+// Pool returns the package's shared pool. Its search_path is empty, so a
+// query that forgets to name its schema fails instead of finding a table by
+// luck. Main closes it.
+func Pool(tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	sharedOnce.Do(func() {
+		shared, sharedErr = newPool(context.Background(), 20)
+	})
+	if sharedErr != nil {
+		tb.Fatal(sharedErr)
+	}
+	return shared
+}
+
+// NewPool returns a pool of its own for one test, with at most maxConns
+// connections, closed when the test ends. Use it when a test needs
+// connections nobody else takes (many concurrent sessions, a dispatcher
+// whose connections a test will cut).
+func NewPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	pool, err := newPool(context.Background(), maxConns)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+func newPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	u, err := url()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: parse database URL: %w", err)
+	}
+	cfg.MaxConns = maxConns
+	cfg.ConnConfig.RuntimeParams["search_path"] = ""
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pgtest: database unreachable: %w (is the test cluster up? run `make pg-up`)", err)
+	}
+	return pool, nil
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-z0-9]+`)
+
+// Schema creates a schema of the test's own, migrated to the current
+// version, and drops it when the test ends. Its name starts with the test's
+// name, so a leftover one tells whose it was.
+func Schema(tb testing.TB) string {
+	tb.Helper()
+	name := EmptySchema(tb)
+	if err := migrations.Migrate(context.Background(), Pool(tb), migrations.Options{Schema: name}); err != nil {
+		tb.Fatalf("pgtest: migrate %s: %v", name, err)
+	}
+	return name
+}
+
+// EmptySchema returns a fresh schema name for the test, dropped (with
+// whatever was created in it) when the test ends. The schema itself is not
+// created.
+func EmptySchema(tb testing.TB) string {
+	tb.Helper()
+	base := unsafeChars.ReplaceAllString(strings.ToLower(tb.Name()), "_")
+	if len(base) > 40 {
+		base = base[len(base)-40:]
+	}
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	name := "t_" + strings.Trim(base, "_") + "_" + hex.EncodeToString(suffix[:])
+	pool := Pool(tb)
+	tb.Cleanup(func() {
+		if _, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+ident.Quote(name)+" CASCADE"); err != nil {
+			tb.Errorf("pgtest: drop schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// Main runs a package's tests, then closes the shared pool and fails the run
+// if any goroutine outlived its test. Call it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		shared.Close()
+	}
+	if code == 0 && !IsChild() {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: goroutines outlived the tests: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// ExampleDB is a pool and a freshly migrated schema for a runnable Example,
+// which has no testing.T. Close drops the schema and closes the pool.
+type ExampleDB struct {
+	// Pool connects to the test database.
+	Pool *pgxpool.Pool
+	// Schema is the example's own schema, migrated and empty.
+	Schema string
+}
+
+// NewExampleDB creates the schema named name (dropping any leftover of an
+// earlier run) and migrates it. It panics if the database is unusable,
+// which fails the example.
+func NewExampleDB(ctx context.Context, name string) *ExampleDB {
+	pool, err := newPool(ctx, 10)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident.Quote(name)+" CASCADE"); err != nil {
+		panic(err)
+	}
+	if err := migrations.Migrate(ctx, pool, migrations.Options{Schema: name}); err != nil {
+		panic(err)
+	}
+	return &ExampleDB{Pool: pool, Schema: name}
+}
+
+// Close drops the example's schema and closes its pool.
+func (db *ExampleDB) Close() {
+	_, _ = db.Pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+ident.Quote(db.Schema)+" CASCADE")
+	db.Pool.Close()
+}

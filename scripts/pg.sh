@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# pg.sh: a throwaway PostgreSQL cluster for tests, the demo and benchmarks.
+#
+#   scripts/pg.sh up     start the cluster (creating it on first use) and print its URL
+#   scripts/pg.sh url    print the URL of the running cluster
+#   scripts/pg.sh down   stop the cluster and delete its files
+#
+# The cluster lives in .pgbox/pg (git-ignored), listens only on 127.0.0.1 on a
+# free port, trusts local connections and keeps durability on (fsync,
+# synchronous_commit) so benchmark figures mean what they say. When run as
+# root, the server runs as the `postgres` OS user, because PostgreSQL refuses
+# to run as root.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=${PGBOX_PG_DIR:-$root/.pgbox/pg}
+data=$dir/data
+db=pgbox
+
+die() { echo "pg.sh: $*" >&2; exit 1; }
+
+bindir() {
+  if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+    dirname "$(command -v pg_ctl)"
+    return
+  fi
+  local d
+  for d in /usr/lib/postgresql/*/bin; do
+    [ -x "$d/pg_ctl" ] && { echo "$d"; return; }
+  done
+  die "PostgreSQL server binaries (initdb, pg_ctl) not found: install the postgresql package (15 or newer)"
+}
+bin=$(bindir)
+
+# as_server runs a command as the user that owns the cluster.
+as_server() {
+  if [ "$(id -u)" = 0 ]; then
+    runuser -u postgres -- "$@"
+  else
+    "$@"
+  fi
+}
+
+running() { [ -f "$data/postmaster.pid" ] && as_server "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; }
+
+free_port() {
+  local port tries=0
+  while [ $tries -lt 100 ]; do
+    port=$((20000 + RANDOM % 40000))
+    if ! ss -Hltn "sport = :$port" 2>/dev/null | grep -q .; then
+      echo "$port"
+      return
+    fi
+    tries=$((tries + 1))
+  done
+  die "no free loopback port found"
+}
+
+url() {
+  [ -f "$dir/port" ] || die "no cluster: run scripts/pg.sh up"
+  echo "postgres://postgres@127.0.0.1:$(cat "$dir/port")/$db?sslmode=disable"
+}
+
+init_cluster() {
+  mkdir -p "$dir"
+  if [ "$(id -u)" = 0 ]; then
+    chown postgres: "$dir"
+    # The server user must reach the folder; a clone under a private home
+    # directory (mode 700) would keep it out.
+    runuser -u postgres -- test -w "$dir" ||
+      die "the postgres user cannot write $dir: set PGBOX_PG_DIR to a folder it can reach (e.g. /tmp/pgbox-pg)"
+  fi
+  as_server "$bin/initdb" -D "$data" -U postgres --auth=trust --encoding=UTF8 --no-locale >"$dir/initdb.log" 2>&1 ||
+    { cat "$dir/initdb.log" >&2; die "initdb failed"; }
+  cat >>"$data/postgresql.conf" <<CONF
+# pgbox throwaway cluster
+listen_addresses = '127.0.0.1'
+unix_socket_directories = ''
+max_connections = 400
+shared_buffers = 256MB
+fsync = on
+synchronous_commit = on
+log_min_messages = warning
+log_min_error_statement = panic
+CONF
+}
+
+up() {
+  if running; then
+    url
+    return
+  fi
+  [ -f "$data/PG_VERSION" ] || init_cluster
+  local port attempt
+  for attempt in 1 2 3; do
+    port=$(free_port)
+    if as_server "$bin/pg_ctl" -D "$data" -l "$dir/server.log" -o "-p $port" -w -t 60 start >/dev/null; then
+      echo "$port" >"$dir/port"
+      break
+    fi
+    [ $attempt = 3 ] && { tail -20 "$dir/server.log" >&2; die "could not start PostgreSQL (log: $dir/server.log)"; }
+  done
+  if ! "$bin/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1; then
+    "$bin/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE $db" >/dev/null
+  fi
+  url
+}
+
+down() {
+  if running; then
+    as_server "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null
+  fi
+  rm -rf "$dir"
+}
+
+case "${1:-}" in
+  up) up ;;
+  url) url ;;
+  down) down ;;
+  *) echo "usage: scripts/pg.sh up|url|down" >&2; exit 2 ;;
+esac
