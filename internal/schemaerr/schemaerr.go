@@ -1,0 +1,36 @@
+// Package schemaerr turns the SQL errors that a missing or outdated pgbox
+// schema causes into the clear error pgbox.CheckSchema gives.
+//
+// The packages that query pgbox's tables do not check the schema version
+// before every call (that would cost a round trip each time). Instead, when a
+// statement fails because a table, column or function does not exist, they
+// pass the error through Explain, which asks the database once what is wrong.
+package schemaerr
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgbox/pgbox"
+)
+
+// Explain returns err unchanged unless it is one of the errors an
+// unmigrated or outdated schema produces; then it returns CheckSchema's
+// verdict, which names the schema, its version and the command to run.
+func Explain(ctx context.Context, db pgbox.Querier, schema string, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case "42P01", "3F000", "42703", "42883": // undefined_table, invalid_schema_name, undefined_column, undefined_function
+	default:
+		return err
+	}
+	if checkErr := pgbox.CheckSchema(context.WithoutCancel(ctx), db, schema); checkErr != nil {
+		return checkErr
+	}
+	return err
+}

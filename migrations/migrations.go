@@ -1,0 +1,304 @@
+// Package migrations creates and upgrades pgbox's tables.
+//
+// The SQL lives in numbered goose files embedded in the binary, so a service
+// and its inboxctl always carry the schema they were built for. Everything
+// lands in one PostgreSQL schema (default "pgbox"), created on first use.
+// Migrators in several processes may start at once: a PostgreSQL advisory
+// lock, one per schema, lets one run at a time, and the others then find
+// nothing left to do.
+//
+// Most services call Migrate once at start-up; operators use
+// `inboxctl migrate`, which drives a Migrator.
+package migrations
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/ident"
+)
+
+//go:embed sql/*.sql
+var embedded embed.FS
+
+// Options configures a Migrator.
+type Options struct {
+	// Logger receives a line per migration applied or rolled back.
+	// Defaults to discarding them.
+	Logger *slog.Logger
+
+	// Schema is the PostgreSQL schema that holds pgbox's tables. It is
+	// created if it does not exist. Defaults to pgbox.DefaultSchema.
+	Schema string
+}
+
+// Result describes one migration that was applied or rolled back.
+type Result struct {
+	// Direction is "up" or "down".
+	Direction string
+	// Duration is how long the migration took.
+	Duration time.Duration
+	// Name is the migration's file name, such as "00001_inbox.sql".
+	Name string
+	// Version is the migration's number.
+	Version int64
+}
+
+// Status describes one migration known to this build.
+type Status struct {
+	// Applied reports whether the migration has been applied to the schema.
+	Applied bool
+	// AppliedAt is when it was applied; zero if it has not been.
+	AppliedAt time.Time
+	// Name is the migration's file name.
+	Name string
+	// Version is the migration's number.
+	Version int64
+}
+
+// Migrator applies and rolls back pgbox's migrations in one schema.
+// Close it when done.
+type Migrator struct {
+	db       *sql.DB
+	pool     *pgxpool.Pool
+	provider *goose.Provider
+	schema   string
+}
+
+// New returns a Migrator for the schema named in opts, connecting the way
+// pool does. It does not touch the database.
+func New(pool *pgxpool.Pool, opts Options) (*Migrator, error) {
+	if pool == nil {
+		return nil, errors.New("migrations: pool is nil")
+	}
+	schema := opts.Schema
+	if schema == "" {
+		schema = pgbox.DefaultSchema
+	}
+	if err := ident.ValidateSchema(schema); err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+
+	// The migration files name their tables without a schema; the
+	// connection's search_path puts them in ours. goose's own version table
+	// is found the same way, which keeps the schema name out of goose's
+	// string-built queries.
+	connConfig := pool.Config().ConnConfig.Copy()
+	connConfig.RuntimeParams["search_path"] = ident.Quote(schema)
+	db := stdlib.OpenDB(*connConfig)
+	db.SetMaxOpenConns(2)
+
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, Files(),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithSessionLocker(advisoryLocker{id: lockID(schema)}),
+		goose.WithSlog(logger),
+		goose.WithTableName(pgbox.MigrationsTable),
+	)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("migrations: %w", err), db.Close())
+	}
+	return &Migrator{db: db, pool: pool, provider: provider, schema: schema}, nil
+}
+
+// Close releases the Migrator's connections.
+func (m *Migrator) Close() error {
+	return m.provider.Close()
+}
+
+// Up creates the schema if needed and applies every pending migration. It
+// returns the migrations it applied: none when the schema was up to date.
+func (m *Migrator) Up(ctx context.Context) ([]Result, error) {
+	if err := m.createSchema(ctx); err != nil {
+		return nil, err
+	}
+	res, err := m.provider.Up(ctx)
+	if err != nil {
+		return results(res), m.explain(err)
+	}
+	return results(res), nil
+}
+
+// Down rolls back the newest applied migration. It is an error when none is
+// applied.
+func (m *Migrator) Down(ctx context.Context) (Result, error) {
+	res, err := m.provider.Down(ctx)
+	if errors.Is(err, goose.ErrNoNextVersion) {
+		return Result{}, fmt.Errorf("migrations: schema %s has no applied migration to roll back", m.schema)
+	}
+	if err != nil {
+		return Result{}, m.explain(err)
+	}
+	return results([]*goose.MigrationResult{res})[0], nil
+}
+
+// DownTo rolls back every applied migration newer than version, newest
+// first. DownTo(ctx, 0) removes all of pgbox's tables (and their data).
+func (m *Migrator) DownTo(ctx context.Context, version int64) ([]Result, error) {
+	if version < 0 || version > pgbox.SchemaVersion {
+		return nil, fmt.Errorf("migrations: version %d is out of range: this build knows versions 0 to %d", version, pgbox.SchemaVersion)
+	}
+	res, err := m.provider.DownTo(ctx, version)
+	if err != nil {
+		return results(res), m.explain(err)
+	}
+	return results(res), nil
+}
+
+// Version returns the schema's current migration version: 0 when it has
+// never been migrated. It changes nothing.
+func (m *Migrator) Version(ctx context.Context) (int64, error) {
+	var v *int64
+	err := m.pool.QueryRow(ctx, ident.Render("SELECT max(version_id) FROM /* schema */"+pgbox.MigrationsTable, m.schema)).Scan(&v)
+	if isUndefined(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("migrations: read version of schema %s: %w", m.schema, err)
+	}
+	if v == nil {
+		return 0, nil
+	}
+	return *v, nil
+}
+
+// Status lists every migration this build knows, oldest first, and whether
+// it is applied. It changes nothing, even in a schema never migrated.
+func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
+	if v, err := m.Version(ctx); err != nil || v == 0 {
+		// goose would create its version table to answer; report instead.
+		var out []Status
+		for _, src := range m.provider.ListSources() {
+			out = append(out, Status{Name: path.Base(src.Path), Version: src.Version})
+		}
+		return out, err
+	}
+	st, err := m.provider.Status(ctx)
+	if err != nil {
+		return nil, m.explain(err)
+	}
+	out := make([]Status, 0, len(st))
+	for _, s := range st {
+		out = append(out, Status{
+			Applied:   s.State == goose.StateApplied,
+			AppliedAt: s.AppliedAt,
+			Name:      path.Base(s.Source.Path),
+			Version:   s.Source.Version,
+		})
+	}
+	return out, nil
+}
+
+// Migrate applies every pending migration to the schema named in opts and
+// returns once the schema is at pgbox.SchemaVersion. Re-running it is a
+// cheap no-op, so services may call it at every start.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, opts Options) error {
+	m, err := New(pool, opts)
+	if err != nil {
+		return err
+	}
+	_, err = m.Up(ctx)
+	return errors.Join(err, m.Close())
+}
+
+// createSchema creates the schema unless it exists. Two migrators may race
+// here: CREATE SCHEMA IF NOT EXISTS is not safe against a concurrent
+// creation, so the loser sees a unique violation and simply finds the schema
+// there on its second try.
+func (m *Migrator) createSchema(ctx context.Context) error {
+	var err error
+	for range 3 {
+		_, err = m.pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+ident.Quote(m.schema))
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || (pgErr.Code != "23505" && pgErr.Code != "42P06") {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("migrations: create schema %s: %w", m.schema, err)
+	}
+	return nil
+}
+
+func (m *Migrator) explain(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+		return fmt.Errorf("migrations: schema %s: %w (the role needs CREATE on the database and schema: run migrations as the schema's owner)", m.schema, err)
+	}
+	return fmt.Errorf("migrations: schema %s: %w", m.schema, err)
+}
+
+func results(in []*goose.MigrationResult) []Result {
+	out := make([]Result, 0, len(in))
+	for _, r := range in {
+		out = append(out, Result{
+			Direction: r.Direction,
+			Duration:  r.Duration,
+			Name:      path.Base(r.Source.Path),
+			Version:   r.Source.Version,
+		})
+	}
+	return out
+}
+
+func isUndefined(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000")
+}
+
+// lockID is the advisory lock that serializes migrators of one schema.
+// Migrators of different schemas do not wait for each other.
+func lockID(schema string) int64 {
+	sum := sha256.Sum256([]byte("pgbox migrations " + schema))
+	return int64(binary.BigEndian.Uint64(sum[:8]))
+}
+
+// advisoryLocker is a goose.SessionLocker that waits on a PostgreSQL
+// session-level advisory lock. goose's own Postgres locker polls with
+// pg_try_advisory_lock at intervals of a second or more; waiting in the
+// server lets the next migrator go the moment the lock is free.
+type advisoryLocker struct {
+	id int64
+}
+
+func (l advisoryLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", l.id); err != nil {
+		return fmt.Errorf("wait for the migration lock: %w", err)
+	}
+	return nil
+}
+
+func (l advisoryLocker) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", l.id); err != nil {
+		return fmt.Errorf("release the migration lock: %w", err)
+	}
+	return nil
+}
+
+// Files returns the embedded migration files, named NNNNN_name.sql, for
+// tools that want to show or vendor them.
+func Files() fs.FS {
+	files, err := fs.Sub(embedded, "sql")
+	if err != nil {
+		panic(err) // the embed pattern guarantees the folder
+	}
+	return files
+}

@@ -1,0 +1,82 @@
+package pgbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgbox/pgbox/internal/ident"
+)
+
+// DefaultSchema is the PostgreSQL schema that holds pgbox's tables unless a
+// Config or flag names another.
+const DefaultSchema = "pgbox"
+
+// SchemaVersion is the migration version this build of pgbox needs. The
+// migrations package applies migrations up to exactly this version.
+const SchemaVersion = 1
+
+// MigrationsTable is the goose version table inside pgbox's schema.
+const MigrationsTable = "goose_db_version"
+
+// ErrSchemaNotMigrated is returned when pgbox's schema or its tables do not
+// exist yet: run `inboxctl migrate up` or call migrations.Migrate.
+var ErrSchemaNotMigrated = errors.New("schema is not migrated")
+
+// SchemaVersionError is returned when pgbox's schema exists but is at a
+// different migration version than this build needs. It matches
+// ErrSchemaNotMigrated with errors.Is when the schema is behind.
+type SchemaVersionError struct {
+	// Have is the version the schema is at.
+	Have int64
+	// Schema is the name of the schema.
+	Schema string
+	// Want is the version this build needs (SchemaVersion).
+	Want int64
+}
+
+// Error says which way the versions differ and what to do about it.
+func (e *SchemaVersionError) Error() string {
+	if e.Have < e.Want {
+		return fmt.Sprintf("schema %s is at version %d, this build needs %d: run inboxctl migrate up", e.Schema, e.Have, e.Want)
+	}
+	return fmt.Sprintf("schema %s is at version %d, newer than this build (which needs %d): deploy a newer pgbox, or run inboxctl migrate down from the newer build", e.Schema, e.Have, e.Want)
+}
+
+// Is reports ErrSchemaNotMigrated for a schema that is behind this build.
+func (e *SchemaVersionError) Is(target error) bool {
+	return target == ErrSchemaNotMigrated && e.Have < e.Want
+}
+
+// Querier is the part of a pgx pool, connection or transaction that
+// CheckSchema needs.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// CheckSchema verifies that schema exists and is migrated to exactly
+// SchemaVersion. It returns nil, an error matching ErrSchemaNotMigrated, a
+// *SchemaVersionError, or the database error that prevented the check (an
+// unreachable server, say).
+func CheckSchema(ctx context.Context, db Querier, schema string) error {
+	if err := ident.ValidateSchema(schema); err != nil {
+		return err
+	}
+	var have *int64
+	err := db.QueryRow(ctx, ident.Render("SELECT max(version_id) FROM /* schema */"+MigrationsTable, schema)).Scan(&have)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000"): // undefined_table, invalid_schema_name
+		return fmt.Errorf("%w: schema %s has no pgbox tables: run inboxctl migrate up (or call migrations.Migrate)", ErrSchemaNotMigrated, schema)
+	case err != nil:
+		return fmt.Errorf("check schema %s: %w", schema, err)
+	case have == nil || *have == 0:
+		return fmt.Errorf("%w: schema %s has no pgbox migrations applied: run inboxctl migrate up (or call migrations.Migrate)", ErrSchemaNotMigrated, schema)
+	case *have != SchemaVersion:
+		return &SchemaVersionError{Have: *have, Schema: schema, Want: SchemaVersion}
+	}
+	return nil
+}
