@@ -1,0 +1,35 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrInvalidMessage is wrapped by every error about a message the inbox
+// refuses to store: an empty or over-long id, a missing event type, a
+// payload over the limit, metadata PostgreSQL cannot hold. Nothing is
+// written for such a message.
+var ErrInvalidMessage = errors.New("invalid message")
+
+// ErrPayloadConflict is matched (errors.Is) by a *ConflictError.
+var ErrPayloadConflict = errors.New("message id reused with a different payload")
+
+// ConflictError reports a delivery whose id the consumer already holds with
+// a different payload. The stored message is left as it was (never
+// overwritten, never applied twice) and the row's conflict counter is
+// incremented. A conflict means a producer reuses ids for distinct messages
+// or changed a message between retries: the producer needs fixing.
+type ConflictError struct {
+	// Consumer is the consumer that holds the message.
+	Consumer string
+	// MessageID is the reused id.
+	MessageID string
+}
+
+// Error describes the conflict and what it means.
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("inbox: consumer %q already holds message %q with a different payload: the redelivery was not stored; the producer is reusing ids or changing messages between retries", e.Consumer, e.MessageID)
+}
+
+// Is lets errors.Is(err, ErrPayloadConflict) match.
+func (e *ConflictError) Is(target error) bool { return target == ErrPayloadConflict }

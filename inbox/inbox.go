@@ -1,0 +1,105 @@
+package inbox
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/ident"
+)
+
+const (
+	// MaxAttemptsDefault is the default Config.MaxAttempts.
+	MaxAttemptsDefault = 25
+	// MaxPayloadBytesDefault is the default Config.MaxPayloadBytes: 1 MiB.
+	MaxPayloadBytesDefault = 1 << 20
+)
+
+// Config configures an Inbox.
+type Config struct {
+	// Consumer names who consumes the messages, such as "payments" or
+	// "payments.capture". Each consumer dedupes on its own: the same message
+	// id may be received once by each. Required; at most MaxTextBytes bytes.
+	Consumer string
+
+	// MaxAttempts is how many times the dispatcher tries a message before
+	// marking it dead. It is stored with each message when received.
+	// Defaults to MaxAttemptsDefault (25).
+	MaxAttempts int
+
+	// MaxPayloadBytes is the largest payload accepted. Defaults to
+	// MaxPayloadBytesDefault (1 MiB); -1 means no limit beyond PostgreSQL's
+	// own 1 GB.
+	MaxPayloadBytes int
+
+	// Schema is the PostgreSQL schema holding pgbox's tables. Defaults to
+	// pgbox.DefaultSchema.
+	Schema string
+}
+
+// WithDefaults returns a copy of c with every unset field given its default.
+func (c Config) WithDefaults() Config {
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, MaxPayloadBytesDefault)
+	c.Schema = cmp.Or(c.Schema, pgbox.DefaultSchema)
+	return c
+}
+
+func (c Config) validate() error {
+	if err := checkText("Config.Consumer", c.Consumer, true); err != nil {
+		return fmt.Errorf("inbox: %w: name the consuming service, such as \"payments\"", err)
+	}
+	if c.MaxAttempts < 1 {
+		return fmt.Errorf("inbox: Config.MaxAttempts is %d: it must be at least 1 (or 0 for the default, %d)", c.MaxAttempts, MaxAttemptsDefault)
+	}
+	if c.MaxPayloadBytes < -1 {
+		return fmt.Errorf("inbox: Config.MaxPayloadBytes is %d: use a positive limit, 0 for the default or -1 for none", c.MaxPayloadBytes)
+	}
+	if err := ident.ValidateSchema(c.Schema); err != nil {
+		return fmt.Errorf("inbox: Config.Schema: %w", err)
+	}
+	return nil
+}
+
+// Inbox receives messages for one consumer. It is safe for concurrent use.
+type Inbox struct {
+	cfg     Config
+	channel string
+	pool    *pgxpool.Pool
+	q       queries
+}
+
+type queries struct {
+	countConflicts string
+	hash           string
+	receive        string
+}
+
+// New returns an Inbox for cfg.Consumer. It does not touch the database:
+// a schema that is missing or at the wrong version is reported by the first
+// call that needs it, with the command that fixes it.
+func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
+	if pool == nil {
+		return nil, errors.New("inbox: pool is nil")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Inbox{
+		cfg:     cfg,
+		channel: ident.Channel(cfg.Schema, "inbox"),
+		pool:    pool,
+		q: queries{
+			countConflicts: ident.Render(countConflictsSQL, cfg.Schema),
+			hash:           ident.Render(hashSQL, cfg.Schema),
+			receive:        ident.Render(receiveSQL, cfg.Schema),
+		},
+	}, nil
+}
+
+// Consumer returns the consumer this Inbox receives for.
+func (in *Inbox) Consumer() string { return in.cfg.Consumer }

@@ -1,0 +1,575 @@
+package inbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/inbox"
+	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type testBundle struct {
+	pool   *pgxpool.Pool
+	schema string
+}
+
+func setup(t *testing.T, cfg inbox.Config) (*inbox.Inbox, *testBundle) {
+	t.Helper()
+	b := &testBundle{pool: pgtest.Pool(t), schema: pgtest.Schema(t)}
+	cfg.Schema = b.schema
+	if cfg.Consumer == "" {
+		cfg.Consumer = "payments"
+	}
+	in, err := inbox.New(b.pool, cfg)
+	require.NoError(t, err)
+	return in, b
+}
+
+// row is an inbox row as stored.
+type row struct {
+	Attempts    int
+	Conflicts   int
+	EventType   string
+	MaxAttempts int
+	Metadata    map[string]string
+	OrderingKey *string
+	Payload     []byte
+	ProcessedAt *time.Time
+	Seq         int64
+	Status      string
+}
+
+func (b *testBundle) row(t *testing.T, consumer, id string) *row {
+	t.Helper()
+	var r row
+	err := b.pool.QueryRow(context.Background(), ident.Render(`
+		SELECT attempts, conflicts, event_type, max_attempts, metadata, ordering_key, payload, processed_at, seq, status
+		FROM /* schema */inbox WHERE consumer = $1 AND message_id = $2`, b.schema), consumer, id).
+		Scan(&r.Attempts, &r.Conflicts, &r.EventType, &r.MaxAttempts, &r.Metadata, &r.OrderingKey, &r.Payload, &r.ProcessedAt, &r.Seq, &r.Status)
+	if err == pgx.ErrNoRows {
+		return nil
+	}
+	require.NoError(t, err)
+	return &r
+}
+
+func (b *testBundle) count(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), ident.Render("SELECT count(*) FROM /* schema */inbox", b.schema)).Scan(&n))
+	return n
+}
+
+func msg(id string) inbox.Message {
+	return inbox.Message{ID: id, EventType: "OrderPlaced", Payload: []byte(`{"order":"` + id + `"}`)}
+}
+
+func TestReceiveStoresOnceAndReportsDuplicates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{})
+
+	m := msg("order-1")
+	m.Metadata = map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "note": `quote " and <html> & ünïcode`}
+	out, err := in.Receive(ctx, m)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Accepted, out)
+
+	for range 3 {
+		out, err = in.Receive(ctx, m)
+		require.NoError(t, err, "a duplicate is not an error")
+		require.Equal(t, inbox.Duplicate, out)
+	}
+	require.Equal(t, 1, b.count(t))
+
+	r := b.row(t, "payments", "order-1")
+	require.Equal(t, "pending", r.Status)
+	require.Equal(t, "OrderPlaced", r.EventType)
+	require.Equal(t, m.Payload, r.Payload)
+	require.Equal(t, m.Metadata, r.Metadata)
+	require.Zero(t, r.Attempts)
+	require.Equal(t, inbox.MaxAttemptsDefault, r.MaxAttempts)
+	require.Nil(t, r.OrderingKey)
+	require.Zero(t, r.Conflicts)
+}
+
+func TestReceiveReportsAndCountsPayloadConflicts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{})
+
+	original := msg("order-1")
+	_, err := in.Receive(ctx, original)
+	require.NoError(t, err)
+
+	changed := original
+	changed.Payload = []byte(`{"order":"order-1","amount":999}`)
+	for i := 1; i <= 2; i++ {
+		out, err := in.Receive(ctx, changed)
+		require.Equal(t, inbox.Conflict, out)
+		require.ErrorIs(t, err, inbox.ErrPayloadConflict)
+		var cerr *inbox.ConflictError
+		require.ErrorAs(t, err, &cerr)
+		require.Equal(t, "order-1", cerr.MessageID)
+		require.Equal(t, "payments", cerr.Consumer)
+
+		r := b.row(t, "payments", "order-1")
+		require.Equal(t, original.Payload, r.Payload, "a conflict must never overwrite the stored message")
+		require.Equal(t, i, r.Conflicts)
+	}
+}
+
+func TestPayloadBytesRoundTripExactly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{})
+
+	every := make([]byte, 0, 512)
+	for i := range 512 {
+		every = append(every, byte(i)) // every byte value, NUL and 0xff included, twice
+	}
+	for id, payload := range map[string][]byte{
+		"every-byte": every,
+		"empty":      {},
+		"nil":        nil,
+		"not-utf8":   {0xc3, 0x28, 0xa0, 0xa1, 0x00, 0xff},
+	} {
+		m := msg(id)
+		m.Payload = payload
+		out, err := in.Receive(ctx, m)
+		require.NoError(t, err)
+		require.Equal(t, inbox.Accepted, out)
+		got := b.row(t, "payments", id).Payload
+		require.Equal(t, len(payload), len(got), id)
+		if len(payload) > 0 {
+			require.Equal(t, payload, got, id)
+		}
+
+		out, err = in.Receive(ctx, m)
+		require.NoError(t, err)
+		require.Equal(t, inbox.Duplicate, out, "the same bytes again are a duplicate, not a conflict: %s", id)
+	}
+}
+
+func TestConsumersDedupeSeparately(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	payments, b := setup(t, inbox.Config{Consumer: "payments"})
+	shipping, err := inbox.New(b.pool, inbox.Config{Consumer: "shipping", Schema: b.schema})
+	require.NoError(t, err)
+
+	for _, in := range []*inbox.Inbox{payments, shipping} {
+		out, err := in.Receive(ctx, msg("order-1"))
+		require.NoError(t, err)
+		require.Equal(t, inbox.Accepted, out, in.Consumer())
+	}
+	require.Equal(t, 2, b.count(t))
+}
+
+func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{MaxPayloadBytes: 16})
+
+	withMeta := func(k, v string) inbox.Message {
+		m := msg("m")
+		m.Payload = nil
+		m.Metadata = map[string]string{k: v}
+		return m
+	}
+	cases := map[string]struct {
+		msg  inbox.Message
+		want string
+	}{
+		"empty id":            {inbox.Message{EventType: "E"}, "ID is empty"},
+		"id too long":         {inbox.Message{ID: strings.Repeat("x", 256), EventType: "E"}, "ID is 256 bytes, over the 255-byte limit"},
+		"id not utf8":         {inbox.Message{ID: "a\xffb", EventType: "E"}, "ID is not valid UTF-8"},
+		"id with NUL":         {inbox.Message{ID: "a\x00b", EventType: "E"}, "ID contains a NUL character"},
+		"no event type":       {inbox.Message{ID: "m"}, "EventType is empty: set it so the dispatcher can route the message"},
+		"event type with NUL": {inbox.Message{ID: "m", EventType: "E\x00"}, "EventType contains a NUL character"},
+		"ordering key long":   {inbox.Message{ID: "m", EventType: "E", OrderingKey: strings.Repeat("k", 300)}, "OrderingKey is 300 bytes"},
+		"payload over limit":  {inbox.Message{ID: "m", EventType: "E", Payload: make([]byte, 17)}, "payload is 17 bytes, over the 16-byte limit"},
+		"metadata NUL value":  {withMeta("k", "a\x00"), `metadata "k" holds a NUL character, which PostgreSQL's jsonb cannot store`},
+		"metadata NUL key":    {withMeta("k\x00", "v"), "holds a NUL character"},
+		"metadata not utf8":   {withMeta("k", "\xff"), `metadata "k" holds invalid UTF-8`},
+		"negative attempts":   {inbox.Message{ID: "m", EventType: "E", MaxAttempts: -1}, "MaxAttempts is -1"},
+	}
+	for name, tc := range cases {
+		out, err := in.Receive(ctx, tc.msg)
+		require.ErrorIs(t, err, inbox.ErrInvalidMessage, name)
+		require.ErrorContains(t, err, tc.want, name)
+		require.Zero(t, out, name)
+
+		res, err := in.ReceiveBatch(ctx, []inbox.Message{tc.msg})
+		require.NoError(t, err, name)
+		require.ErrorIs(t, res[0].Err, inbox.ErrInvalidMessage, name)
+
+		called := false
+		_, err = in.Process(ctx, tc.msg, func(context.Context, pgx.Tx) error { called = true; return nil })
+		require.ErrorIs(t, err, inbox.ErrInvalidMessage, name)
+		require.False(t, called, "Process must not run the handler for an invalid message: %s", name)
+	}
+	require.Zero(t, b.count(t), "nothing may be written for bad input")
+
+	_, err := in.Receive(ctx, inbox.Message{ID: "m", EventType: "E", Payload: make([]byte, 16)})
+	require.NoError(t, err, "a payload exactly at the limit is accepted")
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+
+	_, err := inbox.New(nil, inbox.Config{Consumer: "c"})
+	require.ErrorContains(t, err, "pool is nil")
+	for want, cfg := range map[string]inbox.Config{
+		"Config.Consumer is empty: set it: name the consuming service": {},
+		"Config.Consumer is 256 bytes":                                 {Consumer: strings.Repeat("c", 256)},
+		"Config.MaxAttempts is -1":                                     {Consumer: "c", MaxAttempts: -1},
+		"Config.MaxPayloadBytes is -2":                                 {Consumer: "c", MaxPayloadBytes: -2},
+		"Config.Schema: schema name \"bad\\x00\" contains a NUL byte":  {Consumer: "c", Schema: "bad\x00"},
+	} {
+		_, err := inbox.New(pool, cfg)
+		require.ErrorContains(t, err, want)
+	}
+}
+
+func TestReceiveBatchIsolatesEachMessage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{})
+
+	_, err := in.ReceiveBatch(ctx, []inbox.Message{msg("dup"), msg("conf")})
+	require.NoError(t, err)
+
+	conf := msg("conf")
+	conf.Payload = []byte("other")
+	bad := msg("bad")
+	bad.EventType = ""
+	new2Changed := msg("new-2")
+	new2Changed.Payload = []byte("changed")
+
+	res, err := in.ReceiveBatch(ctx, []inbox.Message{msg("new-1"), msg("dup"), conf, bad, msg("new-2"), msg("new-1"), new2Changed})
+	require.NoError(t, err)
+	require.Len(t, res, 7)
+
+	want := []inbox.Outcome{inbox.Accepted, inbox.Duplicate, inbox.Conflict, 0, inbox.Accepted, inbox.Duplicate, inbox.Conflict}
+	for i, w := range want {
+		require.Equal(t, w, res[i].Outcome, "message %d", i)
+	}
+	require.NoError(t, res[0].Err)
+	require.NoError(t, res[1].Err)
+	require.ErrorIs(t, res[2].Err, inbox.ErrPayloadConflict)
+	require.ErrorIs(t, res[3].Err, inbox.ErrInvalidMessage)
+	require.ErrorIs(t, res[6].Err, inbox.ErrPayloadConflict)
+
+	require.Equal(t, 4, b.count(t), "dup, conf, new-1 and new-2")
+	require.Nil(t, b.row(t, "payments", "bad"))
+	require.Less(t, b.row(t, "payments", "new-1").Seq, b.row(t, "payments", "new-2").Seq, "arrival order follows the batch")
+	require.Equal(t, 1, b.row(t, "payments", "conf").Conflicts)
+	require.Equal(t, 1, b.row(t, "payments", "new-2").Conflicts)
+	require.Equal(t, msg("new-2").Payload, b.row(t, "payments", "new-2").Payload, "the first occurrence wins")
+}
+
+func TestReceiveTxFollowsTheTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{})
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	out, err := in.ReceiveTx(ctx, tx, msg("rolled-back"))
+	require.NoError(t, err)
+	require.Equal(t, inbox.Accepted, out)
+	res, err := in.ReceiveBatchTx(ctx, tx, []inbox.Message{msg("rolled-back-2")})
+	require.NoError(t, err)
+	require.Equal(t, inbox.Accepted, res[0].Outcome)
+	require.NoError(t, tx.Rollback(ctx))
+	require.Zero(t, b.count(t))
+
+	tx, err = b.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = in.ReceiveTx(ctx, tx, msg("committed"))
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.NotNil(t, b.row(t, "payments", "committed"))
+}
+
+// Sixteen sessions deliver the same id at the same moment: exactly one
+// stores it, the rest are told it is a duplicate, and the handler run by
+// Process commits its effect once.
+func TestConcurrentDuplicateDeliveriesOnSeparateConnections(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, b := setup(t, inbox.Config{})
+	_, err := b.pool.Exec(ctx, ident.Render("CREATE TABLE /* schema */effects (message_id text NOT NULL)", b.schema))
+	require.NoError(t, err)
+
+	const sessions = 16
+	inboxes := make([]*inbox.Inbox, sessions)
+	for i := range inboxes {
+		var err error
+		inboxes[i], err = inbox.New(pgtest.NewPool(t, 1), inbox.Config{Consumer: "payments", Schema: b.schema})
+		require.NoError(t, err)
+	}
+
+	deliverAll := func(id string, deliver func(in *inbox.Inbox) (inbox.Outcome, error)) map[inbox.Outcome]int {
+		var (
+			mu       sync.Mutex
+			outcomes = map[inbox.Outcome]int{}
+			wg       sync.WaitGroup
+			start    = make(chan struct{})
+		)
+		for _, in := range inboxes {
+			wg.Go(func() {
+				<-start
+				out, err := deliver(in)
+				require.NoError(t, err)
+				mu.Lock()
+				outcomes[out]++
+				mu.Unlock()
+			})
+		}
+		close(start)
+		wg.Wait()
+		return outcomes
+	}
+
+	for round := range 10 {
+		id := "receive-" + string(rune('a'+round))
+		outcomes := deliverAll(id, func(in *inbox.Inbox) (inbox.Outcome, error) { return in.Receive(ctx, msg(id)) })
+		require.Equal(t, map[inbox.Outcome]int{inbox.Accepted: 1, inbox.Duplicate: sessions - 1}, outcomes, id)
+	}
+
+	for round := range 10 {
+		id := "process-" + string(rune('a'+round))
+		outcomes := deliverAll(id, func(in *inbox.Inbox) (inbox.Outcome, error) {
+			return in.Process(ctx, msg(id), func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, ident.Render("INSERT INTO /* schema */effects VALUES ($1)", b.schema), id)
+				return err
+			})
+		})
+		require.Equal(t, map[inbox.Outcome]int{inbox.Accepted: 1, inbox.Duplicate: sessions - 1}, outcomes, id)
+	}
+
+	require.Equal(t, 20, b.count(t))
+	var effects, distinct int
+	require.NoError(t, b.pool.QueryRow(ctx, ident.Render("SELECT count(*), count(DISTINCT message_id) FROM /* schema */effects", b.schema)).Scan(&effects, &distinct))
+	require.Equal(t, 10, effects, "each handler effect exactly once")
+	require.Equal(t, 10, distinct)
+}
+
+func TestProcessRunsTheHandlerOnceInTheSameTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{})
+	_, err := b.pool.Exec(ctx, ident.Render("CREATE TABLE /* schema */effects (message_id text NOT NULL)", b.schema))
+	require.NoError(t, err)
+	effects := func() int {
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, ident.Render("SELECT count(*) FROM /* schema */effects", b.schema)).Scan(&n))
+		return n
+	}
+	write := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, ident.Render("INSERT INTO /* schema */effects VALUES ('x')", b.schema))
+		return err
+	}
+
+	// A failing handler leaves nothing behind, so a redelivery runs it again.
+	boom := func(ctx context.Context, tx pgx.Tx) error {
+		require.NoError(t, write(ctx, tx))
+		return context.DeadlineExceeded
+	}
+	out, err := in.Process(ctx, msg("m"), boom)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Zero(t, out)
+	require.Zero(t, effects())
+	require.Nil(t, b.row(t, "payments", "m"))
+
+	require.Panics(t, func() {
+		_, _ = in.Process(ctx, msg("m"), func(ctx context.Context, tx pgx.Tx) error {
+			require.NoError(t, write(ctx, tx))
+			panic("handler bug")
+		})
+	})
+	require.Zero(t, effects())
+	require.Nil(t, b.row(t, "payments", "m"))
+
+	out, err = in.Process(ctx, msg("m"), write)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Accepted, out)
+	require.Equal(t, 1, effects())
+	r := b.row(t, "payments", "m")
+	require.Equal(t, "done", r.Status)
+	require.Equal(t, 1, r.Attempts)
+	require.NotNil(t, r.ProcessedAt)
+
+	called := false
+	out, err = in.Process(ctx, msg("m"), func(context.Context, pgx.Tx) error { called = true; return nil })
+	require.NoError(t, err)
+	require.Equal(t, inbox.Duplicate, out)
+	require.False(t, called)
+
+	changed := msg("m")
+	changed.Payload = []byte("changed")
+	out, err = in.Process(ctx, changed, func(context.Context, pgx.Tx) error { called = true; return nil })
+	require.ErrorIs(t, err, inbox.ErrPayloadConflict)
+	require.Equal(t, inbox.Conflict, out)
+	require.False(t, called)
+	require.Equal(t, 1, effects())
+}
+
+// listen returns a connection listening on the schema's inbox channel.
+func listen(t *testing.T, schema string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.URL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	_, err = conn.Exec(ctx, "LISTEN "+ident.Quote(ident.Channel(schema, "inbox")))
+	require.NoError(t, err)
+	return conn
+}
+
+func nextNotification(t *testing.T, conn *pgx.Conn) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := conn.WaitForNotification(ctx)
+	require.NoError(t, err)
+	return n.Payload
+}
+
+// Notifications announce committed new work only, once per statement. Each
+// check below is followed by a committed receive for a marker consumer:
+// notifications arrive in commit order, so the marker's arriving first
+// proves nothing was sent before it.
+func TestNotifiesOnlyCommittedNewWork(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{})
+	marker, err := inbox.New(b.pool, inbox.Config{Consumer: "marker", Schema: b.schema})
+	require.NoError(t, err)
+	conn := listen(t, b.schema)
+
+	_, err = in.ReceiveBatch(ctx, []inbox.Message{msg("a"), msg("b"), msg("c")})
+	require.NoError(t, err)
+	require.Equal(t, "payments", nextNotification(t, conn))
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = in.ReceiveTx(ctx, tx, msg("rolled-back"))
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	_, err = in.Receive(ctx, msg("a")) // a duplicate
+	require.NoError(t, err)
+	_, err = in.Process(ctx, msg("processed"), func(context.Context, pgx.Tx) error { return nil }) // done, nothing to dispatch
+	require.NoError(t, err)
+
+	_, err = marker.Receive(ctx, msg("marker-1"))
+	require.NoError(t, err)
+	require.Equal(t, "marker", nextNotification(t, conn), "a rollback, a duplicate or a processed message must not notify")
+}
+
+// Receivers of one ordering key take turns, so the arrival sequence of a
+// key's messages is their commit order: a transaction that received first
+// but commits last cannot slip in behind a later message.
+func TestOrderingKeyReceiversTakeTurns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{})
+
+	keyed := func(id, key string) inbox.Message { m := msg(id); m.OrderingKey = key; return m }
+
+	tx1, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = in.ReceiveTx(ctx, tx1, keyed("first", "order-7"))
+	require.NoError(t, err)
+
+	// Another key is not held up by tx1.
+	_, err = in.Receive(ctx, keyed("other-key", "order-8"))
+	require.NoError(t, err)
+
+	tx2, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	var pid2 uint32
+	require.NoError(t, tx2.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid2))
+	done := make(chan error, 1)
+	go func() {
+		_, err := in.ReceiveTx(ctx, tx2, keyed("second", "order-7"))
+		done <- err
+	}()
+	// On failure, end both transactions (tx1 first, which frees tx2) before
+	// the schema is dropped, or the drop would wait on their locks.
+	t.Cleanup(func() {
+		_ = tx1.Rollback(ctx)
+		<-done
+		_ = tx2.Rollback(ctx)
+	})
+
+	// tx2 must wait on the key's lock while tx1 is open.
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := b.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE pid = $1 AND locktype = 'advisory' AND NOT granted)", pid2).Scan(&waiting)
+		require.NoError(t, err)
+		return waiting
+	}, 10*time.Second, 5*time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("second receiver of the key finished while the first was uncommitted: %v", err)
+	default:
+	}
+
+	require.NoError(t, tx1.Commit(ctx))
+	err = <-done
+	done <- err // for the cleanup
+	require.NoError(t, err)
+	require.NoError(t, tx2.Commit(ctx))
+
+	first, second := b.row(t, "payments", "first"), b.row(t, "payments", "second")
+	require.Less(t, first.Seq, second.Seq)
+	require.Equal(t, "order-7", *first.OrderingKey)
+}
+
+func TestUnmigratedSchemaGetsAClearError(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.EmptySchema(t)
+
+	in, err := inbox.New(pool, inbox.Config{Consumer: "payments", Schema: schema})
+	require.NoError(t, err)
+	_, err = in.Receive(ctx, msg("m"))
+	require.ErrorIs(t, err, pgbox.ErrSchemaNotMigrated)
+	require.ErrorContains(t, err, "run inboxctl migrate up")
+
+	_, err = in.Process(ctx, msg("m"), func(context.Context, pgx.Tx) error { return nil })
+	require.ErrorIs(t, err, pgbox.ErrSchemaNotMigrated)
+}
+
+func TestMetadataIsStoredAsJSON(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{})
+	m := msg("m")
+	m.Metadata = map[string]string{"a": "1", "emoji": "🧾", "empty": ""}
+	_, err := in.Receive(ctx, m)
+	require.NoError(t, err)
+
+	var raw []byte
+	require.NoError(t, b.pool.QueryRow(ctx, ident.Render("SELECT metadata FROM /* schema */inbox", b.schema)).Scan(&raw))
+	var got map[string]string
+	require.NoError(t, json.Unmarshal(raw, &got))
+	require.Equal(t, m.Metadata, got)
+}

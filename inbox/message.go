@@ -1,0 +1,109 @@
+package inbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxTextBytes is the longest message id, event type, ordering key or
+// consumer name the inbox accepts, in bytes. A longer business key can be
+// hashed into an id.
+const MaxTextBytes = 255
+
+// Message is one message delivered to a consumer.
+type Message struct {
+	// EventType routes the message to a dispatcher handler, such as
+	// "OrderPlaced". Required.
+	EventType string
+
+	// ID is the dedupe key: every delivery of the same message must carry
+	// the same ID, and distinct messages distinct IDs. A broker's message id
+	// (a Watermill UUID, an outbox row id) or a business key such as
+	// "order-17/placed" both work. Required; at most MaxTextBytes bytes of
+	// UTF-8.
+	ID string
+
+	// MaxAttempts overrides Config.MaxAttempts for this message. Zero means
+	// the consumer's default.
+	MaxAttempts int
+
+	// Metadata carries headers such as trace context. Values must be valid
+	// UTF-8 without NUL, because they are stored as JSON.
+	Metadata map[string]string
+
+	// OrderingKey, when set, makes the dispatcher handle the consumer's
+	// messages that share it one at a time, in the order they were received.
+	// Messages without a key run in parallel.
+	OrderingKey string
+
+	// Payload is the message body. Its bytes are stored and handed to the
+	// handler exactly as given.
+	Payload []byte
+}
+
+// validate reports the first thing wrong with m, naming the field and what
+// to do about it. The error wraps ErrInvalidMessage.
+func (in *Inbox) validate(m *Message) error {
+	if err := checkText("ID", m.ID, true); err != nil {
+		return invalid(m.ID, err.Error())
+	}
+	if err := checkText("EventType", m.EventType, true); err != nil {
+		return invalid(m.ID, err.Error()+" so the dispatcher can route the message")
+	}
+	if err := checkText("OrderingKey", m.OrderingKey, false); err != nil {
+		return invalid(m.ID, err.Error())
+	}
+	if limit := in.cfg.MaxPayloadBytes; limit > 0 && len(m.Payload) > limit {
+		return invalid(m.ID, fmt.Sprintf("payload is %d bytes, over the %d-byte limit (inbox.Config.MaxPayloadBytes): store large bodies elsewhere and send a reference", len(m.Payload), limit))
+	}
+	if m.MaxAttempts < 0 {
+		return invalid(m.ID, fmt.Sprintf("MaxAttempts is %d: use 0 for the consumer's default or a positive number", m.MaxAttempts))
+	}
+	for k, v := range m.Metadata {
+		for _, s := range []string{k, v} {
+			if !utf8.ValidString(s) {
+				return invalid(m.ID, fmt.Sprintf("metadata %q holds invalid UTF-8: metadata is stored as JSON text; put binary data in the payload", k))
+			}
+			if strings.ContainsRune(s, 0) {
+				return invalid(m.ID, fmt.Sprintf("metadata %q holds a NUL character, which PostgreSQL's jsonb cannot store: remove it", k))
+			}
+		}
+	}
+	return nil
+}
+
+// checkText validates a text field bound for a PostgreSQL text column.
+func checkText(field, s string, required bool) error {
+	switch {
+	case s == "" && required:
+		return fmt.Errorf("%s is empty: set it", field)
+	case len(s) > MaxTextBytes:
+		return fmt.Errorf("%s is %d bytes, over the %d-byte limit: use a shorter value (a hash of a long key works)", field, len(s), MaxTextBytes)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%s is not valid UTF-8", field)
+	case strings.ContainsRune(s, 0):
+		return fmt.Errorf("%s contains a NUL character, which PostgreSQL text cannot store", field)
+	}
+	return nil
+}
+
+func invalid(id, reason string) error {
+	if id == "" || len(id) > MaxTextBytes || !utf8.ValidString(id) {
+		return fmt.Errorf("%w: %s", ErrInvalidMessage, reason)
+	}
+	return fmt.Errorf("%w %q: %s", ErrInvalidMessage, id, reason)
+}
+
+// encodeMetadata returns m's metadata as a JSON object.
+func encodeMetadata(md map[string]string) string {
+	if len(md) == 0 {
+		return "{}"
+	}
+	b, err := json.Marshal(md)
+	if err != nil {
+		panic(err) // a map[string]string of valid UTF-8 always encodes
+	}
+	return string(b)
+}

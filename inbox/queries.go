@@ -1,0 +1,76 @@
+package inbox
+
+// The inbox's SQL. "/* schema */" is replaced by the quoted schema name when
+// an Inbox is created (ident.Render).
+
+// receiveSQL stores a batch of messages in one round trip and reports, per
+// message, whether it was inserted and, if not, the payload hash already
+// stored under its id.
+//
+//   - key_locks: receivers of the same ordering key take turns, through a
+//     transaction-scoped advisory lock per key taken in a fixed order (so
+//     two batches cannot deadlock). A receiver's seq is drawn after it holds
+//     the lock, so per key seq order is commit order, and the dispatcher,
+//     which runs each key's messages in seq order, can never see a later
+//     message commit before an earlier one. The INSERT's SELECT reads the
+//     one-row aggregate of key_locks and sorts its rows, so every lock is held
+//     before the first row is inserted.
+//   - inserted: ON CONFLICT DO NOTHING is the dedupe. When a concurrent
+//     transaction is inserting the same id, PostgreSQL waits for it to end
+//     and then skips (if it committed) or inserts (if it rolled back).
+//   - notified: one NOTIFY per statement, only if something new is pending;
+//     it is delivered when the surrounding transaction commits, never for a
+//     rolled-back one.
+//   - the final SELECT joins each input to the stored row of a duplicate so
+//     the caller can tell a redelivery from a conflicting reuse of an id. A
+//     row committed by a concurrent transaction during this statement is not
+//     visible to its snapshot; its hash comes back NULL and the caller looks
+//     it up with hashSQL.
+const receiveSQL = `
+WITH input AS (
+    SELECT *
+    FROM unnest($2::text[], $3::text[], $4::bytea[], $5::bytea[], $6::text[], $7::text[], $8::int[])
+        WITH ORDINALITY AS m(message_id, event_type, payload, payload_hash, metadata, ordering_key, max_attempts, ord)
+),
+key_locks AS (
+    SELECT count(*) AS n
+    FROM (
+        SELECT pg_advisory_xact_lock(k)
+        FROM (SELECT DISTINCT hashtextextended($1 || '/' || ordering_key, 0) AS k
+              FROM input WHERE ordering_key IS NOT NULL ORDER BY 1) AS keys
+    ) AS locked
+),
+inserted AS (
+    INSERT INTO /* schema */inbox AS i
+        (consumer, message_id, event_type, payload, payload_hash, metadata, ordering_key, max_attempts,
+         status, attempts, processed_at)
+    SELECT $1, m.message_id, m.event_type, m.payload, m.payload_hash, m.metadata::jsonb, m.ordering_key, m.max_attempts,
+           $9, CASE WHEN $9 = 'done' THEN 1 ELSE 0 END, CASE WHEN $9 = 'done' THEN now() END
+    FROM input AS m CROSS JOIN key_locks
+    ORDER BY m.ord
+    ON CONFLICT (consumer, message_id) DO NOTHING
+    RETURNING i.message_id
+),
+notified AS (
+    SELECT pg_notify($10, $1)
+    WHERE $10::text IS NOT NULL AND EXISTS (SELECT 1 FROM inserted)
+)
+SELECT m.message_id, ins.message_id IS NOT NULL AS inserted, e.payload_hash
+FROM input AS m
+CROSS JOIN (SELECT count(*) FROM notified) AS n
+LEFT JOIN inserted AS ins ON ins.message_id = m.message_id
+LEFT JOIN /* schema */inbox AS e ON ins.message_id IS NULL AND e.consumer = $1 AND e.message_id = m.message_id
+ORDER BY m.ord`
+
+// hashSQL reads the stored payload hashes of ids, for duplicates whose row
+// committed while receiveSQL ran.
+const hashSQL = `
+SELECT message_id, payload_hash FROM /* schema */inbox
+WHERE consumer = $1 AND message_id = ANY($2::text[])`
+
+// countConflictsSQL records redeliveries whose payload differed from the
+// stored one, so operators see them (inboxctl) even if the caller ignored
+// the error.
+const countConflictsSQL = `
+UPDATE /* schema */inbox SET conflicts = conflicts + 1
+WHERE consumer = $1 AND message_id = ANY($2::text[])`

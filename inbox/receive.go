@@ -1,0 +1,287 @@
+package inbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgbox/pgbox/internal/schemaerr"
+)
+
+// Outcome says what receiving a message did.
+type Outcome int
+
+const (
+	// Accepted means the message was new and is now stored.
+	Accepted Outcome = iota + 1
+	// Duplicate means the consumer already held the message (same id, same
+	// payload): nothing was written. Acknowledge it to the broker.
+	Duplicate
+	// Conflict means the consumer already held a message with this id but a
+	// different payload: nothing was stored and the error is a
+	// *ConflictError.
+	Conflict
+)
+
+// String returns "accepted", "duplicate" or "conflict".
+func (o Outcome) String() string {
+	switch o {
+	case Accepted:
+		return "accepted"
+	case Duplicate:
+		return "duplicate"
+	case Conflict:
+		return "conflict"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Result is what ReceiveBatch reports for one message.
+type Result struct {
+	// Err is nil for Accepted and Duplicate; a *ConflictError for
+	// Conflict; and an error wrapping ErrInvalidMessage, with Outcome zero,
+	// for a message that was rejected without being stored.
+	Err error
+	// Outcome is what happened to the message.
+	Outcome Outcome
+}
+
+// dbtx is what the inbox needs of a pool or a transaction.
+type dbtx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+const (
+	statusPending = "pending"
+	statusDone    = "done"
+)
+
+// Receive stores msg as pending work for the dispatcher, unless the
+// consumer already holds it. A duplicate is reported as Duplicate with a nil
+// error; a conflicting reuse of the id as Conflict with a *ConflictError. A
+// message that fails validation gets an error wrapping ErrInvalidMessage and
+// writes nothing.
+func (in *Inbox) Receive(ctx context.Context, msg Message) (Outcome, error) {
+	return in.receiveOne(ctx, in.pool, msg)
+}
+
+// ReceiveTx is Receive inside the caller's transaction: the message is
+// stored, and idle dispatchers are woken, only if tx commits.
+func (in *Inbox) ReceiveTx(ctx context.Context, tx pgx.Tx, msg Message) (Outcome, error) {
+	return in.receiveOne(ctx, tx, msg)
+}
+
+// ReceiveBatch stores many messages in one round trip. Each gets its own
+// Result, in the order given: one invalid or conflicting message is
+// rejected alone and its neighbours are still stored. A message repeated
+// within the batch is a Duplicate (or Conflict) of its first occurrence. The
+// error is non-nil only when the database could not be used, and then
+// nothing was stored.
+func (in *Inbox) ReceiveBatch(ctx context.Context, msgs []Message) ([]Result, error) {
+	return in.receive(ctx, in.pool, msgs, statusPending)
+}
+
+// ReceiveBatchTx is ReceiveBatch inside the caller's transaction.
+func (in *Inbox) ReceiveBatchTx(ctx context.Context, tx pgx.Tx, msgs []Message) ([]Result, error) {
+	return in.receive(ctx, tx, msgs, statusPending)
+}
+
+// Process is the synchronous idempotent consumer: in one transaction it
+// records msg as done and runs fn, so fn's writes and the record commit
+// together or not at all. A message the consumer already holds is not run
+// again: Process returns Duplicate (or Conflict with a *ConflictError)
+// without calling fn.
+//
+// When fn returns an error (or panics) the transaction rolls back and
+// nothing is recorded, so a redelivery of the message runs fn again. fn's
+// error is returned as is. Process does not retry; use the dispatcher for
+// retries with backoff and dead messages.
+func (in *Inbox) Process(ctx context.Context, msg Message, fn func(ctx context.Context, tx pgx.Tx) error) (Outcome, error) {
+	tx, err := in.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
+
+	res, err := in.receive(ctx, tx, []Message{msg}, statusDone)
+	if err != nil {
+		return 0, err
+	}
+	if res[0].Outcome != Accepted {
+		return res[0].Outcome, res[0].Err
+	}
+	if err := fn(ctx, tx); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("inbox: commit message %q: %w", msg.ID, err)
+	}
+	return Accepted, nil
+}
+
+func (in *Inbox) receiveOne(ctx context.Context, db dbtx, msg Message) (Outcome, error) {
+	res, err := in.receive(ctx, db, []Message{msg}, statusPending)
+	if err != nil {
+		return 0, err
+	}
+	return res[0].Outcome, res[0].Err
+}
+
+// batch is the columns of receiveSQL, one entry per distinct valid message.
+type batch struct {
+	ids, eventTypes, metadata []string
+	keys                      []*string
+	payloads, hashes          [][]byte
+	maxAttempts               []int32
+	index                     []int // position of each entry in the caller's slice
+}
+
+func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status string) ([]Result, error) {
+	results := make([]Result, len(msgs))
+	b := batch{}
+	first := make(map[string]int, len(msgs)) // id → entry in b
+	for i := range msgs {
+		m := &msgs[i]
+		if err := in.validate(m); err != nil {
+			results[i].Err = err
+			continue
+		}
+		sum := sha256.Sum256(m.Payload)
+		if j, seen := first[m.ID]; seen {
+			results[i] = in.compare(m.ID, b.hashes[j], sum[:])
+			continue
+		}
+		first[m.ID] = len(b.ids)
+		b.add(m, sum[:], in.cfg.MaxAttempts, i)
+	}
+	if len(b.ids) == 0 {
+		return results, nil
+	}
+
+	var channel *string
+	if status == statusPending {
+		channel = &in.channel
+	}
+	rows, err := db.Query(ctx, in.q.receive, in.cfg.Consumer, b.ids, b.eventTypes, b.payloads, b.hashes,
+		b.metadata, b.keys, b.maxAttempts, status, channel)
+	if err != nil {
+		return nil, in.dbError(ctx, "receive", err)
+	}
+	var unresolved []string // duplicates whose stored hash was not visible
+	k := 0
+	for rows.Next() {
+		var (
+			id       string
+			inserted bool
+			stored   []byte
+		)
+		if err := rows.Scan(&id, &inserted, &stored); err != nil {
+			rows.Close()
+			return nil, in.dbError(ctx, "receive", err)
+		}
+		i := b.index[k]
+		switch {
+		case inserted:
+			results[i].Outcome = Accepted
+		case stored == nil:
+			unresolved = append(unresolved, id)
+		default:
+			results[i] = in.compare(id, stored, b.hashes[k])
+		}
+		k++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, in.dbError(ctx, "receive", err)
+	}
+
+	if len(unresolved) > 0 {
+		if err := in.resolve(ctx, db, unresolved, &b, first, results); err != nil {
+			return nil, err
+		}
+	}
+	// Every conflicting id names a stored row by now (stored earlier, or by
+	// this statement for a repeat within the batch): count it there.
+	var conflicting []string
+	for i, r := range results {
+		if r.Outcome == Conflict {
+			conflicting = append(conflicting, msgs[i].ID)
+		}
+	}
+	if len(conflicting) > 0 {
+		if _, err := db.Exec(ctx, in.q.countConflicts, in.cfg.Consumer, conflicting); err != nil {
+			return nil, in.dbError(ctx, "count conflicts", err)
+		}
+	}
+	return results, nil
+}
+
+// resolve settles duplicates whose row committed while receiveSQL ran, by
+// reading their stored hashes with a fresh snapshot.
+func (in *Inbox) resolve(ctx context.Context, db dbtx, ids []string, b *batch, first map[string]int, results []Result) error {
+	rows, err := db.Query(ctx, in.q.hash, in.cfg.Consumer, ids)
+	if err != nil {
+		return in.dbError(ctx, "read stored hashes", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id     string
+			stored []byte
+		)
+		if err := rows.Scan(&id, &stored); err != nil {
+			return in.dbError(ctx, "read stored hashes", err)
+		}
+		k := first[id]
+		results[b.index[k]] = in.compare(id, stored, b.hashes[k])
+	}
+	if err := rows.Err(); err != nil {
+		return in.dbError(ctx, "read stored hashes", err)
+	}
+	// An id neither inserted nor found was deleted (retention) in between:
+	// it was held when we tried, so it is a duplicate.
+	for _, id := range ids {
+		if r := &results[b.index[first[id]]]; r.Outcome == 0 && r.Err == nil {
+			r.Outcome = Duplicate
+		}
+	}
+	return nil
+}
+
+func (in *Inbox) compare(id string, stored, got []byte) Result {
+	if bytes.Equal(stored, got) {
+		return Result{Outcome: Duplicate}
+	}
+	return Result{Outcome: Conflict, Err: &ConflictError{Consumer: in.cfg.Consumer, MessageID: id}}
+}
+
+func (b *batch) add(m *Message, hash []byte, defaultMaxAttempts, index int) {
+	payload := m.Payload
+	if payload == nil {
+		payload = []byte{} // the column is NOT NULL; no payload is an empty one
+	}
+	var key *string
+	if m.OrderingKey != "" {
+		key = &m.OrderingKey
+	}
+	maxAttempts := m.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = defaultMaxAttempts
+	}
+	b.ids = append(b.ids, m.ID)
+	b.eventTypes = append(b.eventTypes, m.EventType)
+	b.payloads = append(b.payloads, payload)
+	b.hashes = append(b.hashes, hash)
+	b.metadata = append(b.metadata, encodeMetadata(m.Metadata))
+	b.keys = append(b.keys, key)
+	b.maxAttempts = append(b.maxAttempts, int32(min(maxAttempts, 1<<31-1)))
+	b.index = append(b.index, index)
+}
+
+func (in *Inbox) dbError(ctx context.Context, op string, err error) error {
+	return fmt.Errorf("inbox: %s for consumer %q: %w", op, in.cfg.Consumer, schemaerr.Explain(ctx, in.pool, in.cfg.Schema, err))
+}
