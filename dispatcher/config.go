@@ -1,0 +1,164 @@
+package dispatcher
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/ident"
+)
+
+const (
+	// BatchSizeDefault is the default Config.BatchSize. A batch's
+	// in-transaction messages share one transaction with a savepoint each;
+	// past 64 written savepoints PostgreSQL's subtransaction cache overflows
+	// and every session's snapshots get slower, so keep batches below that.
+	BatchSizeDefault = 32
+	// HandlerTimeoutDefault is the default Config.HandlerTimeout.
+	HandlerTimeoutDefault = time.Minute
+	// PollIntervalDefault is the default Config.PollInterval.
+	PollIntervalDefault = time.Second
+	// PollIntervalMin is the shortest Config.PollInterval allowed.
+	PollIntervalMin = time.Millisecond
+	// WorkersDefault is the default Config.Workers.
+	WorkersDefault = 4
+)
+
+// Config configures a Dispatcher.
+type Config struct {
+	// BatchSize is the most messages a worker claims at once. Larger
+	// batches cost fewer round trips per message; an in-transaction batch
+	// holds its rows locked until all of it is handled. Defaults to
+	// BatchSizeDefault (32).
+	BatchSize int
+
+	// Consumer is the consumer whose inbox messages this dispatcher handles.
+	// Required.
+	Consumer string
+
+	// HandlerTimeout bounds each handler call: its context ends after this
+	// long and the attempt counts as failed. Defaults to
+	// HandlerTimeoutDefault (one minute).
+	HandlerTimeout time.Duration
+
+	// Handlers maps event types to their handlers. A message of a type with
+	// no handler fails like a handler error (and ends dead if no handler is
+	// added before its attempts run out). Required.
+	Handlers map[string]Handler
+
+	// Lease is how long a claim is reserved for its worker. If the worker
+	// has not finished by then (it crashed, was killed or cut off), another
+	// worker may claim the message, and the lost attempt counts. A leased
+	// handler's lease is renewed just before it runs. Must exceed
+	// HandlerTimeout. Defaults to HandlerTimeout plus one minute.
+	Lease time.Duration
+
+	// Logger receives the dispatcher's logs: handler failures at warn,
+	// dead messages and database trouble at error. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+
+	// PollInterval is how often an idle worker looks for due work when no
+	// notification wakes it. Notifications make new messages start at once;
+	// polling finds retries whose backoff has passed, expired leases, and
+	// anything a lost notification missed. Defaults to PollIntervalDefault
+	// (one second).
+	PollInterval time.Duration
+
+	// RetryBackoffFunc returns how long to wait before retrying a message
+	// whose attempt number attempt failed. Defaults to DefaultRetryBackoff.
+	RetryBackoffFunc func(attempt int) time.Duration
+
+	// Schema is the PostgreSQL schema holding pgbox's tables. Defaults to
+	// pgbox.DefaultSchema.
+	Schema string
+
+	// Workers is how many batches are handled at once. Each worker holds
+	// one connection of the pool while it handles a batch. Defaults to
+	// WorkersDefault (4).
+	Workers int
+}
+
+// WithDefaults returns a copy of c with every unset field given its default.
+func (c Config) WithDefaults() Config {
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, HandlerTimeoutDefault)
+	c.Lease = cmp.Or(c.Lease, c.HandlerTimeout+time.Minute)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	if c.RetryBackoffFunc == nil {
+		c.RetryBackoffFunc = DefaultRetryBackoff
+	}
+	c.Schema = cmp.Or(c.Schema, pgbox.DefaultSchema)
+	c.Workers = cmp.Or(c.Workers, WorkersDefault)
+	return c
+}
+
+func (c Config) validate() error {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	if c.Consumer == "" {
+		add("Config.Consumer is empty: name the consumer whose inbox to dispatch, such as \"payments\"")
+	}
+	if len(c.Handlers) == 0 {
+		add("Config.Handlers is empty: map each event type to dispatcher.InTx(...) or dispatcher.Leased(...)")
+	}
+	types := make([]string, 0, len(c.Handlers))
+	for t := range c.Handlers {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	for _, t := range types {
+		if !c.Handlers[t].valid() {
+			add("Config.Handlers[%q] is empty: build it with dispatcher.InTx or dispatcher.Leased", t)
+		}
+	}
+	if c.BatchSize < 1 {
+		add("Config.BatchSize is %d: it must be at least 1", c.BatchSize)
+	}
+	if c.Workers < 1 {
+		add("Config.Workers is %d: it must be at least 1", c.Workers)
+	}
+	if c.HandlerTimeout < 0 {
+		add("Config.HandlerTimeout is %s: it must be positive", c.HandlerTimeout)
+	}
+	if c.Lease <= c.HandlerTimeout {
+		add("Config.Lease (%s) must exceed Config.HandlerTimeout (%s), or a slow handler could still run when another worker takes its message", c.Lease, c.HandlerTimeout)
+	}
+	if c.PollInterval < PollIntervalMin {
+		add("Config.PollInterval is %s: it must be at least %s", c.PollInterval, PollIntervalMin)
+	}
+	if err := ident.ValidateSchema(c.Schema); err != nil {
+		add("Config.Schema: %v", err)
+	}
+	if len(problems) > 0 {
+		return errors.New("dispatcher: " + strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// DefaultRetryBackoff waits about a second after the first failure and
+// doubles the wait after each further one, up to an hour: 1s, 2s, 4s … 1h.
+// Each wait is drawn from its upper half at random (between 50% and 100% of
+// the nominal wait), so messages that failed together do not all come back
+// at the same instant.
+func DefaultRetryBackoff(attempt int) time.Duration {
+	const maxWait = time.Hour
+	wait := maxWait
+	if attempt < 1 {
+		attempt = 1
+	}
+	if attempt <= 12 { // 2^12 s > 1 h
+		wait = min(time.Second<<(attempt-1), maxWait)
+	}
+	return wait/2 + rand.N(wait/2+1)
+}

@@ -1,0 +1,484 @@
+package dispatcher_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox/dispatcher"
+	"github.com/pgbox/pgbox/inbox"
+)
+
+func TestInTxHandlerCommitsWithTheDoneMark(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	all := ids("m", 40)
+	b.receive(t, all...)
+
+	b.start(t, dispatcher.Config{
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(b.recordEffect)},
+	})
+	b.waitSettled(t)
+
+	effects := b.effects(t)
+	for _, id := range all {
+		require.Equal(t, 1, effects[id], id)
+		r := b.row(t, id)
+		require.Equal(t, "done", r.Status)
+		require.Equal(t, 1, r.Attempts)
+		require.Empty(t, r.Errors)
+	}
+}
+
+// One message's failure rolls back its own writes only: its neighbours in
+// the same batch, and the same transaction, keep theirs.
+func TestFailureIsIsolatedWithinTheBatchTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	all := ids("m", 10)
+	b.receive(t, all...)
+	poison := all[4]
+
+	b.start(t, dispatcher.Config{
+		BatchSize: 10,
+		Workers:   1,
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+			if err := b.recordEffect(ctx, tx, m); err != nil {
+				return err
+			}
+			if m.ID == poison {
+				return dispatcher.Permanent(errors.New("card declined"))
+			}
+			return nil
+		})},
+	})
+	b.waitSettled(t)
+
+	effects := b.effects(t)
+	require.Zero(t, effects[poison], "the failed message's writes must be rolled back")
+	var txids int
+	b.scalar(t, &txids, "SELECT count(DISTINCT txid) FROM /* schema */effects")
+	require.Equal(t, 1, txids, "the batch ran in one transaction")
+	for _, id := range all {
+		if id == poison {
+			continue
+		}
+		require.Equal(t, 1, effects[id], id)
+		require.Equal(t, "done", b.row(t, id).Status)
+	}
+	r := b.row(t, poison)
+	require.Equal(t, "dead", r.Status)
+	require.Len(t, r.Errors, 1)
+	require.Equal(t, "permanent: card declined", r.Errors[0].Error)
+}
+
+func TestPanicIsRecordedWithItsStack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receive(t, "ok-1", "ok-2")
+	b.receiveMsgs(t, inbox.Message{ID: "bug", EventType: "OrderPlaced", MaxAttempts: 1})
+
+	b.start(t, dispatcher.Config{
+		BatchSize: 10,
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+			if err := b.recordEffect(ctx, tx, m); err != nil {
+				return err
+			}
+			if m.ID == "bug" {
+				var nilMap map[string]int
+				nilMap["boom"]++ // a real runtime panic
+			}
+			return nil
+		})},
+	})
+	b.waitSettled(t)
+
+	r := b.row(t, "bug")
+	require.Equal(t, "dead", r.Status)
+	require.Len(t, r.Errors, 1)
+	require.Equal(t, "panic: assignment to entry in nil map", r.Errors[0].Error)
+	require.Contains(t, r.Errors[0].Trace, "dispatcher_test.TestPanicIsRecordedWithItsStack", "the trace must point at the handler")
+	require.Equal(t, map[string]int{"ok-1": 1, "ok-2": 1}, b.effects(t))
+}
+
+// An always-failing handler ends dead after max attempts, with one history
+// entry per attempt, in order.
+func TestAlwaysFailingMessageEndsDeadWithEveryAttemptRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receiveMsgs(t, inbox.Message{ID: "m", EventType: "OrderPlaced", MaxAttempts: 4})
+
+	b.start(t, dispatcher.Config{
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+			_ = b.recordEffect(ctx, tx, m)
+			return fmt.Errorf("payment gateway timeout on attempt %d", m.Attempt)
+		})},
+	})
+	b.waitSettled(t)
+
+	r := b.row(t, "m")
+	require.Equal(t, "dead", r.Status)
+	require.Equal(t, 4, r.Attempts)
+	require.Len(t, r.Errors, 4)
+	for i, e := range r.Errors {
+		require.Equal(t, i+1, e.Attempt)
+		require.Equal(t, fmt.Sprintf("payment gateway timeout on attempt %d", i+1), e.Error)
+		require.Empty(t, e.Trace)
+		if i > 0 {
+			require.True(t, e.At.After(r.Errors[i-1].At))
+		}
+	}
+	require.Equal(t, "payment gateway timeout on attempt 4", *r.LastError)
+	require.Empty(t, b.effects(t), "no failed attempt may leave an effect")
+}
+
+func TestUnknownEventTypeIsRetriedThenDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receiveMsgs(t, inbox.Message{ID: "m", EventType: "RefundIssued", MaxAttempts: 2})
+
+	b.start(t, dispatcher.Config{
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(b.recordEffect)},
+	})
+	b.waitSettled(t)
+
+	r := b.row(t, "m")
+	require.Equal(t, "dead", r.Status)
+	require.Len(t, r.Errors, 2)
+	require.Contains(t, r.Errors[0].Error, `no handler for event type "RefundIssued" in consumer "payments"`)
+}
+
+func TestUndecodableMetadataIsPoisonNotAStall(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receive(t, "good")
+	b.receiveMsgs(t, inbox.Message{ID: "bad", EventType: "OrderPlaced", MaxAttempts: 1})
+	// Written behind the inbox's back: metadata the inbox never produces.
+	b.exec(t, `UPDATE /* schema */inbox SET metadata = '{"retries": 3}' WHERE message_id = 'bad'`)
+
+	b.start(t, dispatcher.Config{
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(b.recordEffect)},
+	})
+	b.waitSettled(t)
+
+	require.Equal(t, "done", b.row(t, "good").Status)
+	r := b.row(t, "bad")
+	require.Equal(t, "dead", r.Status)
+	require.Contains(t, r.Errors[0].Error, "metadata is not a JSON object of strings")
+}
+
+func TestSnoozeRetriesWithoutSpendingAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receiveMsgs(t, inbox.Message{ID: "m", EventType: "OrderPlaced", MaxAttempts: 2})
+
+	var calls atomic.Int32
+	b.start(t, dispatcher.Config{
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+			_ = b.recordEffect(ctx, tx, m)
+			require.Equal(t, 1, m.Attempt, "a snooze must not spend an attempt")
+			if calls.Add(1) <= 5 {
+				return dispatcher.Snooze(time.Millisecond)
+			}
+			return nil
+		})},
+	})
+	b.waitSettled(t)
+
+	r := b.row(t, "m")
+	require.Equal(t, "done", r.Status, "5 snoozes with MaxAttempts 2 must not make it dead")
+	require.Equal(t, 1, r.Attempts)
+	require.Empty(t, r.Errors)
+	require.Equal(t, map[string]int{"m": 1}, b.effects(t), "a snoozed attempt's writes are rolled back")
+}
+
+// Due times are the database's now() plus the backoff, computed in the
+// same statement as the history entry's timestamp: a worker whose clock is
+// off cannot make a message due early or late.
+func TestBackoffIsJudgedByTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receive(t, "m")
+	const backoff = time.Hour + 17*time.Minute + 3*time.Second + 250*time.Millisecond
+
+	handled := make(chan struct{}, 1)
+	b.start(t, dispatcher.Config{
+		RetryBackoffFunc: func(attempt int) time.Duration { return backoff },
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(context.Context, pgx.Tx, *dispatcher.Message) error {
+			handled <- struct{}{}
+			return errors.New("not yet")
+		})},
+	})
+	<-handled
+	b.waitFor(t, "SELECT status = 'pending' FROM /* schema */inbox WHERE message_id = 'm'")
+
+	r := b.row(t, "m")
+	require.Len(t, r.Errors, 1)
+	require.Equal(t, backoff, r.AvailableAt.Sub(r.Errors[0].At), "available_at must be the failure's now() plus the backoff, exactly")
+	var inFuture bool
+	b.scalar(t, &inFuture, "SELECT available_at > now() + interval '1 hour' FROM /* schema */inbox WHERE message_id = 'm'")
+	require.True(t, inFuture)
+}
+
+// The attempt is committed before the handler runs: another session sees
+// it while the handler is still going.
+func TestAttemptIsCommittedBeforeTheHandlerRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receiveMsgs(t, inbox.Message{ID: "tx", EventType: "InTx"}, inbox.Message{ID: "leased", EventType: "Leased"})
+
+	seen := make(chan string, 2)
+	observe := func(ctx context.Context, m *dispatcher.Message) error {
+		var (
+			status   string
+			attempts int
+		)
+		// b.pool is another session: it sees only committed state.
+		require.NoError(t, b.pool.QueryRow(ctx, b.sql("SELECT status, attempts FROM /* schema */inbox WHERE message_id = $1"), m.ID).Scan(&status, &attempts))
+		seen <- fmt.Sprintf("%s %s %d", m.ID, status, attempts)
+		return nil
+	}
+	b.start(t, dispatcher.Config{
+		Handlers: map[string]dispatcher.Handler{
+			"InTx":   dispatcher.InTx(func(ctx context.Context, _ pgx.Tx, m *dispatcher.Message) error { return observe(ctx, m) }),
+			"Leased": dispatcher.Leased(observe),
+		},
+	})
+	got := []string{<-seen, <-seen}
+	require.ElementsMatch(t, []string{"tx running 1", "leased running 1"}, got)
+}
+
+// A handler that finds its done mark fenced off (here it steals its own
+// claim, as a worker that lost it would find) loses its whole transaction,
+// business writes included; the message runs again after the lease.
+func TestLostClaimRollsBackTheWholeTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receive(t, "m")
+
+	b.start(t, dispatcher.Config{
+		BatchSize:      1,
+		HandlerTimeout: 200 * time.Millisecond,
+		Lease:          500 * time.Millisecond,
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+			if err := b.recordEffect(ctx, tx, m); err != nil {
+				return err
+			}
+			if m.Attempt == 1 {
+				_, err := tx.Exec(ctx, b.sql("UPDATE /* schema */inbox SET claim_token = claim_token + 1 WHERE message_id = $1"), m.ID)
+				return err
+			}
+			return nil
+		})},
+	})
+	b.waitSettled(t)
+
+	r := b.row(t, "m")
+	require.Equal(t, "done", r.Status)
+	require.Equal(t, 2, r.Attempts)
+	require.Len(t, r.Errors, 1)
+	require.Contains(t, r.Errors[0].Error, "lease expired before the attempt finished")
+	var attempts []int
+	rows, err := b.pool.Query(context.Background(), b.sql("SELECT attempt FROM /* schema */effects"))
+	require.NoError(t, err)
+	attempts, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	require.Equal(t, []int{2}, attempts, "attempt 1's effect must have been rolled back with its fenced-off done mark")
+}
+
+// A worker paused between its claim and its handlers past its lease (a
+// zombie) finds its claim taken and runs nothing; the worker that took the
+// message over runs it once.
+func TestZombieWorkerRunsNothing(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"InTx", "Leased"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.receiveMsgs(t, inbox.Message{ID: "m", EventType: kind})
+
+			var calls sync.Map // dispatcher name → attempts it ran
+			handlers := func(name string) map[string]dispatcher.Handler {
+				note := func(m *dispatcher.Message) { calls.Store(name, m.Attempt) }
+				return map[string]dispatcher.Handler{
+					"InTx": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+						note(m)
+						return b.recordEffect(ctx, tx, m)
+					}),
+					"Leased": dispatcher.Leased(func(ctx context.Context, m *dispatcher.Message) error {
+						note(m)
+						_, err := b.pool.Exec(ctx, b.sql("INSERT INTO /* schema */effects (message_id, attempt) VALUES ($1, $2)"), m.ID, m.Attempt)
+						return err
+					}),
+				}
+			}
+			lease := dispatcher.Config{HandlerTimeout: 100 * time.Millisecond, Lease: 300 * time.Millisecond, Workers: 1}
+
+			zombieCfg := lease
+			zombieCfg.Handlers = handlers("zombie")
+			zombie := b.newDispatcher(t, zombieCfg)
+			paused, resume := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			dispatcher.SetAfterClaimHook(zombie, func([]string) {
+				once.Do(func() { close(paused); <-resume })
+			})
+			require.NoError(t, zombie.Start(context.Background()))
+			<-paused
+			b.waitFor(t, "SELECT available_at < now() FROM /* schema */inbox WHERE message_id = 'm'")
+
+			rescuerCfg := lease
+			rescuerCfg.Handlers = handlers("rescuer")
+			b.start(t, rescuerCfg)
+			b.waitSettled(t)
+
+			close(resume)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			require.NoError(t, zombie.Stop(ctx)) // returns once the zombie's batch is over
+
+			_, zombieRan := calls.Load("zombie")
+			require.False(t, zombieRan, "the zombie must not run a handler for a message it lost")
+			rescued, _ := calls.Load("rescuer")
+			require.Equal(t, 2, rescued)
+			require.Equal(t, map[string]int{"m": 1}, b.effects(t))
+			r := b.row(t, "m")
+			require.Equal(t, "done", r.Status)
+			require.Len(t, r.Errors, 1, "the zombie's lost attempt is in the history")
+		})
+	}
+}
+
+func TestLeasedHandlerGetsAStableIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receive(t, "m")
+
+	keys := make(chan string, 3)
+	b.start(t, dispatcher.Config{
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.Leased(func(ctx context.Context, m *dispatcher.Message) error {
+			keys <- m.IdempotencyKey()
+			if m.Attempt < 3 {
+				return errors.New("gateway 503")
+			}
+			return nil
+		})},
+	})
+	first, second, third := <-keys, <-keys, <-keys
+	require.Equal(t, first, second)
+	require.Equal(t, first, third)
+	require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, first)
+
+	other := dispatcher.Message{Consumer: consumer, ID: "m2"}
+	require.NotEqual(t, first, other.IdempotencyKey())
+	otherConsumer := dispatcher.Message{Consumer: "shipping", ID: "m"}
+	require.NotEqual(t, first, otherConsumer.IdempotencyKey())
+}
+
+// A retrying head holds up its own key only; every key is handled in
+// arrival order.
+func TestRetryingHeadBlocksOnlyItsOwnKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var msgs []inbox.Message
+	for i := range 5 {
+		for _, key := range []string{"slow", "fast"} {
+			msgs = append(msgs, inbox.Message{ID: fmt.Sprintf("%s-%d", key, i), EventType: "OrderPlaced", OrderingKey: key})
+		}
+	}
+	b.receiveMsgs(t, msgs...)
+
+	slowFailed := make(chan struct{})
+	var once sync.Once
+	b.start(t, dispatcher.Config{
+		Workers: 4,
+		RetryBackoffFunc: func(int) time.Duration {
+			return 100 * time.Millisecond
+		},
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+			if m.ID == "slow-0" && m.Attempt < 3 {
+				once.Do(func() { close(slowFailed) })
+				return errors.New("not yet")
+			}
+			return b.recordEffect(ctx, tx, m)
+		})},
+	})
+	<-slowFailed
+	b.waitSettled(t)
+
+	rows, err := b.pool.Query(context.Background(), b.sql("SELECT message_id FROM /* schema */effects ORDER BY seq"))
+	require.NoError(t, err)
+	order, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	var slow, fast []string
+	for _, id := range order {
+		if strings.HasPrefix(id, "slow") {
+			slow = append(slow, id)
+		} else {
+			fast = append(fast, id)
+		}
+	}
+	require.Equal(t, []string{"slow-0", "slow-1", "slow-2", "slow-3", "slow-4"}, slow)
+	require.Equal(t, []string{"fast-0", "fast-1", "fast-2", "fast-3", "fast-4"}, fast)
+	require.Equal(t, "fast-4", order[4], "the fast key must finish while the slow head is still retrying")
+}
+
+// A dead head keeps its key's later messages waiting until an operator
+// deals with it; other keys go on.
+func TestDeadHeadHoldsItsKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receiveMsgs(t,
+		inbox.Message{ID: "a-0", EventType: "OrderPlaced", OrderingKey: "a", MaxAttempts: 1},
+		inbox.Message{ID: "a-1", EventType: "OrderPlaced", OrderingKey: "a"},
+		inbox.Message{ID: "b-0", EventType: "OrderPlaced", OrderingKey: "b"},
+	)
+	b.start(t, dispatcher.Config{
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+			if m.ID == "a-0" {
+				return errors.New("poison")
+			}
+			return b.recordEffect(ctx, tx, m)
+		})},
+	})
+	b.waitFor(t, "SELECT status = 'done' FROM /* schema */inbox WHERE message_id = 'b-0'")
+	b.waitFor(t, "SELECT status = 'dead' FROM /* schema */inbox WHERE message_id = 'a-0'")
+	require.Equal(t, "pending", b.row(t, "a-1").Status)
+
+	// An operator discards the dead head: its key moves on.
+	b.exec(t, "UPDATE /* schema */inbox SET status = 'discarded' WHERE message_id = 'a-0'")
+	b.waitFor(t, "SELECT status = 'done' FROM /* schema */inbox WHERE message_id = 'a-1'")
+}
+
+func TestNotificationWakesAnIdleDispatcher(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	handled := make(chan string, 1)
+	b.start(t, dispatcher.Config{
+		PollInterval: time.Hour, // only a notification can wake it within the test
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(_ context.Context, _ pgx.Tx, m *dispatcher.Message) error {
+			handled <- m.ID
+			return nil
+		})},
+	})
+	b.waitFor(t, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE application_name LIKE 'pgbox dispatcher listener%' AND query LIKE 'LISTEN %"+b.schema+"%')")
+
+	b.receive(t, "m-1")
+	require.Equal(t, "m-1", <-handled)
+
+	// Cut the listener's connection: it reconnects and wakes the workers,
+	// so a message received meanwhile is not stranded until the next poll.
+	b.exec(t, "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE application_name LIKE 'pgbox dispatcher listener%' AND query LIKE 'LISTEN %"+b.schema+"%'")
+	b.receive(t, "m-2")
+	require.Equal(t, "m-2", <-handled)
+	b.waitFor(t, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE application_name LIKE 'pgbox dispatcher listener%' AND query LIKE 'LISTEN %"+b.schema+"%')")
+	b.receive(t, "m-3")
+	require.Equal(t, "m-3", <-handled)
+}

@@ -1,0 +1,197 @@
+package dispatcher_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/dispatcher"
+	"github.com/pgbox/pgbox/inbox"
+	"github.com/pgbox/pgbox/internal/pgtest"
+)
+
+// blockingHandlers returns handlers of both kinds that signal started and
+// then wait for release or for their context to end. A message's effect
+// is written only if it was released.
+func blockingHandlers(b *testBundle, started chan<- string, release <-chan struct{}) map[string]dispatcher.Handler {
+	wait := func(ctx context.Context, m *dispatcher.Message) error {
+		started <- m.ID
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return map[string]dispatcher.Handler{
+		"InTx": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+			if err := wait(ctx, m); err != nil {
+				return err
+			}
+			return b.recordEffect(ctx, tx, m)
+		}),
+		"Leased": dispatcher.Leased(func(ctx context.Context, m *dispatcher.Message) error {
+			if err := wait(ctx, m); err != nil {
+				return err
+			}
+			_, err := b.pool.Exec(ctx, b.sql("INSERT INTO /* schema */effects (message_id, attempt) VALUES ($1, $2)"), m.ID, m.Attempt)
+			return err
+		}),
+	}
+}
+
+// Stop lets the handler in flight finish, then returns.
+func TestStopWaitsForHandlersInFlight(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"InTx", "Leased"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.receiveMsgs(t, msgOf(kind, "m"))
+			started, release := make(chan string, 1), make(chan struct{})
+			d := b.start(t, dispatcher.Config{Handlers: blockingHandlers(b, started, release)})
+			<-started
+
+			stopped := make(chan error, 1)
+			go func() { stopped <- d.Stop(context.Background()) }()
+			select {
+			case <-d.Stopped():
+				t.Fatal("Stop finished while a handler was still running")
+			case <-time.After(50 * time.Millisecond):
+			}
+			close(release)
+			require.NoError(t, <-stopped)
+			<-d.Stopped()
+
+			require.Equal(t, "done", b.row(t, "m").Status)
+			require.Equal(t, map[string]int{"m": 1}, b.effects(t))
+		})
+	}
+}
+
+// When Stop's deadline passes, handlers are cancelled and every message
+// the worker held (the one in flight and the batch's unstarted ones) goes
+// back to pending with its attempt refunded; a new dispatcher then handles
+// each once.
+func TestStopCancelsAtTheDeadlineAndLosesNothing(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"InTx", "Leased"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var all []string
+			for _, id := range ids("m", 5) {
+				b.receiveMsgs(t, msgOf(kind, id))
+				all = append(all, id)
+			}
+			started := make(chan string, 10)
+			d := b.start(t, dispatcher.Config{
+				BatchSize: 5,
+				Workers:   1,
+				Handlers:  blockingHandlers(b, started, nil), // never released
+			})
+			<-started
+
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			require.NoError(t, d.Stop(ctx))
+
+			for _, id := range all {
+				r := b.row(t, id)
+				require.Equal(t, "pending", r.Status, id)
+				require.Zero(t, r.Attempts, "a shutdown must not spend an attempt: %s", id)
+				require.Empty(t, r.Errors, id)
+			}
+			require.Empty(t, b.effects(t))
+
+			release := make(chan struct{})
+			close(release)
+			b.start(t, dispatcher.Config{Handlers: blockingHandlers(b, make(chan string, 10), release)})
+			b.waitSettled(t)
+			effects := b.effects(t)
+			for _, id := range all {
+				require.Equal(t, 1, effects[id], id)
+			}
+		})
+	}
+}
+
+func msgOf(kind, id string) inbox.Message {
+	return inbox.Message{ID: id, EventType: kind, Payload: []byte(id)}
+}
+
+func TestStartFailsFastOnAnUnmigratedSchema(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.EmptySchema(t)
+	d, err := dispatcher.New(pgtest.Pool(t), dispatcher.Config{
+		Consumer: consumer,
+		Schema:   schema,
+		Handlers: map[string]dispatcher.Handler{"E": dispatcher.Leased(func(context.Context, *dispatcher.Message) error { return nil })},
+	})
+	require.NoError(t, err)
+	err = d.Start(context.Background())
+	require.ErrorIs(t, err, pgbox.ErrSchemaNotMigrated)
+	require.ErrorContains(t, err, "run inboxctl migrate up")
+	require.NoError(t, d.Stop(context.Background()), "Stop after a failed Start is fine")
+}
+
+func TestLifecycleMisuse(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := dispatcher.Config{Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(b.recordEffect)}}
+
+	d := b.start(t, cfg)
+	require.ErrorContains(t, d.Start(context.Background()), "already started")
+	require.NoError(t, d.Stop(context.Background()))
+	require.NoError(t, d.Stop(context.Background()), "a second Stop is a no-op")
+	require.ErrorContains(t, d.Start(context.Background()), "Start after Stop")
+
+	never := b.newDispatcher(t, cfg)
+	require.NoError(t, never.Stop(context.Background()), "Stop before Start is fine")
+	<-never.Stopped()
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ok := map[string]dispatcher.Handler{"E": dispatcher.Leased(func(context.Context, *dispatcher.Message) error { return nil })}
+
+	_, err := dispatcher.New(nil, dispatcher.Config{Consumer: "c", Handlers: ok})
+	require.ErrorContains(t, err, "pool is nil")
+
+	for want, cfg := range map[string]dispatcher.Config{
+		"Config.Consumer is empty":                                    {Handlers: ok},
+		"Config.Handlers is empty: map each event type":               {Consumer: "c"},
+		`Config.Handlers["E"] is empty: build it with`:                {Consumer: "c", Handlers: map[string]dispatcher.Handler{"E": {}}},
+		"Config.BatchSize is -1":                                      {Consumer: "c", Handlers: ok, BatchSize: -1},
+		"Config.Workers is -2":                                        {Consumer: "c", Handlers: ok, Workers: -2},
+		"Config.HandlerTimeout is -1s":                                {Consumer: "c", Handlers: ok, HandlerTimeout: -time.Second},
+		"Config.Lease (30s) must exceed Config.HandlerTimeout (1m0s)": {Consumer: "c", Handlers: ok, Lease: 30 * time.Second},
+		"Config.PollInterval is 1µs":                                  {Consumer: "c", Handlers: ok, PollInterval: time.Microsecond},
+		"is 64 bytes; PostgreSQL allows at most 63":                   {Consumer: "c", Handlers: ok, Schema: strings.Repeat("s", 64)},
+	} {
+		_, err := dispatcher.New(pool, cfg)
+		require.ErrorContains(t, err, want)
+	}
+
+	// Several problems are reported at once.
+	_, err = dispatcher.New(pool, dispatcher.Config{BatchSize: -1})
+	require.ErrorContains(t, err, "Config.Consumer is empty")
+	require.ErrorContains(t, err, "Config.BatchSize is -1")
+}
+
+func TestDefaultRetryBackoffGrowsWithJitter(t *testing.T) {
+	t.Parallel()
+	for attempt, nominal := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 5: 16 * time.Second, 13: time.Hour, 1000: time.Hour} {
+		for range 100 {
+			d := dispatcher.DefaultRetryBackoff(attempt)
+			require.GreaterOrEqual(t, d, nominal/2, "attempt %d", attempt)
+			require.LessOrEqual(t, d, nominal, "attempt %d", attempt)
+		}
+	}
+}
