@@ -1,0 +1,87 @@
+// Package dispatcher runs handlers for the messages a consumer's inbox has
+// stored: a pool of workers claims pending messages in batches with
+// FOR UPDATE SKIP LOCKED, routes each by event type, retries failures with
+// backoff, keeps every failed attempt's error, and parks messages that keep
+// failing as dead until an operator replays or discards them.
+//
+// # Handlers
+//
+// An InTx handler gets the transaction that also marks the message done:
+// its writes (business rows, outbox messages) commit together with the done
+// mark or not at all. That is what makes its effect happen exactly once,
+// even if the process is killed at any instant.
+//
+//	d, err := dispatcher.New(pool, dispatcher.Config{
+//		Consumer: "payments",
+//		Handlers: map[string]dispatcher.Handler{
+//			"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+//				_, err := tx.Exec(ctx, "INSERT INTO payments (order_id) VALUES ($1) ON CONFLICT DO NOTHING", m.ID)
+//				return err
+//			}),
+//			"ChargeCard": dispatcher.Leased(func(ctx context.Context, m *dispatcher.Message) error {
+//				return gateway.Charge(ctx, m.Payload, m.IdempotencyKey())
+//			}),
+//		},
+//	})
+//	err = d.Start(ctx)
+//	defer d.Stop(shutdownCtx)
+//
+// A Leased handler is for side effects outside the database. The message is
+// claimed under a lease, the claim is committed, the handler runs with no
+// transaction open, and then the message is marked done. A worker that dies
+// mid-call leaves the message to be claimed again once the lease expires, so
+// the outside world sees the call at least once. Message.IdempotencyKey is
+// the same on every attempt: pass it on, and a provider that honours
+// idempotency keys (as payment APIs do) turns the repeat into a no-op.
+//
+// # What a handler returns
+//
+// nil marks the message done. Any other error is recorded on the row (the
+// attempt, the database time and the text; a panic is recovered and recorded
+// with its stack) and the message is retried after Config.RetryBackoffFunc's
+// delay, or marked dead when it is out of attempts. Permanent(err) marks it
+// dead at once. Snooze(d) retries it after d without spending an attempt. A
+// message whose event type has no handler fails the same way, so a handler
+// deployed later still finds it.
+//
+// # Guarantees, and how they are kept
+//
+// The attempt is counted by the claim, which commits before any handler
+// runs: a message that crashes its whole process (os.Exit, an OOM kill, a
+// panic in a goroutine it spawned) still uses up its attempts and ends dead
+// rather than crash-looping. A claim whose lease expires is recorded as a
+// failed attempt when the message is claimed again.
+//
+// Each claim carries a random token. A worker's handler transaction starts
+// by locking the rows whose token is still its own, so a worker paused past
+// its lease (a zombie) finds the rows taken over and runs nothing; the done
+// mark is fenced by the same token, and if it ever matches fewer rows than
+// expected the whole transaction, business writes included, rolls back.
+//
+// In-transaction handlers of a batch share one transaction, each in its
+// own savepoint: a failing handler's writes are rolled back and its
+// neighbours' are kept. If a handler's context ends while its query is
+// running, pgx closes the connection and the transaction is lost: the
+// handler's attempt is recorded as failed, and its neighbours go back to
+// pending without spending an attempt and run again.
+//
+// Messages that share an ordering key are claimed only at the head of
+// their key (no earlier message of the key pending, running or dead), so
+// they run one at a time, in arrival order, across every worker and process.
+// A retrying head holds up only its own key; a dead head holds its key until
+// an operator replays or discards it.
+//
+// Due times, backoff and leases are all the database's now() plus a delay:
+// the workers' clocks never matter.
+//
+// # Waking up and shutting down
+//
+// The inbox sends a NOTIFY when it stores new pending messages (once per
+// statement, on commit); a listener connection wakes an idle worker at once.
+// Polling every Config.PollInterval remains the source of truth, so a lost
+// notification costs latency, never a message.
+//
+// Stop stops claiming and waits for the handlers in flight. If its context
+// ends first, it cancels their contexts; the messages they held go back to
+// pending at once, without spending an attempt.
+package dispatcher

@@ -1,0 +1,27 @@
+package migrations_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/pgtest"
+	"github.com/pgbox/pgbox/migrations"
+)
+
+// A service migrates at start-up; running it again is a cheap no-op, and
+// any number of processes may do it at once.
+func ExampleMigrate() {
+	ctx := context.Background()
+	db := pgtest.NewExampleDB(ctx, "example_migrate")
+	defer db.Close()
+
+	for range 2 {
+		if err := migrations.Migrate(ctx, db.Pool, migrations.Options{Schema: db.Schema}); err != nil {
+			panic(err)
+		}
+	}
+	fmt.Println(pgbox.CheckSchema(ctx, db.Pool, db.Schema))
+	// Output:
+	// <nil>
+}
