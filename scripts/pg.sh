@@ -21,7 +21,9 @@ die() { echo "pg.sh: $*" >&2; exit 1; }
 
 bindir() {
   if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
-    dirname "$(command -v pg_ctl)"
+    # Resolve symlinks (/usr/local/bin/pg_ctl -> /usr/lib/postgresql/15/bin)
+    # to find the server's own psql beside it.
+    dirname "$(readlink -f "$(command -v pg_ctl)")"
     return
   fi
   local d
@@ -31,6 +33,8 @@ bindir() {
   die "PostgreSQL server binaries (initdb, pg_ctl) not found: install the postgresql package (15 or newer)"
 }
 bin=$(bindir)
+psql=$bin/psql
+[ -x "$psql" ] || psql=$(command -v psql) || die "psql not found: install the postgresql-client package"
 
 # as_server runs a command as the user that owns the cluster.
 as_server() {
@@ -100,8 +104,8 @@ up() {
     fi
     [ $attempt = 3 ] && { tail -20 "$dir/server.log" >&2; die "could not start PostgreSQL (log: $dir/server.log)"; }
   done
-  if ! "$bin/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1; then
-    "$bin/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE $db" >/dev/null
+  if ! "$psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1; then
+    "$psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE $db" >/dev/null
   fi
   url
 }
