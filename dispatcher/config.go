@@ -80,8 +80,10 @@ type Config struct {
 	Schema string
 
 	// Workers is how many batches are handled at once. Each worker holds
-	// one connection of the pool while it handles a batch. Defaults to
-	// WorkersDefault (4).
+	// one connection of the pool while it handles a batch, so the pool needs
+	// more connections than Workers if handlers also use the pool (rather
+	// than the transaction they are given) or if the service shares it.
+	// Defaults to WorkersDefault (4).
 	Workers int
 }
 
