@@ -192,9 +192,7 @@ func TestSIGKILLDuringInTxHandlingLosesAndDuplicatesNothing(t *testing.T) {
 	t.Parallel()
 	b := crashSetup(t)
 	all := ids("m", 300)
-	for _, id := range all {
-		b.receiveMsgs(t, inbox.Message{ID: id, EventType: "InTx"})
-	}
+	b.receiveAs(t, "InTx", all...)
 
 	child := b.startChild(t)
 	for range 60 {
@@ -229,9 +227,7 @@ func TestSIGKILLDuringLeasedHandlingLosesNothing(t *testing.T) {
 	t.Parallel()
 	b := crashSetup(t)
 	all := ids("m", 100)
-	for _, id := range all {
-		b.receiveMsgs(t, inbox.Message{ID: id, EventType: "Leased"})
-	}
+	b.receiveAs(t, "Leased", all...)
 
 	child := b.startChild(t)
 	for range 20 {
@@ -266,9 +262,7 @@ func TestMessageThatCrashesItsProcessEndsDead(t *testing.T) {
 	t.Parallel()
 	b := crashSetup(t)
 	good := ids("good", 10)
-	for _, id := range good {
-		b.receiveMsgs(t, inbox.Message{ID: id, EventType: "Crash"})
-	}
+	b.receiveAs(t, "Crash", good...)
 	b.receiveMsgs(t, inbox.Message{ID: "poison", EventType: "Crash", MaxAttempts: 3})
 
 	crashes := 0

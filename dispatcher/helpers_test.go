@@ -61,9 +61,15 @@ func (b *testBundle) scalar(t *testing.T, dst any, q string, args ...any) {
 // receive stores messages of type "OrderPlaced" with the given ids.
 func (b *testBundle) receive(t *testing.T, ids ...string) {
 	t.Helper()
+	b.receiveAs(t, "OrderPlaced", ids...)
+}
+
+// receiveAs stores messages of eventType with the given ids, in order.
+func (b *testBundle) receiveAs(t *testing.T, eventType string, ids ...string) {
+	t.Helper()
 	msgs := make([]inbox.Message, len(ids))
 	for i, id := range ids {
-		msgs[i] = inbox.Message{ID: id, EventType: "OrderPlaced", Payload: []byte(id)}
+		msgs[i] = inbox.Message{ID: id, EventType: eventType, Payload: []byte(id)}
 	}
 	b.receiveMsgs(t, msgs...)
 }

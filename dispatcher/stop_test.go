@@ -11,7 +11,6 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/dispatcher"
-	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
 
@@ -52,7 +51,7 @@ func TestStopWaitsForHandlersInFlight(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			b.receiveMsgs(t, msgOf(kind, "m"))
+			b.receiveAs(t, kind, "m")
 			started, release := make(chan string, 1), make(chan struct{})
 			d := b.start(t, dispatcher.Config{Handlers: blockingHandlers(b, started, release)})
 			<-started
@@ -84,11 +83,8 @@ func TestStopCancelsAtTheDeadlineAndLosesNothing(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			var all []string
-			for _, id := range ids("m", 5) {
-				b.receiveMsgs(t, msgOf(kind, id))
-				all = append(all, id)
-			}
+			all := ids("m", 5)
+			b.receiveAs(t, kind, all...)
 			started := make(chan string, 10)
 			d := b.start(t, dispatcher.Config{
 				BatchSize: 5,
@@ -119,10 +115,6 @@ func TestStopCancelsAtTheDeadlineAndLosesNothing(t *testing.T) {
 			}
 		})
 	}
-}
-
-func msgOf(kind, id string) inbox.Message {
-	return inbox.Message{ID: id, EventType: kind, Payload: []byte(id)}
 }
 
 func TestStartFailsFastOnAnUnmigratedSchema(t *testing.T) {
@@ -173,7 +165,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"Config.HandlerTimeout is -1s":                                {Consumer: "c", Handlers: ok, HandlerTimeout: -time.Second},
 		"Config.Lease (30s) must exceed Config.HandlerTimeout (1m0s)": {Consumer: "c", Handlers: ok, Lease: 30 * time.Second},
 		"Config.PollInterval is 1µs":                                  {Consumer: "c", Handlers: ok, PollInterval: time.Microsecond},
-		"is 64 bytes; PostgreSQL allows at most 63":                   {Consumer: "c", Handlers: ok, Schema: strings.Repeat("s", 64)},
+		"is 64 bytes, over the 63-byte limit":                         {Consumer: "c", Handlers: ok, Schema: strings.Repeat("s", 64)},
 	} {
 		_, err := dispatcher.New(pool, cfg)
 		require.ErrorContains(t, err, want)

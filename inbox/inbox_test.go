@@ -234,11 +234,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	_, err := inbox.New(nil, inbox.Config{Consumer: "c"})
 	require.ErrorContains(t, err, "pool is nil")
 	for want, cfg := range map[string]inbox.Config{
-		"Config.Consumer is empty: set it: name the consuming service": {},
-		"Config.Consumer is 256 bytes":                                 {Consumer: strings.Repeat("c", 256)},
-		"Config.MaxAttempts is -1":                                     {Consumer: "c", MaxAttempts: -1},
-		"Config.MaxPayloadBytes is -2":                                 {Consumer: "c", MaxPayloadBytes: -2},
-		"Config.Schema: schema name \"bad\\x00\" contains a NUL byte":  {Consumer: "c", Schema: "bad\x00"},
+		"Config.Consumer is empty: set it: name the consuming service":     {},
+		"Config.Consumer is 256 bytes":                                     {Consumer: strings.Repeat("c", 256)},
+		"Config.MaxAttempts is -1":                                         {Consumer: "c", MaxAttempts: -1},
+		"Config.MaxPayloadBytes is -2":                                     {Consumer: "c", MaxPayloadBytes: -2},
+		"Config.Schema: schema name \"bad\\x00\" contains a NUL character": {Consumer: "c", Schema: "bad\x00"},
 	} {
 		_, err := inbox.New(pool, cfg)
 		require.ErrorContains(t, err, want)

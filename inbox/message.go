@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/pgbox/pgbox/internal/pgtext"
 )
 
 // MaxTextBytes is the longest message id, event type, ordering key or
@@ -74,19 +76,9 @@ func (in *Inbox) validate(m *Message) error {
 	return nil
 }
 
-// checkText validates a text field bound for a PostgreSQL text column.
+// checkText validates a field bound for one of the inbox's text columns.
 func checkText(field, s string, required bool) error {
-	switch {
-	case s == "" && required:
-		return fmt.Errorf("%s is empty: set it", field)
-	case len(s) > MaxTextBytes:
-		return fmt.Errorf("%s is %d bytes, over the %d-byte limit: use a shorter value (a hash of a long key works)", field, len(s), MaxTextBytes)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("%s is not valid UTF-8", field)
-	case strings.ContainsRune(s, 0):
-		return fmt.Errorf("%s contains a NUL character, which PostgreSQL text cannot store", field)
-	}
-	return nil
+	return pgtext.Check(field, s, MaxTextBytes, required)
 }
 
 func invalid(id, reason string) error {

@@ -12,9 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgbox/pgbox/internal/pgtext"
 )
 
 // maxIdentBytes is PostgreSQL's NAMEDATALEN-1: longer identifiers are
@@ -30,17 +31,10 @@ const schemaPlaceholder = "/* schema */"
 // bytes of valid UTF-8 without NUL. Anything else PostgreSQL accepts in a
 // quoted identifier is allowed, because the name is always quoted.
 func ValidateSchema(name string) error {
-	switch {
-	case name == "":
+	if name == "" {
 		return errors.New("schema name is empty: leave it unset for the default \"pgbox\", or name a schema")
-	case len(name) > maxIdentBytes:
-		return fmt.Errorf("schema name %q is %d bytes; PostgreSQL allows at most %d: choose a shorter name", name, len(name), maxIdentBytes)
-	case !utf8.ValidString(name):
-		return fmt.Errorf("schema name %q is not valid UTF-8", name)
-	case strings.ContainsRune(name, 0):
-		return fmt.Errorf("schema name %q contains a NUL byte", name)
 	}
-	return nil
+	return pgtext.Check(fmt.Sprintf("schema name %q", name), name, maxIdentBytes, true)
 }
 
 // Quote returns name as a quoted SQL identifier. Call ValidateSchema first.

@@ -15,8 +15,8 @@ func TestValidateSchema(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"":                        "schema name is empty",
-		strings.Repeat("s", 64):   "is 64 bytes; PostgreSQL allows at most 63",
-		"bad\x00name":             "contains a NUL byte",
+		strings.Repeat("s", 64):   "is 64 bytes, over the 63-byte limit",
+		"bad\x00name":             "contains a NUL character",
 		string([]byte{0xff, 'a'}): "not valid UTF-8",
 	} {
 		err := ValidateSchema(name)
