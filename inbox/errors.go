@@ -16,9 +16,12 @@ var ErrPayloadConflict = errors.New("message id reused with a different payload"
 
 // ConflictError reports a delivery whose id the consumer already holds with
 // a different payload. The stored message is left as it was (never
-// overwritten, never applied twice) and the row's conflict counter is
-// incremented. A conflict means a producer reuses ids for distinct messages
-// or changed a message between retries: the producer needs fixing.
+// overwritten, never applied twice) and the delivery, with its payload, is
+// recorded in the inbox_conflicts table for operators: at once by Receive
+// and ReceiveBatch, before returning by Process, and by ReceiveTx and
+// ReceiveBatchTx when the caller's transaction commits. A conflict means a
+// producer reuses ids for distinct messages or changed a message between
+// retries: the producer needs fixing.
 type ConflictError struct {
 	// Consumer is the consumer that holds the message.
 	Consumer string

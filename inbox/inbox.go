@@ -73,9 +73,10 @@ type Inbox struct {
 }
 
 type queries struct {
-	countConflicts string
-	hash           string
-	receive        string
+	hash         string
+	logConflicts string
+	receive      string
+	seqName      string // the inbox's arrival sequence, as a quoted regclass
 }
 
 // New returns an Inbox for cfg.Consumer. It does not touch the database:
@@ -94,9 +95,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 		channel: ident.Channel(cfg.Schema, "inbox"),
 		pool:    pool,
 		q: queries{
-			countConflicts: ident.Render(countConflictsSQL, cfg.Schema),
-			hash:           ident.Render(hashSQL, cfg.Schema),
-			receive:        ident.Render(receiveSQL, cfg.Schema),
+			hash:         ident.Render(hashSQL, cfg.Schema),
+			logConflicts: ident.Render(logConflictsSQL, cfg.Schema),
+			receive:      ident.Render(receiveSQL, cfg.Schema),
+			seqName:      ident.Render("/* schema */inbox_seq", cfg.Schema),
 		},
 	}, nil
 }

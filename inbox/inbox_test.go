@@ -3,6 +3,8 @@ package inbox_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -40,7 +42,6 @@ func setup(t *testing.T, cfg inbox.Config) (*inbox.Inbox, *testBundle) {
 // row is an inbox row as stored.
 type row struct {
 	Attempts    int
-	Conflicts   int
 	EventType   string
 	MaxAttempts int
 	Metadata    map[string]string
@@ -55,14 +56,26 @@ func (b *testBundle) row(t *testing.T, consumer, id string) *row {
 	t.Helper()
 	var r row
 	err := b.pool.QueryRow(context.Background(), ident.Render(`
-		SELECT attempts, conflicts, event_type, max_attempts, metadata, ordering_key, payload, processed_at, seq, status
+		SELECT attempts, event_type, max_attempts, metadata, ordering_key, payload, processed_at, seq, status
 		FROM /* schema */inbox WHERE consumer = $1 AND message_id = $2`, b.schema), consumer, id).
-		Scan(&r.Attempts, &r.Conflicts, &r.EventType, &r.MaxAttempts, &r.Metadata, &r.OrderingKey, &r.Payload, &r.ProcessedAt, &r.Seq, &r.Status)
+		Scan(&r.Attempts, &r.EventType, &r.MaxAttempts, &r.Metadata, &r.OrderingKey, &r.Payload, &r.ProcessedAt, &r.Seq, &r.Status)
 	if err == pgx.ErrNoRows {
 		return nil
 	}
 	require.NoError(t, err)
 	return &r
+}
+
+// conflicts returns the payloads of the conflicting deliveries recorded
+// for id, oldest first.
+func (b *testBundle) conflicts(t *testing.T, consumer, id string) [][]byte {
+	t.Helper()
+	rows, err := b.pool.Query(context.Background(), ident.Render(
+		"SELECT payload FROM /* schema */inbox_conflicts WHERE consumer = $1 AND message_id = $2 ORDER BY received_at", b.schema), consumer, id)
+	require.NoError(t, err)
+	payloads, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	require.NoError(t, err)
+	return payloads
 }
 
 func (b *testBundle) count(t *testing.T) int {
@@ -102,7 +115,7 @@ func TestReceiveStoresOnceAndReportsDuplicates(t *testing.T) {
 	require.Zero(t, r.Attempts)
 	require.Equal(t, inbox.MaxAttemptsDefault, r.MaxAttempts)
 	require.Nil(t, r.OrderingKey)
-	require.Zero(t, r.Conflicts)
+	require.Empty(t, b.conflicts(t, "payments", "order-1"))
 }
 
 func TestReceiveReportsAndCountsPayloadConflicts(t *testing.T) {
@@ -127,8 +140,34 @@ func TestReceiveReportsAndCountsPayloadConflicts(t *testing.T) {
 
 		r := b.row(t, "payments", "order-1")
 		require.Equal(t, original.Payload, r.Payload, "a conflict must never overwrite the stored message")
-		require.Equal(t, i, r.Conflicts)
+		require.Len(t, b.conflicts(t, "payments", "order-1"), i)
 	}
+	require.Equal(t, changed.Payload, b.conflicts(t, "payments", "order-1")[0], "the conflicting payload is kept for operators")
+}
+
+// Recording a conflict only appends: it does not wait for a dispatcher
+// that holds the stored row locked while it handles it.
+func TestConflictIsRecordedWhileTheRowIsBusy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{})
+	_, err := in.Receive(ctx, msg("m"))
+	require.NoError(t, err)
+
+	busy, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = busy.Rollback(ctx) }()
+	_, err = busy.Exec(ctx, ident.Render("SELECT 1 FROM /* schema */inbox WHERE message_id = 'm' FOR NO KEY UPDATE", b.schema))
+	require.NoError(t, err)
+
+	changed := msg("m")
+	changed.Payload = []byte("changed")
+	shortCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := in.Receive(shortCtx, changed)
+	require.Equal(t, inbox.Conflict, out)
+	require.ErrorIs(t, err, inbox.ErrPayloadConflict, "the conflict must be recorded without waiting for the row")
+	require.Len(t, b.conflicts(t, "payments", "m"), 1)
 }
 
 func TestPayloadBytesRoundTripExactly(t *testing.T) {
@@ -277,8 +316,8 @@ func TestReceiveBatchIsolatesEachMessage(t *testing.T) {
 	require.Equal(t, 4, b.count(t), "dup, conf, new-1 and new-2")
 	require.Nil(t, b.row(t, "payments", "bad"))
 	require.Less(t, b.row(t, "payments", "new-1").Seq, b.row(t, "payments", "new-2").Seq, "arrival order follows the batch")
-	require.Equal(t, 1, b.row(t, "payments", "conf").Conflicts)
-	require.Equal(t, 1, b.row(t, "payments", "new-2").Conflicts)
+	require.Len(t, b.conflicts(t, "payments", "conf"), 1)
+	require.Len(t, b.conflicts(t, "payments", "new-2"), 1)
 	require.Equal(t, msg("new-2").Payload, b.row(t, "payments", "new-2").Payload, "the first occurrence wins")
 }
 
@@ -428,6 +467,61 @@ func TestProcessRunsTheHandlerOnceInTheSameTransaction(t *testing.T) {
 	require.Equal(t, inbox.Conflict, out)
 	require.False(t, called)
 	require.Equal(t, 1, effects())
+	require.Len(t, b.conflicts(t, "payments", "m"), 1, "Process must keep the conflict's record, not roll it back")
+}
+
+// Two deliveries of the same batch in opposite orders, at once: they must
+// wait for each other in one order, not deadlock.
+func TestOverlappingBatchesInOppositeOrderDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{})
+
+	for round := range 20 {
+		var forward []inbox.Message
+		for i := range 200 {
+			forward = append(forward, msg(fmt.Sprintf("r%02d-%03d", round, i)))
+		}
+		backward := slices.Clone(forward)
+		slices.Reverse(backward)
+
+		accepted := make([]int, 2)
+		var wg sync.WaitGroup
+		for i, batch := range [][]inbox.Message{forward, backward} {
+			wg.Go(func() {
+				res, err := in.ReceiveBatch(ctx, batch)
+				require.NoError(t, err)
+				for _, r := range res {
+					require.NoError(t, r.Err)
+					if r.Outcome == inbox.Accepted {
+						accepted[i]++
+					}
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, 200, accepted[0]+accepted[1], "each message accepted once between the two deliveries")
+	}
+	require.Equal(t, 20*200, b.count(t))
+}
+
+// Arrival order within a batch is the batch's order, although rows are
+// inserted in id order.
+func TestArrivalOrderFollowsTheBatchNotTheIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{})
+	ids := []string{"z", "a", "m", "b"}
+	msgs := make([]inbox.Message, len(ids))
+	for i, id := range ids {
+		msgs[i] = msg(id)
+		msgs[i].OrderingKey = "k"
+	}
+	_, err := in.ReceiveBatch(ctx, msgs)
+	require.NoError(t, err)
+	for i := 1; i < len(ids); i++ {
+		require.Less(t, b.row(t, "payments", ids[i-1]).Seq, b.row(t, "payments", ids[i]).Seq, "%s before %s", ids[i-1], ids[i])
+	}
 }
 
 // listen returns a connection listening on the schema's inbox channel.
@@ -556,6 +650,29 @@ func TestUnmigratedSchemaGetsAClearError(t *testing.T) {
 
 	_, err = in.Process(ctx, msg("m"), func(context.Context, pgx.Tx) error { return nil })
 	require.ErrorIs(t, err, pgbox.ErrSchemaNotMigrated)
+}
+
+// With its only pool connection held by Process's own transaction, the
+// schema check after a failed statement cannot get a connection: it must
+// give up after its own timeout and return the original error, not wait for
+// ever.
+func TestSchemaCheckCannotHangOnAFullPool(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.EmptySchema(t)
+	in, err := inbox.New(pgtest.NewPool(t, 1), inbox.Config{Consumer: "payments", Schema: schema})
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := in.Process(context.Background(), msg("m"), func(context.Context, pgx.Tx) error { return nil })
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, "does not exist", "the original SQL error comes back when the check cannot run")
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Process hung waiting for a second connection")
+	}
 }
 
 func TestMetadataIsStoredAsJSON(t *testing.T) {

@@ -9,15 +9,17 @@ package inbox
 //
 //   - key_locks: receivers of the same ordering key take turns, through a
 //     transaction-scoped advisory lock per key taken in a fixed order (so
-//     two batches cannot deadlock). A receiver's seq is drawn after it holds
-//     the lock, so per key seq order is commit order, and the dispatcher,
-//     which runs each key's messages in seq order, can never see a later
-//     message commit before an earlier one. The INSERT's SELECT reads the
-//     one-row aggregate of key_locks and sorts its rows, so every lock is held
-//     before the first row is inserted.
+//     two batches cannot deadlock on them).
+//   - numbered: each message's arrival number (seq) is drawn in the batch's
+//     order, and only once every key lock is held (numbered reads the
+//     one-row aggregate of key_locks). So per key, seq order is commit order,
+//     and the dispatcher, which runs a key's messages in seq order, can never
+//     see a later message commit before an earlier one.
 //   - inserted: ON CONFLICT DO NOTHING is the dedupe. When a concurrent
 //     transaction is inserting the same id, PostgreSQL waits for it to end
-//     and then skips (if it committed) or inserts (if it rolled back).
+//     and then skips (if it committed) or inserts (if it rolled back). Rows
+//     go in in message id order, so two batches that share ids wait for each
+//     other in the same order and cannot deadlock.
 //   - notified: one NOTIFY per statement, only if something new is pending;
 //     it is delivered when the surrounding transaction commits, never for a
 //     rolled-back one.
@@ -40,14 +42,20 @@ key_locks AS (
               FROM input WHERE ordering_key IS NOT NULL ORDER BY 1) AS keys
     ) AS locked
 ),
-inserted AS (
-    INSERT INTO /* schema */inbox AS i
-        (consumer, message_id, event_type, payload, payload_hash, metadata, ordering_key, max_attempts,
-         status, attempts, processed_at)
-    SELECT $1, m.message_id, m.event_type, m.payload, m.payload_hash, m.metadata::jsonb, m.ordering_key, m.max_attempts,
-           $9, CASE WHEN $9 = 'done' THEN 1 ELSE 0 END, CASE WHEN $9 = 'done' THEN now() END
+numbered AS (
+    SELECT m.*, nextval($11::text::regclass) AS seq
     FROM input AS m CROSS JOIN key_locks
     ORDER BY m.ord
+),
+inserted AS (
+    INSERT INTO /* schema */inbox AS i
+        (seq, consumer, message_id, event_type, payload, payload_hash, metadata, ordering_key, max_attempts,
+         status, attempts, processed_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT n.seq, $1, n.message_id, n.event_type, n.payload, n.payload_hash, n.metadata::jsonb, n.ordering_key, n.max_attempts,
+           $9, CASE WHEN $9 = 'done' THEN 1 ELSE 0 END, CASE WHEN $9 = 'done' THEN now() END
+    FROM numbered AS n
+    ORDER BY n.message_id
     ON CONFLICT (consumer, message_id) DO NOTHING
     RETURNING i.message_id
 ),
@@ -68,9 +76,9 @@ const hashSQL = `
 SELECT message_id, payload_hash FROM /* schema */inbox
 WHERE consumer = $1 AND message_id = ANY($2::text[])`
 
-// countConflictsSQL records redeliveries whose payload differed from the
-// stored one, so operators see them (inboxctl) even if the caller ignored
-// the error.
-const countConflictsSQL = `
-UPDATE /* schema */inbox SET conflicts = conflicts + 1
-WHERE consumer = $1 AND message_id = ANY($2::text[])`
+// logConflictsSQL records deliveries that reused a stored id with other
+// bytes. It only appends, so it never waits on a row a dispatcher holds.
+const logConflictsSQL = `
+INSERT INTO /* schema */inbox_conflicts (consumer, message_id, payload_hash, payload)
+SELECT $1, c.message_id, c.payload_hash, c.payload
+FROM unnest($2::text[], $3::bytea[], $4::bytea[]) AS c(message_id, payload_hash, payload)`

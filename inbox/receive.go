@@ -79,9 +79,11 @@ func (in *Inbox) ReceiveTx(ctx context.Context, tx pgx.Tx, msg Message) (Outcome
 // ReceiveBatch stores many messages in one round trip. Each gets its own
 // Result, in the order given: one invalid or conflicting message is
 // rejected alone and its neighbours are still stored. A message repeated
-// within the batch is a Duplicate (or Conflict) of its first occurrence. The
-// error is non-nil only when the database could not be used, and then
-// nothing was stored.
+// within the batch is a Duplicate (or Conflict) of its first occurrence.
+//
+// The error is non-nil only when the database could not be used. Some of
+// the messages may have been stored by then: deliver the batch again (a
+// broker will), and those are reported as duplicates.
 func (in *Inbox) ReceiveBatch(ctx context.Context, msgs []Message) ([]Result, error) {
 	return in.receive(ctx, in.pool, msgs, statusPending)
 }
@@ -94,14 +96,17 @@ func (in *Inbox) ReceiveBatchTx(ctx context.Context, tx pgx.Tx, msgs []Message) 
 // Process is the synchronous idempotent consumer: in one transaction it
 // records msg as done and runs fn, so fn's writes and the record commit
 // together or not at all. A message the consumer already holds is not run
-// again: Process returns Duplicate (or Conflict with a *ConflictError)
-// without calling fn.
+// again: Process returns Duplicate (or Conflict with a *ConflictError, after
+// recording the conflict) without calling fn.
 //
 // When fn returns an error (or panics) the transaction rolls back and
 // nothing is recorded, so a redelivery of the message runs fn again. fn's
 // error is returned as is. Process does not retry; use the dispatcher for
 // retries with backoff and dead messages.
 func (in *Inbox) Process(ctx context.Context, msg Message, fn func(ctx context.Context, tx pgx.Tx) error) (Outcome, error) {
+	if err := in.validate(&msg); err != nil {
+		return 0, err
+	}
 	tx, err := in.pool.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: begin: %w", err)
@@ -112,8 +117,15 @@ func (in *Inbox) Process(ctx context.Context, msg Message, fn func(ctx context.C
 	if err != nil {
 		return 0, err
 	}
-	if res[0].Outcome != Accepted {
-		return res[0].Outcome, res[0].Err
+	switch res[0].Outcome {
+	case Duplicate:
+		return Duplicate, nil // nothing was written: the deferred rollback ends it
+	case Conflict:
+		// The transaction holds only the conflict's record: keep it.
+		if err := tx.Commit(ctx); err != nil {
+			return Conflict, fmt.Errorf("inbox: record conflict of message %q: %w", msg.ID, err)
+		}
+		return Conflict, res[0].Err
 	}
 	if err := fn(ctx, tx); err != nil {
 		return 0, err
@@ -168,7 +180,7 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 		channel = &in.channel
 	}
 	rows, err := db.Query(ctx, in.q.receive, in.cfg.Consumer, b.ids, b.eventTypes, b.payloads, b.hashes,
-		b.metadata, b.keys, b.maxAttempts, status, channel)
+		b.metadata, b.keys, b.maxAttempts, status, channel, in.q.seqName)
 	if err != nil {
 		return nil, in.dbError(ctx, "receive", err)
 	}
@@ -204,17 +216,21 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 			return nil, err
 		}
 	}
-	// Every conflicting id names a stored row by now (stored earlier, or by
-	// this statement for a repeat within the batch): count it there.
-	var conflicting []string
+	var conflicts struct {
+		ids              []string
+		hashes, payloads [][]byte
+	}
 	for i, r := range results {
 		if r.Outcome == Conflict {
-			conflicting = append(conflicting, msgs[i].ID)
+			sum := sha256.Sum256(msgs[i].Payload)
+			conflicts.ids = append(conflicts.ids, msgs[i].ID)
+			conflicts.hashes = append(conflicts.hashes, sum[:])
+			conflicts.payloads = append(conflicts.payloads, nonNil(msgs[i].Payload))
 		}
 	}
-	if len(conflicting) > 0 {
-		if _, err := db.Exec(ctx, in.q.countConflicts, in.cfg.Consumer, conflicting); err != nil {
-			return nil, in.dbError(ctx, "count conflicts", err)
+	if len(conflicts.ids) > 0 {
+		if _, err := db.Exec(ctx, in.q.logConflicts, in.cfg.Consumer, conflicts.ids, conflicts.hashes, conflicts.payloads); err != nil {
+			return nil, in.dbError(ctx, "record conflicts", err)
 		}
 	}
 	return results, nil
@@ -259,11 +275,17 @@ func (in *Inbox) compare(id string, stored, got []byte) Result {
 	return Result{Outcome: Conflict, Err: &ConflictError{Consumer: in.cfg.Consumer, MessageID: id}}
 }
 
-func (b *batch) add(m *Message, hash []byte, defaultMaxAttempts, index int) {
-	payload := m.Payload
-	if payload == nil {
-		payload = []byte{} // the column is NOT NULL; no payload is an empty one
+// nonNil returns p, or an empty payload for nil: the columns are NOT NULL,
+// and no payload is an empty one.
+func nonNil(p []byte) []byte {
+	if p == nil {
+		return []byte{}
 	}
+	return p
+}
+
+func (b *batch) add(m *Message, hash []byte, defaultMaxAttempts, index int) {
+	payload := nonNil(m.Payload)
 	var key *string
 	if m.OrderingKey != "" {
 		key = &m.OrderingKey

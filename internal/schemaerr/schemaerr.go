@@ -10,15 +10,21 @@ package schemaerr
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbox/pgbox"
 )
 
+// checkTimeout bounds the schema check Explain runs.
+const checkTimeout = 5 * time.Second
+
 // Explain returns err unchanged unless it is one of the errors an
 // unmigrated or outdated schema produces; then it returns CheckSchema's
 // verdict, which names the schema, its version and the command to run.
+// db must not be the transaction the failed statement ran in: that
+// transaction is aborted and can run nothing more.
 func Explain(ctx context.Context, db pgbox.Querier, schema string, err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
@@ -29,7 +35,12 @@ func Explain(ctx context.Context, db pgbox.Querier, schema string, err error) er
 	default:
 		return err
 	}
-	if checkErr := pgbox.CheckSchema(context.WithoutCancel(ctx), db, schema); checkErr != nil {
+	// The caller's context may already be done (or about to be); the check
+	// gets its own short deadline so that it can neither be cancelled
+	// half-way nor wait for ever for a pool connection.
+	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkTimeout)
+	defer cancel()
+	if checkErr := pgbox.CheckSchema(checkCtx, db, schema); checkErr != nil && !errors.Is(checkErr, context.DeadlineExceeded) {
 		return checkErr
 	}
 	return err
