@@ -32,7 +32,7 @@ const (
 
 // leaseExpiredError is recorded for an attempt whose worker never reported
 // back before its lease ran out.
-const leaseExpiredError = "lease expired before the attempt finished: the worker crashed, was killed, or lost its database connection"
+const leaseExpiredError = "lease expired before the attempt finished: the worker crashed, was killed, stalled, or lost its database connection"
 
 // claimed is a message a worker holds the claim to.
 type claimed struct {
@@ -58,7 +58,17 @@ type outcome struct {
 // the claim returned; an error means the claim itself failed.
 func (d *Dispatcher) runBatch() (int, error) {
 	token := rand.Int64()
-	batch, claimedN, err := d.claim(token)
+	// One rescued message at a time per process: if it is the kind that
+	// crashes its process, the next crash takes nothing else down with it.
+	mayRescue := d.rescuing.CompareAndSwap(false, true)
+	batch, claimedN, rescued, err := d.claim(token, mayRescue)
+	if mayRescue {
+		if rescued {
+			defer d.rescuing.Store(false)
+		} else {
+			d.rescuing.Store(false)
+		}
+	}
 	if err != nil || len(batch) == 0 {
 		return claimedN, err
 	}
@@ -77,42 +87,45 @@ func (d *Dispatcher) runBatch() (int, error) {
 			inTx = append(inTx, c)
 		}
 	}
-	if len(inTx) > 0 {
-		d.handleInTx(token, inTx)
-	}
 	if len(leased) > 0 {
-		d.handleLeased(token, leased)
+		hb := d.startHeartbeat(token, leased)
+		defer hb.close()
+		if len(inTx) > 0 {
+			d.handleInTx(token, inTx)
+		}
+		d.handleLeased(token, leased, hb)
+	} else {
+		d.handleInTx(token, inTx)
 	}
 	return claimedN, nil
 }
 
-// claim takes a batch and returns the messages to handle and how many rows
-// the claim took. Those two differ by the messages the claim marked dead
-// (their lease expired on their last attempt), which are only logged.
-func (d *Dispatcher) claim(token int64) ([]*claimed, int, error) {
+// claim takes a batch and returns the messages to handle, how many rows the
+// claim took, and whether it rescued an expired lease. The first two differ
+// by the messages the claim marked dead (their lease expired on their last
+// attempt), which are only logged.
+func (d *Dispatcher) claim(token int64, mayRescue bool) (batch []*claimed, n int, rescued bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
 	defer cancel()
-	rows, err := d.pool.Query(ctx, d.q.claim, d.cfg.Consumer, d.cfg.BatchSize, token, d.cfg.Lease.Milliseconds(), leaseExpiredError)
+	rows, err := d.pool.Query(ctx, d.q.claim, d.cfg.Consumer, d.cfg.BatchSize, token, d.cfg.Lease.Milliseconds(), leaseExpiredError, mayRescue)
 	if err != nil {
-		return nil, 0, fmt.Errorf("claim: %w", err)
+		return nil, 0, false, fmt.Errorf("claim: %w", err)
 	}
 	defer rows.Close()
-	var (
-		batch []*claimed
-		n     int
-	)
 	for rows.Next() {
 		n++
 		var (
 			c        claimed
 			status   string
 			metadata []byte
+			rescue   bool
 		)
 		m := &c.msg
 		if err := rows.Scan(&m.ID, &status, &m.EventType, &m.Payload, &metadata, &m.OrderingKey,
-			&m.Attempt, &m.MaxAttempts, &m.ReceivedAt, &c.seq); err != nil {
-			return nil, 0, fmt.Errorf("claim: %w", err)
+			&m.Attempt, &m.MaxAttempts, &m.ReceivedAt, &c.seq, &rescue); err != nil {
+			return nil, 0, false, fmt.Errorf("claim: %w", err)
 		}
+		rescued = rescued || rescue
 		m.Consumer = d.cfg.Consumer
 		if status == "dead" {
 			d.cfg.Logger.Error("dispatcher: message is dead: its last attempt never finished (lease expired)",
@@ -129,11 +142,11 @@ func (d *Dispatcher) claim(token int64) ([]*claimed, int, error) {
 		batch = append(batch, &c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("claim: %w", err)
+		return nil, 0, false, fmt.Errorf("claim: %w", err)
 	}
 	// Handle in arrival order: it costs nothing and surprises nobody.
 	slices.SortFunc(batch, func(a, b *claimed) int { return cmp.Compare(a.seq, b.seq) })
-	return batch, n, nil
+	return batch, n, rescued, nil
 }
 
 // handleInTx runs a batch's in-transaction handlers in one transaction,
@@ -151,18 +164,21 @@ func (d *Dispatcher) handleInTx(token int64, batch []*claimed) {
 		return
 	}
 	// The transaction is gone, and with it every write of this batch.
-	// Record what happened on a fresh connection; if that fails too, the
-	// lease will expire and the messages will be claimed again.
-	if _, err := d.complete(ctx, d.pool, token, fallback); err != nil {
-		d.cfg.Logger.Error("dispatcher: could not record outcomes; the messages will be retried when their lease expires",
-			slog.String("consumer", d.cfg.Consumer), slog.String("error", err.Error()))
-	}
+	// Record what happened on a fresh connection, with a fresh deadline (the
+	// transaction may have failed on running out of its own); if that fails
+	// too, the lease will expire and the messages will be claimed again.
+	d.record(context.WithoutCancel(d.workCtx), token, fallback)
 }
 
 // runTx is handleInTx's transaction. When it fails as a whole it returns
 // the outcomes to record outside it.
 func (d *Dispatcher) runTx(ctx context.Context, token int64, batch []*claimed) ([]outcome, error) {
-	tx, err := d.pool.Begin(ctx)
+	// The transaction holds its rows locked whatever their lease says. If
+	// this process stalls (paused, cut off by the network) with the
+	// transaction idle, the server ends it after a lease's worth of idleness,
+	// so the rows come back as if the worker had crashed. A live handler is
+	// never idle that long: HandlerTimeout is shorter than the lease.
+	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: d.q.beginBatch})
 	if err != nil {
 		return d.releaseAll(batch), fmt.Errorf("begin: %w", err)
 	}
@@ -272,16 +288,18 @@ func (d *Dispatcher) runInSavepoint(ctx context.Context, tx pgx.Tx, c *claimed) 
 }
 
 // handleLeased runs a batch's leased handlers one by one, outside any
-// transaction: renew the lease, call, record.
-func (d *Dispatcher) handleLeased(token int64, batch []*claimed) {
+// transaction: renew the lease, call, record. hb keeps the leases of those
+// still waiting alive.
+func (d *Dispatcher) handleLeased(token int64, batch []*claimed, hb *heartbeat) {
 	ctx := context.WithoutCancel(d.workCtx)
 	for i, c := range batch {
 		if d.isStopping() {
 			d.record(ctx, token, d.releaseAll(batch[i:]))
 			return
 		}
+		hb.starting(c.msg.ID)
 		renewCtx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
-		tag, err := d.pool.Exec(renewCtx, d.q.renewLease, d.cfg.Consumer, c.msg.ID, token, d.cfg.Lease.Milliseconds())
+		tag, err := d.pool.Exec(renewCtx, d.q.renewLease, d.cfg.Consumer, []string{c.msg.ID}, token, d.cfg.Lease.Milliseconds())
 		cancel()
 		if err != nil {
 			d.cfg.Logger.Error("dispatcher: could not renew a lease; the batch's remaining messages will be retried when their lease expires",
@@ -306,9 +324,16 @@ func (d *Dispatcher) handleLeased(token int64, batch []*claimed) {
 func (d *Dispatcher) record(ctx context.Context, token int64, outcomes []outcome) {
 	ctx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
 	defer cancel()
-	if _, err := d.complete(ctx, d.pool, token, outcomes); err != nil {
+	n, err := d.complete(ctx, d.pool, token, outcomes)
+	switch {
+	case err != nil:
 		d.cfg.Logger.Error("dispatcher: could not record an outcome; the message will be retried when its lease expires",
 			slog.String("consumer", d.cfg.Consumer), slog.String("error", err.Error()))
+	case n < len(outcomes):
+		// Another worker took the message over after our lease expired: its
+		// outcome is the one that counts.
+		d.cfg.Logger.Warn("dispatcher: an outcome was not recorded because another worker had taken the message over (lease expired)",
+			slog.String("consumer", d.cfg.Consumer), slog.Int("outcomes", len(outcomes)), slog.Int("recorded", n))
 	}
 }
 
@@ -368,17 +393,21 @@ func (d *Dispatcher) failAll(batch []*claimed, err error) []outcome {
 // dispatcher is stopping, a snooze, death, or a retry after backoff.
 func (d *Dispatcher) failed(c *claimed, err error, trace string) outcome {
 	m := &c.msg
-	if errors.Is(context.Cause(d.workCtx), errStopped) {
+	var (
+		snooze    *SnoozeError
+		permanent *PermanentError
+	)
+	isPermanent := errors.As(err, &permanent)
+	switch {
+	case errors.As(err, &snooze):
+		return outcome{id: m.ID, status: "pending", delay: snooze.After, refund: true}
+	case !isPermanent && errors.Is(context.Cause(d.workCtx), errStopped):
+		// Stop cancelled the handler: not the message's fault.
 		return released(c)
 	}
-	var snooze *SnoozeError
-	if errors.As(err, &snooze) {
-		return outcome{id: m.ID, status: "pending", delay: snooze.After, refund: true}
-	}
 	o := outcome{id: m.ID, err: clean(err.Error(), maxErrorBytes), trace: clean(trace, maxTraceBytes)}
-	var permanent *PermanentError
 	switch {
-	case errors.As(err, &permanent):
+	case isPermanent:
 		o.status = "dead"
 		d.cfg.Logger.Error("dispatcher: message is dead: permanent error", d.attrs(m, slog.String("error", o.err))...)
 	case m.Attempt >= m.MaxAttempts:

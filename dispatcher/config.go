@@ -53,10 +53,14 @@ type Config struct {
 	Handlers map[string]Handler
 
 	// Lease is how long a claim is reserved for its worker. If the worker
-	// has not finished by then (it crashed, was killed or cut off), another
-	// worker may claim the message, and the lost attempt counts. A leased
-	// handler's lease is renewed just before it runs. Must exceed
-	// HandlerTimeout. Defaults to HandlerTimeout plus one minute.
+	// has not finished by then (it crashed, was killed, stalled or was cut
+	// off), another worker may claim the message, and the lost attempt
+	// counts. Leases of messages waiting their turn in a batch are renewed
+	// while their worker lives, and a leased handler's lease is renewed just
+	// before it runs; a batch transaction left idle for a lease is ended by
+	// the server. It is also how long a crashed worker's messages wait before
+	// they are retried. Must exceed HandlerTimeout. Defaults to
+	// HandlerTimeout plus one minute.
 	Lease time.Duration
 
 	// Logger receives the dispatcher's logs: handler failures at warn,

@@ -257,13 +257,17 @@ func TestSIGKILLDuringLeasedHandlingLosesNothing(t *testing.T) {
 }
 
 // A message that kills its process every time it is handled uses up its
-// attempts, one per crash, and ends dead; the other messages are done.
+// attempts, one per crash, and ends dead. The messages claimed in its batch
+// die with the process once, are then rescued one at a time, and are done:
+// with as few attempts as the poison, they must not share its fate.
 func TestMessageThatCrashesItsProcessEndsDead(t *testing.T) {
 	t.Parallel()
 	b := crashSetup(t)
-	good := ids("good", 10)
-	b.receiveAs(t, "Crash", good...)
 	b.receiveMsgs(t, inbox.Message{ID: "poison", EventType: "Crash", MaxAttempts: 3})
+	good := ids("good", 10)
+	for _, id := range good {
+		b.receiveMsgs(t, inbox.Message{ID: id, EventType: "Crash", MaxAttempts: 3})
+	}
 
 	crashes := 0
 	for range 8 {
@@ -309,6 +313,7 @@ func TestMessageThatCrashesItsProcessEndsDead(t *testing.T) {
 	effects := b.effects(t)
 	for _, id := range good {
 		require.Equal(t, 1, effects[id], id)
+		require.Equal(t, "done", b.row(t, id).Status, id)
 	}
 }
 

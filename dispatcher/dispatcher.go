@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,13 +39,14 @@ type Dispatcher struct {
 	cancelWork context.CancelCauseFunc
 	workers    sync.WaitGroup
 	listener   *notify.Listener
+	rescuing   atomic.Bool   // a worker is handling a rescued message
 	wake       chan struct{} // a token for one idle worker
 
 	hooks testHooks
 }
 
 type queries struct {
-	claim, complete, lockClaimed, renewLease string
+	beginBatch, claim, complete, lockClaimed, renewLease string
 }
 
 // testHooks let tests stop a worker at the exact moment a race needs.
@@ -67,6 +69,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		pool:    pool,
 		channel: ident.Channel(cfg.Schema, "inbox"),
 		q: queries{
+			beginBatch:  fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d", cfg.Lease.Milliseconds()),
 			claim:       ident.Render(claimSQL, cfg.Schema),
 			complete:    ident.Render(completeSQL, cfg.Schema),
 			lockClaimed: ident.Render(lockClaimedSQL, cfg.Schema),

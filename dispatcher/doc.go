@@ -50,7 +50,12 @@
 // runs: a message that crashes its whole process (os.Exit, an OOM kill, a
 // panic in a goroutine it spawned) still uses up its attempts and ends dead
 // rather than crash-looping. A claim whose lease expires is recorded as a
-// failed attempt when the message is claimed again.
+// failed attempt when the message is claimed again, and such a message is
+// claimed alone, one per process at a time, so that a message that keeps
+// crashing its process takes nothing else down after the first time. While
+// a worker lives, the leases of the messages waiting their turn in its
+// batch are renewed; a batch transaction that sits idle for a whole lease
+// (a stalled or cut-off process) is ended by the server.
 //
 // Each claim carries a random token. A worker's handler transaction starts
 // by locking the rows whose token is still its own, so a worker paused past

@@ -8,27 +8,39 @@ package dispatcher
 // handler runs: a message that crashes its process still uses up its
 // attempts and ends dead instead of crash-looping.
 //
-// Claimable means pending and due, or running with an expired lease (its
-// worker died). A keyed message is claimable only at the head of its key:
-// no earlier message of the key may be pending, running or dead. That is
-// what keeps one message per key in flight across every worker and process,
-// in seq order; a retrying or dead head holds up only its own key.
+// A message whose lease expired (its worker died, or was paused or cut off
+// past the lease) is rescued alone, before any fresh work, and only when $6
+// says this process is not already handling a rescued message: its worker
+// may have died handling it, and a message that crashes its process must
+// not take innocent neighbours down with it each time. The rescue records
+// the lost attempt in the history; if it was the last attempt, the message
+// is marked dead instead of claimed.
 //
-// A message whose lease expired on its last attempt is not claimed again:
-// it is marked dead, with an error entry saying its worker never finished.
-// Every expired lease leaves such an entry, so the history shows each
-// attempt. The claim token fences every later write to the row: a worker
-// that lost its claim matches nothing.
+// Fresh work is pending and due. A keyed message is claimable only at the
+// head of its key: no earlier message of the key may be pending, running or
+// dead. That keeps one message per key in flight across every worker and
+// process, in seq order; a retrying or dead head holds up only its own key.
 //
 // FOR UPDATE SKIP LOCKED lets many workers claim at once without waiting on
-// each other; rows another worker is locking are simply someone else's.
+// each other; rows another worker is locking are simply someone else's. The
+// claim token fences every later write to the rows: a worker that lost its
+// claim matches nothing.
 const claimSQL = `
-WITH claimable AS (
+WITH rescued AS (
+    SELECT i.consumer, i.message_id
+    FROM /* schema */inbox AS i
+    WHERE $6 AND i.consumer = $1 AND i.status = 'running' AND i.available_at <= now()
+    ORDER BY i.available_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+),
+fresh AS (
     SELECT i.consumer, i.message_id
     FROM /* schema */inbox AS i
     WHERE i.consumer = $1
-      AND i.status IN ('pending', 'running')
+      AND i.status = 'pending'
       AND i.available_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM rescued)
       AND (i.ordering_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM /* schema */inbox AS earlier
             WHERE earlier.consumer = i.consumer
@@ -38,6 +50,11 @@ WITH claimable AS (
     ORDER BY i.available_at, i.seq
     LIMIT $2
     FOR UPDATE SKIP LOCKED
+),
+claimable AS (
+    SELECT r.*, true AS rescue FROM rescued AS r
+    UNION ALL
+    SELECT f.*, false AS rescue FROM fresh AS f
 )
 UPDATE /* schema */inbox AS i SET
     status       = CASE WHEN i.status = 'running' AND i.attempts >= i.max_attempts THEN 'dead' ELSE 'running' END,
@@ -51,7 +68,7 @@ UPDATE /* schema */inbox AS i SET
 FROM claimable AS c
 WHERE i.consumer = c.consumer AND i.message_id = c.message_id
 RETURNING i.message_id, i.status, i.event_type, i.payload, i.metadata, coalesce(i.ordering_key, ''),
-          i.attempts, i.max_attempts, i.received_at, i.seq`
+          i.attempts, i.max_attempts, i.received_at, i.seq, c.rescue`
 
 // lockClaimedSQL opens a batch's handler transaction by locking the rows it
 // still holds the claim to. From here to commit no other worker can take
@@ -70,11 +87,13 @@ WHERE consumer = $1 AND message_id = ANY($2::text[]) AND claim_token = $3 AND st
 ORDER BY message_id
 FOR NO KEY UPDATE`
 
-// renewLeaseSQL restarts a leased handler's lease just before it runs, and
-// tells whether the claim is still ours.
+// renewLeaseSQL restarts the lease of claimed messages that are still
+// this worker's, and returns how many it renewed: just before a leased
+// handler runs (one id: is the claim still ours?), and periodically for a
+// batch's leased messages still waiting their turn.
 const renewLeaseSQL = `
 UPDATE /* schema */inbox SET available_at = now() + $4 * interval '1 millisecond'
-WHERE consumer = $1 AND message_id = $2 AND claim_token = $3 AND status = 'running'`
+WHERE consumer = $1 AND message_id = ANY($2::text[]) AND claim_token = $3 AND status = 'running'`
 
 // completeSQL records the outcome of every message a worker handled, in one
 // statement, fenced by the claim token: done; pending again after a backoff
