@@ -152,7 +152,7 @@ func (d *Dispatcher) claim(token int64, mayRescue bool) (batch []*claimed, n int
 // handleInTx runs a batch's in-transaction handlers in one transaction,
 // each in a savepoint, and records every outcome in the same transaction.
 func (d *Dispatcher) handleInTx(token int64, batch []*claimed) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.workCtx), bookkeepingTimeout+time.Duration(len(batch))*d.cfg.HandlerTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.loop.WorkContext()), bookkeepingTimeout+time.Duration(len(batch))*d.cfg.HandlerTimeout)
 	defer cancel()
 	fallback, err := d.runTx(ctx, token, batch)
 	if err == nil {
@@ -167,7 +167,7 @@ func (d *Dispatcher) handleInTx(token int64, batch []*claimed) {
 	// Record what happened on a fresh connection, with a fresh deadline (the
 	// transaction may have failed on running out of its own); if that fails
 	// too, the lease will expire and the messages will be claimed again.
-	d.record(context.WithoutCancel(d.workCtx), token, fallback)
+	d.record(context.WithoutCancel(d.loop.WorkContext()), token, fallback)
 }
 
 // runTx is handleInTx's transaction. When it fails as a whole it returns
@@ -190,7 +190,7 @@ func (d *Dispatcher) runTx(ctx context.Context, token int64, batch []*claimed) (
 	}
 	outcomes := make([]outcome, 0, len(held))
 	for i, c := range held {
-		if d.isStopping() {
+		if d.loop.Stopping() {
 			outcomes = append(outcomes, released(c))
 			continue
 		}
@@ -291,9 +291,9 @@ func (d *Dispatcher) runInSavepoint(ctx context.Context, tx pgx.Tx, c *claimed) 
 // transaction: renew the lease, call, record. hb keeps the leases of those
 // still waiting alive.
 func (d *Dispatcher) handleLeased(token int64, batch []*claimed, hb *heartbeat) {
-	ctx := context.WithoutCancel(d.workCtx)
+	ctx := context.WithoutCancel(d.loop.WorkContext())
 	for i, c := range batch {
-		if d.isStopping() {
+		if d.loop.Stopping() {
 			d.record(ctx, token, d.releaseAll(batch[i:]))
 			return
 		}
@@ -340,7 +340,7 @@ func (d *Dispatcher) record(ctx context.Context, token int64, outcomes []outcome
 // call runs a handler with its own timeout, turning a panic into an error
 // and a trimmed stack.
 func (d *Dispatcher) call(fn func(ctx context.Context) error) (err error, trace string) {
-	ctx, cancel := context.WithTimeout(d.workCtx, d.cfg.HandlerTimeout)
+	ctx, cancel := context.WithTimeout(d.loop.WorkContext(), d.cfg.HandlerTimeout)
 	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {
@@ -401,7 +401,7 @@ func (d *Dispatcher) failed(c *claimed, err error, trace string) outcome {
 	switch {
 	case errors.As(err, &snooze):
 		return outcome{id: m.ID, status: "pending", delay: snooze.After, refund: true}
-	case !isPermanent && errors.Is(context.Cause(d.workCtx), errStopped):
+	case !isPermanent && d.loop.CancelledByStop():
 		// Stop cancelled the handler: not the message's fault.
 		return released(c)
 	}

@@ -468,17 +468,17 @@ func TestNotificationWakesAnIdleDispatcher(t *testing.T) {
 			return nil
 		})},
 	})
-	b.waitFor(t, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE application_name LIKE 'pgbox dispatcher listener%' AND query LIKE 'LISTEN %"+b.schema+"%')")
+	b.waitFor(t, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE application_name LIKE 'pgbox dispatcher (%) listener' AND query LIKE 'LISTEN %"+b.schema+"%')")
 
 	b.receive(t, "m-1")
 	require.Equal(t, "m-1", <-handled)
 
 	// Cut the listener's connection: it reconnects and wakes the workers,
 	// so a message received meanwhile is not stranded until the next poll.
-	b.exec(t, "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE application_name LIKE 'pgbox dispatcher listener%' AND query LIKE 'LISTEN %"+b.schema+"%'")
+	b.exec(t, "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE application_name LIKE 'pgbox dispatcher (%) listener' AND query LIKE 'LISTEN %"+b.schema+"%'")
 	b.receive(t, "m-2")
 	require.Equal(t, "m-2", <-handled)
-	b.waitFor(t, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE application_name LIKE 'pgbox dispatcher listener%' AND query LIKE 'LISTEN %"+b.schema+"%')")
+	b.waitFor(t, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE application_name LIKE 'pgbox dispatcher (%) listener' AND query LIKE 'LISTEN %"+b.schema+"%')")
 	b.receive(t, "m-3")
 	require.Equal(t, "m-3", <-handled)
 }
