@@ -10,12 +10,12 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgbox/pgbox/internal/pgtext"
 )
 
 // bookkeepingTimeout bounds the dispatcher's own statements (claim, lock,
@@ -405,7 +405,7 @@ func (d *Dispatcher) failed(c *claimed, err error, trace string) outcome {
 		// Stop cancelled the handler: not the message's fault.
 		return released(c)
 	}
-	o := outcome{id: m.ID, err: clean(err.Error(), maxErrorBytes), trace: clean(trace, maxTraceBytes)}
+	o := outcome{id: m.ID, err: pgtext.Clean(err.Error(), maxErrorBytes), trace: pgtext.Clean(trace, maxTraceBytes)}
 	switch {
 	case isPermanent:
 		o.status = "dead"
@@ -447,20 +447,6 @@ func (d *Dispatcher) complete(ctx context.Context, db interface {
 		return 0, err
 	}
 	return int(tag.RowsAffected()), nil
-}
-
-// clean makes s storable as PostgreSQL text: valid UTF-8, no NUL, at most
-// limit bytes.
-func clean(s string, limit int) string {
-	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\\0"), "\uFFFD")
-	if len(s) > limit {
-		cut := limit
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + " … (truncated)"
-	}
-	return s
 }
 
 func (d *Dispatcher) attrs(m *Message, extra ...any) []any {

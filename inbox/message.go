@@ -3,7 +3,6 @@ package inbox
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/pgbox/pgbox/internal/pgtext"
@@ -63,15 +62,8 @@ func (in *Inbox) validate(m *Message) error {
 	if m.MaxAttempts < 0 {
 		return invalid(m.ID, fmt.Sprintf("MaxAttempts is %d: use 0 for the consumer's default or a positive number", m.MaxAttempts))
 	}
-	for k, v := range m.Metadata {
-		for _, s := range []string{k, v} {
-			if !utf8.ValidString(s) {
-				return invalid(m.ID, fmt.Sprintf("metadata %q holds invalid UTF-8: metadata is stored as JSON text; put binary data in the payload", k))
-			}
-			if strings.ContainsRune(s, 0) {
-				return invalid(m.ID, fmt.Sprintf("metadata %q holds a NUL character, which PostgreSQL's jsonb cannot store: remove it", k))
-			}
-		}
+	if err := pgtext.CheckMetadata(m.Metadata); err != nil {
+		return invalid(m.ID, err.Error())
 	}
 	return nil
 }
