@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/backoff"
 	"github.com/pgbox/pgbox/internal/ident"
 )
 
@@ -158,13 +158,5 @@ func (c Config) validate() error {
 // the nominal wait), so messages that failed together do not all come back
 // at the same instant.
 func DefaultRetryBackoff(attempt int) time.Duration {
-	const maxWait = time.Hour
-	wait := maxWait
-	if attempt < 1 {
-		attempt = 1
-	}
-	if attempt <= 12 { // 2^12 s > 1 h
-		wait = min(time.Second<<(attempt-1), maxWait)
-	}
-	return wait/2 + rand.N(wait/2+1)
+	return backoff.Exponential(attempt, time.Second, time.Hour)
 }

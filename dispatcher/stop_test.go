@@ -176,14 +176,3 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	require.ErrorContains(t, err, "Config.Consumer is empty")
 	require.ErrorContains(t, err, "Config.BatchSize is -1")
 }
-
-func TestDefaultRetryBackoffGrowsWithJitter(t *testing.T) {
-	t.Parallel()
-	for attempt, nominal := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 5: 16 * time.Second, 13: time.Hour, 1000: time.Hour} {
-		for range 100 {
-			d := dispatcher.DefaultRetryBackoff(attempt)
-			require.GreaterOrEqual(t, d, nominal/2, "attempt %d", attempt)
-			require.LessOrEqual(t, d, nominal, "attempt %d", attempt)
-		}
-	}
-}
