@@ -17,7 +17,17 @@ const DefaultSchema = "pgbox"
 
 // SchemaVersion is the migration version this build of pgbox needs. The
 // migrations package applies migrations up to exactly this version.
-const SchemaVersion = 1
+const SchemaVersion = 2
+
+// Metadata keys the relay sets on each message it publishes, and a
+// Watermill subscriber storing messages into an inbox reads by default.
+const (
+	// MetadataEventType carries the message's event type, which routes it
+	// to a dispatcher handler.
+	MetadataEventType = "event_type"
+	// MetadataOrderingKey carries the message's ordering key.
+	MetadataOrderingKey = "ordering_key"
+)
 
 // MigrationsTable is the goose version table inside pgbox's schema.
 const MigrationsTable = "goose_db_version"

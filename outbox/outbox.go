@@ -1,0 +1,83 @@
+package outbox
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/ident"
+)
+
+// MaxPayloadBytesDefault is the default Config.MaxPayloadBytes: 1 MiB.
+const MaxPayloadBytesDefault = 1 << 20
+
+// Config configures an Outbox.
+type Config struct {
+	// MaxPayloadBytes is the largest payload accepted. Defaults to
+	// MaxPayloadBytesDefault (1 MiB); -1 means no limit beyond PostgreSQL's
+	// own 1 GB. Keep it no larger than the consumers' inbox limit.
+	MaxPayloadBytes int
+
+	// Propagator writes the trace context of Write's context into each
+	// message's metadata, so the consumer's handler continues the trace.
+	// Defaults to W3C Trace Context (traceparent, tracestate).
+	Propagator propagation.TextMapPropagator
+
+	// Schema is the PostgreSQL schema holding pgbox's tables. Defaults to
+	// pgbox.DefaultSchema.
+	Schema string
+}
+
+// WithDefaults returns a copy of c with every unset field given its default.
+func (c Config) WithDefaults() Config {
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, MaxPayloadBytesDefault)
+	if c.Propagator == nil {
+		c.Propagator = propagation.TraceContext{}
+	}
+	c.Schema = cmp.Or(c.Schema, pgbox.DefaultSchema)
+	return c
+}
+
+func (c Config) validate() error {
+	if c.MaxPayloadBytes < -1 {
+		return fmt.Errorf("outbox: Config.MaxPayloadBytes is %d: use a positive limit, 0 for the default or -1 for none", c.MaxPayloadBytes)
+	}
+	if err := ident.ValidateSchema(c.Schema); err != nil {
+		return fmt.Errorf("outbox: Config.Schema: %w", err)
+	}
+	return nil
+}
+
+// Outbox writes messages into the outbox table inside business
+// transactions. It is safe for concurrent use.
+type Outbox struct {
+	cfg     Config
+	channel string
+	pool    *pgxpool.Pool
+	seqName string
+	write   string
+}
+
+// New returns an Outbox. pool is used only to explain errors (a schema
+// that is missing or outdated); messages are written in the caller's
+// transaction. It does not touch the database.
+func New(pool *pgxpool.Pool, cfg Config) (*Outbox, error) {
+	if pool == nil {
+		return nil, errors.New("outbox: pool is nil")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Outbox{
+		cfg:     cfg,
+		channel: ident.Channel(cfg.Schema, "outbox"),
+		pool:    pool,
+		seqName: ident.Render("/* schema */outbox_seq", cfg.Schema),
+		write:   ident.Render(writeSQL, cfg.Schema),
+	}, nil
+}

@@ -1,0 +1,47 @@
+package outbox
+
+// writeSQL stores a batch of outbox messages in the caller's transaction,
+// in one round trip.
+//
+//   - key_locks: writers of the same ordering key take turns, through a
+//     transaction-scoped advisory lock per key, held until the business
+//     transaction ends and taken in a fixed order (so two writers cannot
+//     deadlock on them).
+//   - numbered: each message's seq is drawn in the order given, once every
+//     key lock is held. Per key, seq order is therefore commit order, which
+//     is the order the relay publishes a key's messages in.
+//   - inserted: rows go in in id order, so two writers that collide on an id
+//     wait for each other in one order.
+//   - notified: one NOTIFY per statement, delivered at commit, waking an
+//     idle relay.
+const writeSQL = `
+WITH input AS (
+    SELECT *
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[])
+        WITH ORDINALITY AS m(id, topic, event_type, ordering_key, payload, metadata, ord)
+),
+key_locks AS (
+    SELECT count(*) AS n
+    FROM (
+        SELECT pg_advisory_xact_lock(k)
+        FROM (SELECT DISTINCT hashtextextended('outbox/' || ordering_key, 0) AS k
+              FROM input WHERE ordering_key IS NOT NULL ORDER BY 1) AS keys
+    ) AS locked
+),
+numbered AS (
+    SELECT m.*, nextval($7::text::regclass) AS seq
+    FROM input AS m CROSS JOIN key_locks
+    ORDER BY m.ord
+),
+inserted AS (
+    INSERT INTO /* schema */outbox (id, seq, topic, event_type, ordering_key, payload, metadata)
+    OVERRIDING SYSTEM VALUE
+    SELECT n.id, n.seq, n.topic, n.event_type, n.ordering_key, n.payload, n.metadata::jsonb
+    FROM numbered AS n
+    ORDER BY n.id
+    RETURNING 1
+),
+notified AS (
+    SELECT pg_notify($8, '') WHERE EXISTS (SELECT 1 FROM inserted)
+)
+SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM notified)`
