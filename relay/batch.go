@@ -1,0 +1,227 @@
+package relay
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/pgtext"
+)
+
+const (
+	// bookkeepingTimeout bounds the relay's own statements. They run on a
+	// context Stop does not cancel, so outcomes are recorded while stopping.
+	bookkeepingTimeout = 30 * time.Second
+	// maxErrorBytes bounds a recorded publish error.
+	maxErrorBytes = 8 << 10
+	// pruneBatch is how many published rows one prune statement deletes.
+	pruneBatch = 1000
+	// leaseExpiredError is recorded for an attempt whose relay never
+	// reported back before its lease ran out.
+	leaseExpiredError = "lease expired before the publish was recorded: the relay crashed, stalled, or its publish hung; publishing again"
+)
+
+// row is a claimed outbox row.
+type row struct {
+	attempt     int
+	eventType   string
+	id          uuid.UUID
+	metadata    map[string]string
+	orderingKey string
+	payload     []byte
+	seq         int64
+	topic       string
+}
+
+// outcome is what became of a claimed row.
+type outcome struct {
+	delay  time.Duration
+	err    string
+	id     uuid.UUID
+	refund bool
+	status string
+}
+
+// runBatch claims rows, publishes them topic by topic in commit order, and
+// records the outcomes. It returns how many rows the claim took.
+func (r *Relay) runBatch() (int, error) {
+	token := rand.Int64()
+	rows, n, err := r.claim(token)
+	if err != nil || len(rows) == 0 {
+		return n, err
+	}
+	outcomes := make([]outcome, 0, len(rows))
+	for _, group := range byTopic(rows) {
+		if r.loop.CancelledByStop() {
+			for _, rw := range group {
+				outcomes = append(outcomes, outcome{id: rw.id, status: "pending", refund: true})
+			}
+			continue
+		}
+		err := r.cfg.Publisher.Publish(group[0].topic, toMessages(group)...)
+		for _, rw := range group {
+			if err == nil {
+				outcomes = append(outcomes, outcome{id: rw.id, status: "published"})
+			} else {
+				outcomes = append(outcomes, r.failed(rw, err))
+			}
+		}
+	}
+	r.complete(token, outcomes)
+	return n, nil
+}
+
+// claim takes a batch of rows. It returns the rows to publish and how many
+// rows the claim took; they differ by the rows it marked dead.
+func (r *Relay) claim(token int64) ([]*row, int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
+	defer cancel()
+	rows, err := r.pool.Query(ctx, r.q.claim, r.cfg.BatchSize, token, r.cfg.Lease.Milliseconds(), leaseExpiredError, r.cfg.MaxAttempts)
+	if err != nil {
+		return nil, 0, fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	var (
+		out []*row
+		n   int
+	)
+	for rows.Next() {
+		n++
+		var (
+			rw       row
+			status   string
+			metadata []byte
+		)
+		if err := rows.Scan(&rw.id, &status, &rw.topic, &rw.eventType, &rw.orderingKey, &rw.payload, &metadata, &rw.attempt, &rw.seq); err != nil {
+			return nil, 0, fmt.Errorf("claim: %w", err)
+		}
+		if status == "dead" {
+			r.cfg.Logger.Error("relay: outbox row is dead: its publish attempts ran out",
+				slog.String("id", rw.id.String()), slog.String("topic", rw.topic), slog.Int("attempts", rw.attempt))
+			continue
+		}
+		if err := json.Unmarshal(metadata, &rw.metadata); err != nil {
+			// Written behind the outbox's back: publish without it rather
+			// than hold the row (and its key) for ever.
+			r.cfg.Logger.Error("relay: outbox row metadata is not a JSON object of strings; publishing without it",
+				slog.String("id", rw.id.String()), slog.String("error", err.Error()))
+			rw.metadata = nil
+		}
+		out = append(out, &rw)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("claim: %w", err)
+	}
+	return out, n, nil
+}
+
+// byTopic groups rows by topic, each group and the groups in commit order.
+func byTopic(rows []*row) [][]*row {
+	slices.SortFunc(rows, func(a, b *row) int { return cmp.Compare(a.seq, b.seq) })
+	index := map[string]int{}
+	var groups [][]*row
+	for _, rw := range rows {
+		i, ok := index[rw.topic]
+		if !ok {
+			i = len(groups)
+			index[rw.topic] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], rw)
+	}
+	return groups
+}
+
+// toMessages turns rows into Watermill messages whose UUID is the row id,
+// the same on every attempt, so consumers dedupe a republished message.
+func toMessages(rows []*row) []*message.Message {
+	msgs := make([]*message.Message, len(rows))
+	for i, rw := range rows {
+		m := message.NewMessage(rw.id.String(), rw.payload)
+		for k, v := range rw.metadata {
+			m.Metadata.Set(k, v)
+		}
+		m.Metadata.Set(pgbox.MetadataEventType, rw.eventType)
+		if rw.orderingKey != "" {
+			m.Metadata.Set(pgbox.MetadataOrderingKey, rw.orderingKey)
+		}
+		msgs[i] = m
+	}
+	return msgs
+}
+
+func (r *Relay) failed(rw *row, err error) outcome {
+	o := outcome{id: rw.id, err: pgtext.Clean("publish: "+err.Error(), maxErrorBytes)}
+	if r.cfg.MaxAttempts > 0 && rw.attempt >= r.cfg.MaxAttempts {
+		o.status = "dead"
+		r.cfg.Logger.Error("relay: outbox row is dead: its publish attempts ran out",
+			slog.String("id", rw.id.String()), slog.String("topic", rw.topic), slog.Int("attempts", rw.attempt), slog.String("error", o.err))
+		return o
+	}
+	o.status = "pending"
+	o.delay = max(r.cfg.RetryBackoffFunc(rw.attempt), 0)
+	r.cfg.Logger.Warn("relay: publish failed; will retry",
+		slog.String("id", rw.id.String()), slog.String("topic", rw.topic), slog.Int("attempt", rw.attempt),
+		slog.Duration("retry_in", o.delay), slog.String("error", o.err))
+	return o
+}
+
+// complete records outcomes, fenced by token. If it fails, the rows stay
+// claimed until their lease expires and are then published again, which
+// consumers dedupe.
+func (r *Relay) complete(token int64, outcomes []outcome) {
+	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
+	defer cancel()
+	n := len(outcomes)
+	ids, statuses := make([]uuid.UUID, n), make([]string, n)
+	delays, refunds, errs := make([]int64, n), make([]int32, n), make([]*string, n)
+	for i, o := range outcomes {
+		ids[i], statuses[i], delays[i] = o.id, o.status, o.delay.Milliseconds()
+		if o.refund {
+			refunds[i] = 1
+		}
+		if o.err != "" {
+			errs[i] = &outcomes[i].err
+		}
+	}
+	tag, err := r.pool.Exec(ctx, r.q.complete, token, ids, statuses, delays, refunds, errs)
+	switch {
+	case err != nil:
+		r.cfg.Logger.Error("relay: could not record publish outcomes; the rows will be published again when their lease expires",
+			slog.Int("rows", n), slog.String("error", err.Error()))
+	case int(tag.RowsAffected()) < n:
+		r.cfg.Logger.Warn("relay: some outcomes were not recorded because another relay had taken the rows over (lease expired)",
+			slog.Int("rows", n), slog.Int64("recorded", tag.RowsAffected()))
+	}
+}
+
+// prune deletes published rows older than the retention window, a batch at
+// a time so that no statement holds many locks or runs long.
+func (r *Relay) prune() {
+	total := 0
+	for !r.loop.Stopping() {
+		ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
+		tag, err := r.pool.Exec(ctx, r.q.prune, r.cfg.Retention.Milliseconds(), pruneBatch)
+		cancel()
+		if err != nil {
+			r.cfg.Logger.Error("relay: pruning published rows failed; will try again", slog.String("error", err.Error()))
+			return
+		}
+		total += int(tag.RowsAffected())
+		if tag.RowsAffected() < pruneBatch {
+			break
+		}
+	}
+	if total > 0 {
+		r.cfg.Logger.Info("relay: pruned published outbox rows", slog.Int("rows", total), slog.Duration("retention", r.cfg.Retention))
+	}
+}

@@ -1,0 +1,85 @@
+package relay
+
+// The relay's SQL. "/* schema */" is replaced by the quoted schema name
+// when a Relay is created (ident.Render).
+
+// claimSQL takes up to $1 outbox rows to publish, in one autocommitted
+// statement. Rows are claimed by status, never by "id greater than the last
+// one seen": a transaction that took a lower id but committed later is
+// published all the same.
+//
+// Claimable means a row whose lease expired (a relay died or stalled while
+// publishing it: the attempt is recorded, and counted) or a pending row that
+// is due and, if keyed, at the head of its key: no earlier row of the key
+// pending, running or dead. That keeps one row per key in flight across
+// every relay process, in commit order. With $5 > 0, a row whose lease
+// expired on attempt $5 is marked dead instead of claimed.
+const claimSQL = `
+WITH expired AS (
+    SELECT o.id
+    FROM /* schema */outbox AS o
+    WHERE o.status = 'running' AND o.available_at <= now()
+    ORDER BY o.available_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+),
+fresh AS (
+    SELECT o.id
+    FROM /* schema */outbox AS o
+    WHERE o.status = 'pending'
+      AND o.available_at <= now()
+      AND (o.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM /* schema */outbox AS earlier
+            WHERE earlier.ordering_key = o.ordering_key
+              AND earlier.status IN ('pending', 'running', 'dead')
+              AND earlier.seq < o.seq))
+    ORDER BY o.available_at, o.seq
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+),
+claimable AS (
+    SELECT id FROM expired
+    UNION ALL
+    SELECT id FROM fresh
+    LIMIT $1
+)
+UPDATE /* schema */outbox AS o SET
+    status       = CASE WHEN o.status = 'running' AND $5 > 0 AND o.attempts >= $5 THEN 'dead' ELSE 'running' END,
+    attempts     = CASE WHEN o.status = 'running' AND $5 > 0 AND o.attempts >= $5 THEN o.attempts ELSE o.attempts + 1 END,
+    claim_token  = $2,
+    available_at = now() + $3 * interval '1 millisecond',
+    last_error   = CASE WHEN o.status = 'running' THEN $4 ELSE o.last_error END,
+    errors       = CASE WHEN o.status = 'running'
+                        THEN o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts, 'at', now(), 'error', $4::text))
+                        ELSE o.errors END
+FROM claimable AS c
+WHERE o.id = c.id
+RETURNING o.id, o.status, o.topic, o.event_type, coalesce(o.ordering_key, ''), o.payload, o.metadata, o.attempts, o.seq`
+
+// completeSQL records what became of each claimed row, fenced by the claim
+// token: published; pending again after a backoff (a failed publish); dead;
+// or released (pending now, the attempt refunded) when the relay stopped
+// before publishing it.
+const completeSQL = `
+UPDATE /* schema */outbox AS o SET
+    status       = r.status,
+    attempts     = o.attempts - r.refund,
+    published_at = CASE WHEN r.status = 'published' THEN now() ELSE o.published_at END,
+    available_at = CASE WHEN r.status = 'pending' THEN now() + r.delay_ms * interval '1 millisecond' ELSE o.available_at END,
+    claim_token  = NULL,
+    last_error   = coalesce(r.error, o.last_error),
+    errors       = CASE WHEN r.error IS NULL THEN o.errors
+                        ELSE o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts, 'at', now(), 'error', r.error)) END
+FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::int[], $6::text[]) AS r(id, status, delay_ms, refund, error)
+WHERE o.id = r.id AND o.claim_token = $1 AND o.status = 'running'`
+
+// pruneSQL deletes up to $2 published rows older than $1 milliseconds.
+// Dead and unpublished rows are never deleted.
+const pruneSQL = `
+DELETE FROM /* schema */outbox
+WHERE id IN (
+    SELECT id FROM /* schema */outbox
+    WHERE status = 'published' AND published_at < now() - $1 * interval '1 millisecond'
+    ORDER BY published_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED)`

@@ -1,0 +1,219 @@
+package relay
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/backoff"
+	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/workloop"
+)
+
+const (
+	// BatchSizeDefault is the default Config.BatchSize.
+	BatchSizeDefault = 100
+	// LeaseDefault is the default Config.Lease.
+	LeaseDefault = time.Minute
+	// PollIntervalDefault is the default Config.PollInterval.
+	PollIntervalDefault = time.Second
+	// PruneIntervalDefault is the default Config.PruneInterval.
+	PruneIntervalDefault = time.Minute
+	// RetentionDefault is the default Config.Retention: longer than any
+	// consumer's redelivery window is likely to be.
+	RetentionDefault = 7 * 24 * time.Hour
+	// WorkersDefault is the default Config.Workers.
+	WorkersDefault = 2
+)
+
+// Config configures a Relay.
+type Config struct {
+	// BatchSize is the most rows a worker claims and publishes at once.
+	// Defaults to BatchSizeDefault (100).
+	BatchSize int
+
+	// Lease is how long a claimed row is reserved for its relay. If the
+	// relay has not recorded the outcome by then (it died, stalled, or its
+	// publish hung), another relay publishes the row again: consumers dedupe
+	// on its id. Defaults to LeaseDefault (one minute).
+	Lease time.Duration
+
+	// Logger receives publish failures at warn, dead rows and database
+	// trouble at error. Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// MaxAttempts, when positive, marks a row dead after that many failed
+	// publishes, for an operator to retry (`inboxctl outbox retry`). Zero,
+	// the default, retries for ever: a broker outage must not lose messages.
+	MaxAttempts int
+
+	// PollInterval is how often an idle relay looks for rows when no
+	// notification wakes it. Defaults to PollIntervalDefault (one second).
+	PollInterval time.Duration
+
+	// PruneInterval is how often published rows older than Retention are
+	// deleted, in batches. Defaults to PruneIntervalDefault (one minute).
+	PruneInterval time.Duration
+
+	// Publisher is where rows are published: any Watermill publisher
+	// (watermill-sql, NATS JetStream, Kafka). Required.
+	Publisher message.Publisher
+
+	// Retention is how long published rows are kept. Defaults to
+	// RetentionDefault (7 days); -1 keeps them for ever. Dead rows are never
+	// deleted.
+	Retention time.Duration
+
+	// RetryBackoffFunc returns how long to wait before publishing a row
+	// again after its attempt number attempt failed. Defaults to
+	// DefaultRetryBackoff.
+	RetryBackoffFunc func(attempt int) time.Duration
+
+	// Schema is the PostgreSQL schema holding pgbox's tables. Defaults to
+	// pgbox.DefaultSchema.
+	Schema string
+
+	// Workers is how many batches are published at once. Defaults to
+	// WorkersDefault (2).
+	Workers int
+}
+
+// DefaultRetryBackoff waits about a second after the first failed publish
+// and doubles the wait after each further one, up to a minute, with jitter:
+// a broker that comes back is used again within a minute.
+func DefaultRetryBackoff(attempt int) time.Duration {
+	return backoff.Exponential(attempt, time.Second, time.Minute)
+}
+
+// WithDefaults returns a copy of c with every unset field given its default.
+func (c Config) WithDefaults() Config {
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Lease = cmp.Or(c.Lease, LeaseDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
+	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	if c.RetryBackoffFunc == nil {
+		c.RetryBackoffFunc = DefaultRetryBackoff
+	}
+	c.Schema = cmp.Or(c.Schema, pgbox.DefaultSchema)
+	c.Workers = cmp.Or(c.Workers, WorkersDefault)
+	return c
+}
+
+func (c Config) validate() error {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if c.Publisher == nil {
+		add("Config.Publisher is nil: give the Watermill publisher to publish through")
+	}
+	if c.BatchSize < 1 {
+		add("Config.BatchSize is %d: it must be at least 1", c.BatchSize)
+	}
+	if c.Workers < 1 {
+		add("Config.Workers is %d: it must be at least 1", c.Workers)
+	}
+	if c.Lease < time.Millisecond {
+		add("Config.Lease is %s: it must be at least 1ms", c.Lease)
+	}
+	if c.MaxAttempts < 0 {
+		add("Config.MaxAttempts is %d: use 0 to retry for ever or a positive number", c.MaxAttempts)
+	}
+	if c.PollInterval < time.Millisecond {
+		add("Config.PollInterval is %s: it must be at least 1ms", c.PollInterval)
+	}
+	if c.PruneInterval < time.Millisecond {
+		add("Config.PruneInterval is %s: it must be at least 1ms", c.PruneInterval)
+	}
+	if c.Retention < 0 && c.Retention != -1 {
+		add("Config.Retention is %s: use a positive duration, 0 for the default or -1 to keep published rows", c.Retention)
+	}
+	if err := ident.ValidateSchema(c.Schema); err != nil {
+		add("Config.Schema: %v", err)
+	}
+	if len(problems) > 0 {
+		return errors.New("relay: " + strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Relay publishes committed outbox rows. Several relays, in one process or
+// many, may run against the same schema.
+type Relay struct {
+	cfg  Config
+	loop *workloop.Service
+	pool *pgxpool.Pool
+	q    queries
+}
+
+type queries struct {
+	claim, complete, prune string
+}
+
+// New returns a Relay. It checks the configuration but does not touch the
+// database; Start does.
+func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
+	if pool == nil {
+		return nil, errors.New("relay: pool is nil")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Relay{
+		cfg:  cfg,
+		pool: pool,
+		q: queries{
+			claim:    ident.Render(claimSQL, cfg.Schema),
+			complete: ident.Render(completeSQL, cfg.Schema),
+			prune:    ident.Render(pruneSQL, cfg.Schema),
+		},
+	}
+	var periodic []workloop.Periodic
+	if cfg.Retention > 0 {
+		periodic = append(periodic, workloop.Periodic{Every: cfg.PruneInterval, Run: r.prune})
+	}
+	r.loop = workloop.New(workloop.Config{
+		Batch:        r.runBatch,
+		BatchSize:    cfg.BatchSize,
+		Channel:      ident.Channel(cfg.Schema, "outbox"),
+		ConnConfig:   pool.Config().ConnConfig,
+		Logger:       cfg.Logger,
+		Name:         "relay",
+		Periodic:     periodic,
+		PollInterval: cfg.PollInterval,
+		Workers:      cfg.Workers,
+	})
+	return r, nil
+}
+
+// Start checks that the database is reachable and the schema migrated,
+// then starts publishing and returns. ctx bounds only the start-up checks.
+func (r *Relay) Start(ctx context.Context) error {
+	return r.loop.Start(ctx, func(ctx context.Context) error {
+		if err := pgbox.CheckSchema(ctx, r.pool, r.cfg.Schema); err != nil {
+			return fmt.Errorf("relay: %w", err)
+		}
+		return nil
+	})
+}
+
+// Stop stops claiming rows and waits for the batches being published. If
+// ctx ends first, rows claimed but not yet handed to the publisher go back
+// to pending at once; a Publish call already under way cannot be
+// interrupted (Watermill's Publish takes no context), so Stop waits for it.
+// Stop may be called more than once, and before Start.
+func (r *Relay) Stop(ctx context.Context) error { return r.loop.Stop(ctx) }
+
+// Stopped returns a channel closed when Stop has finished.
+func (r *Relay) Stopped() <-chan struct{} { return r.loop.Stopped() }
