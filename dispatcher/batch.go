@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/pgbox/pgbox/internal/pgtext"
 )
@@ -271,7 +272,7 @@ func (d *Dispatcher) runInSavepoint(ctx context.Context, tx pgx.Tx, c *claimed) 
 	if err != nil {
 		return released(c), fmt.Errorf("savepoint: %w", err)
 	}
-	handlerErr, trace := d.call(func(ctx context.Context) error {
+	handlerErr, trace := d.call(&c.msg, func(ctx context.Context) error {
 		return c.handler.inTx(ctx, handlerTx{sp}, &c.msg)
 	})
 	if handlerErr == nil {
@@ -310,7 +311,7 @@ func (d *Dispatcher) handleLeased(token int64, batch []*claimed, hb *heartbeat) 
 			d.cfg.Logger.Warn("dispatcher: claim lost before the handler ran (lease expired); another worker has the message", d.attrs(&c.msg)...)
 			continue
 		}
-		handlerErr, trace := d.call(func(ctx context.Context) error { return c.handler.leased(ctx, &c.msg) })
+		handlerErr, trace := d.call(&c.msg, func(ctx context.Context) error { return c.handler.leased(ctx, &c.msg) })
 		if handlerErr == nil {
 			d.record(ctx, token, []outcome{done(c)})
 		} else {
@@ -337,11 +338,12 @@ func (d *Dispatcher) record(ctx context.Context, token int64, outcomes []outcome
 	}
 }
 
-// call runs a handler with its own timeout, turning a panic into an error
-// and a trimmed stack.
-func (d *Dispatcher) call(fn func(ctx context.Context) error) (err error, trace string) {
+// call runs a handler for m with its own timeout and m's trace context,
+// turning a panic into an error and its stack.
+func (d *Dispatcher) call(m *Message, fn func(ctx context.Context) error) (err error, trace string) {
 	ctx, cancel := context.WithTimeout(d.loop.WorkContext(), d.cfg.HandlerTimeout)
 	defer cancel()
+	ctx = d.cfg.Propagator.Extract(ctx, propagation.MapCarrier(m.Metadata))
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v", r)

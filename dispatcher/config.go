@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/backoff"
 	"github.com/pgbox/pgbox/internal/ident"
@@ -75,6 +77,12 @@ type Config struct {
 	// (one second).
 	PollInterval time.Duration
 
+	// Propagator reads the trace context the producer left in a message's
+	// metadata (through the outbox, the broker and the inbox) into the
+	// handler's context, so the handler continues the producer's trace.
+	// Defaults to W3C Trace Context (traceparent, tracestate).
+	Propagator propagation.TextMapPropagator
+
 	// RetryBackoffFunc returns how long to wait before retrying a message
 	// whose attempt number attempt failed. Defaults to DefaultRetryBackoff.
 	RetryBackoffFunc func(attempt int) time.Duration
@@ -100,6 +108,9 @@ func (c Config) WithDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	if c.Propagator == nil {
+		c.Propagator = propagation.TraceContext{}
+	}
 	if c.RetryBackoffFunc == nil {
 		c.RetryBackoffFunc = DefaultRetryBackoff
 	}

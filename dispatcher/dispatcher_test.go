@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgbox/pgbox/dispatcher"
 	"github.com/pgbox/pgbox/inbox"
@@ -354,6 +355,27 @@ func TestZombieWorkerRunsNothing(t *testing.T) {
 			require.Len(t, r.Errors, 1, "the zombie's lost attempt is in the history")
 		})
 	}
+}
+
+// The producer's trace context, stored in the message's metadata, is the
+// handler's: its spans continue the producer's trace.
+func TestHandlerContinuesTheProducersTrace(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receiveMsgs(t, inbox.Message{ID: "m", EventType: "OrderPlaced", Metadata: map[string]string{
+		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	}})
+	got := make(chan trace.SpanContext, 1)
+	b.start(t, dispatcher.Config{
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, _ pgx.Tx, _ *dispatcher.Message) error {
+			got <- trace.SpanContextFromContext(ctx)
+			return nil
+		})},
+	})
+	sc := <-got
+	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", sc.TraceID().String())
+	require.Equal(t, "00f067aa0ba902b7", sc.SpanID().String())
+	require.True(t, sc.IsRemote())
 }
 
 func TestLeasedHandlerGetsAStableIdempotencyKey(t *testing.T) {

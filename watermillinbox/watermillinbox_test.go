@@ -1,0 +1,156 @@
+package watermillinbox_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/inbox"
+	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/pgtest"
+	"github.com/pgbox/pgbox/watermillinbox"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type testBundle struct {
+	inbox  *inbox.Inbox
+	pool   *pgxpool.Pool
+	schema string
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	b := &testBundle{pool: pgtest.Pool(t), schema: pgtest.Schema(t)}
+	var err error
+	b.inbox, err = inbox.New(b.pool, inbox.Config{Consumer: "payments", Schema: b.schema})
+	require.NoError(t, err)
+	return b
+}
+
+func (b *testBundle) count(t *testing.T, q string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), ident.Render(q, b.schema)).Scan(&n))
+	return n
+}
+
+func newMessage(payload string) *message.Message {
+	m := message.NewMessage(uuid.NewString(), []byte(payload))
+	m.Metadata.Set(pgbox.MetadataEventType, "OrderPlaced")
+	return m
+}
+
+func TestHandlerStoresOnceAndAcksDuplicates(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	handle := watermillinbox.Handler(watermillinbox.Config{Inbox: b.inbox})
+
+	m := newMessage(`{"order":1}`)
+	m.Metadata.Set(pgbox.MetadataOrderingKey, "order-1")
+	m.Metadata.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	require.NoError(t, handle(m))
+	require.NoError(t, handle(m.Copy()), "a redelivery is acknowledged")
+
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM /* schema */inbox"))
+	var (
+		id, eventType, key string
+		metadata           map[string]string
+	)
+	require.NoError(t, b.pool.QueryRow(context.Background(), ident.Render(
+		"SELECT message_id, event_type, ordering_key, metadata FROM /* schema */inbox", b.schema)).Scan(&id, &eventType, &key, &metadata))
+	require.Equal(t, m.UUID, id, "the Watermill UUID is the dedupe key")
+	require.Equal(t, "OrderPlaced", eventType)
+	require.Equal(t, "order-1", key)
+	require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", metadata["traceparent"], "trace context travels into the inbox")
+}
+
+func TestConflictingRedeliveryIsAckedAndRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	handle := watermillinbox.Handler(watermillinbox.Config{Inbox: b.inbox})
+	m := newMessage("original")
+	require.NoError(t, handle(m))
+
+	changed := newMessage("changed")
+	changed.UUID = m.UUID
+	require.NoError(t, handle(changed), "redelivering a conflict could never succeed: ack it")
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM /* schema */inbox_conflicts"))
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM /* schema */inbox WHERE payload = 'original'"))
+}
+
+func TestDatabaseTroubleNacks(t *testing.T) {
+	t.Parallel()
+	in, err := inbox.New(pgtest.Pool(t), inbox.Config{Consumer: "payments", Schema: pgtest.EmptySchema(t)})
+	require.NoError(t, err)
+	err = watermillinbox.Handler(watermillinbox.Config{Inbox: in})(newMessage("x"))
+	require.ErrorIs(t, err, pgbox.ErrSchemaNotMigrated, "nack: the broker will deliver it again")
+}
+
+func TestUnstorableMessageIsNackedAsInvalid(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	handle := watermillinbox.Handler(watermillinbox.Config{Inbox: b.inbox})
+
+	untyped := message.NewMessage(uuid.NewString(), nil) // no event type, no topic in context
+	err := handle(untyped)
+	require.ErrorIs(t, err, inbox.ErrInvalidMessage)
+	require.ErrorContains(t, err, "EventType is empty")
+
+	byHeader := watermillinbox.Handler(watermillinbox.Config{Inbox: b.inbox, IDFunc: watermillinbox.MetadataID("x-event-id")})
+	err = byHeader(newMessage("no header"))
+	require.ErrorIs(t, err, inbox.ErrInvalidMessage)
+	require.ErrorContains(t, err, `metadata "x-event-id" is missing or empty`)
+	require.Zero(t, b.count(t, "SELECT count(*) FROM /* schema */inbox"))
+}
+
+func TestDedupeKeyFromAHeader(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	handle := watermillinbox.Handler(watermillinbox.Config{Inbox: b.inbox, IDFunc: watermillinbox.MetadataID("x-event-id")})
+	for range 3 {
+		m := newMessage("same event") // a new Watermill UUID each time, as a non-pgbox producer retrying would send
+		m.Metadata.Set("x-event-id", "evt-42")
+		require.NoError(t, handle(m))
+	}
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM /* schema */inbox WHERE message_id = 'evt-42'"))
+}
+
+// In a real router, with every message delivered twice (Watermill's
+// Duplicator middleware), each is stored once; without an event type in
+// its metadata, a message is stored under its topic.
+func TestInARouterWithDuplicatedDeliveries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logger := watermill.NopLogger{}
+	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
+	t.Cleanup(func() { _ = pubSub.Close() })
+
+	router, err := message.NewRouter(message.RouterConfig{}, logger)
+	require.NoError(t, err)
+	router.AddMiddleware(middleware.Duplicator)
+	router.AddConsumerHandler("payments-inbox", "orders.placed", pubSub, watermillinbox.Handler(watermillinbox.Config{Inbox: b.inbox}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- router.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	<-router.Running()
+
+	for i := range 20 {
+		require.NoError(t, pubSub.Publish("orders.placed", message.NewMessage(uuid.NewString(), []byte(fmt.Sprint(i)))))
+	}
+	require.Eventually(t, func() bool {
+		return b.count(t, "SELECT count(*) FROM /* schema */inbox") == 20
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 20, b.count(t, "SELECT count(*) FROM /* schema */inbox WHERE event_type = 'orders.placed'"))
+}
