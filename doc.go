@@ -12,8 +12,15 @@
 //     workers that claim batches with FOR UPDATE SKIP LOCKED, retries
 //     failures with backoff, keeps every attempt's error and parks poison
 //     messages as dead.
+//   - package outbox makes the producer reliable: messages are written in
+//     the business transaction, so they exist if and only if it commits.
+//   - package relay publishes committed outbox messages through any
+//     Watermill publisher (watermill-sql, NATS JetStream, Kafka), at least
+//     once, in commit order per ordering key.
+//   - package watermillinbox stores a Watermill subscription into an inbox.
 //   - package migrations creates and upgrades the tables.
 //
-// This root package holds what they share: the default schema name and the
-// schema version check.
+// This root package holds what they share: the default schema name, the
+// schema version check and the metadata keys the relay and the subscriber
+// agree on.
 package pgbox

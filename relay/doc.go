@@ -1,0 +1,32 @@
+// Package relay publishes committed outbox rows through any Watermill
+// publisher: watermill-sql on the same PostgreSQL (nothing else to run),
+// NATS JetStream, Kafka.
+//
+//	r, _ := relay.New(pool, relay.Config{Publisher: publisher})
+//	_ = r.Start(ctx)
+//	defer r.Stop(shutdownCtx)
+//
+// Workers claim batches of rows with FOR UPDATE SKIP LOCKED, publish them
+// topic by topic, and mark them published, fenced by their claim token.
+// Several relays, in one process or many, may run at once.
+//
+// Guarantees:
+//
+//   - Every committed row is published at least once, including rows whose
+//     transactions committed out of id order: rows are claimed by status,
+//     never by "id greater than the last one seen". A rolled-back row does
+//     not exist, so it is never published.
+//   - Every attempt publishes the row under its own id, so a relay that
+//     dies after publishing and before recording it (its rows are published
+//     again when the lease expires) causes a duplicate delivery that the
+//     consumer's inbox absorbs, never a duplicate effect.
+//   - Rows that share an ordering key are published one at a time, in the
+//     order their transactions committed, across every relay process. A
+//     failing row holds up only its own key.
+//   - A failed publish is recorded on the row and retried after a backoff,
+//     for ever unless Config.MaxAttempts says otherwise; a row out of
+//     attempts is dead, for an operator to retry. Nothing is dropped.
+//   - New rows wake an idle relay through LISTEN/NOTIFY; polling remains the
+//     source of truth. Published rows are deleted after Config.Retention;
+//     dead ones never.
+package relay

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# nats.sh: a throwaway NATS server with JetStream, for the end-to-end tests.
+#
+#   scripts/nats.sh up     start it (installing Debian's nats-server if needed) and print its URL
+#   scripts/nats.sh url    print the URL of the running server
+#   scripts/nats.sh down   stop it and delete its files
+#
+# It lives in .pgbox/nats (git-ignored) and listens only on 127.0.0.1 on a
+# free port.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=${PGBOX_NATS_DIR:-$root/.pgbox/nats}
+
+die() { echo "nats.sh: $*" >&2; exit 1; }
+
+server() {
+  if command -v nats-server >/dev/null 2>&1; then
+    command -v nats-server
+  elif [ -x /usr/sbin/nats-server ]; then
+    echo /usr/sbin/nats-server
+  fi
+}
+
+install() {
+  [ "$(id -u)" = 0 ] || die "nats-server is not installed: run 'sudo apt-get install nats-server', or set NATS_URL"
+  echo "nats.sh: installing nats-server from Debian's packages" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q nats-server >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null && apt-get install -y -q nats-server >/dev/null; } ||
+    die "apt-get could not install nats-server"
+}
+
+running() { [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; }
+
+url() {
+  [ -f "$dir/port" ] || die "no server: run scripts/nats.sh up"
+  echo "nats://127.0.0.1:$(cat "$dir/port")"
+}
+
+up() {
+  if running; then
+    url
+    return
+  fi
+  local bin port tries
+  bin=$(server)
+  if [ -z "$bin" ]; then
+    install
+    bin=$(server)
+  fi
+  [ -n "$bin" ] || die "nats-server not found after installing it"
+  mkdir -p "$dir"
+  for tries in 1 2 3; do
+    port=$((20000 + RANDOM % 40000))
+    ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && continue
+    setsid "$bin" --jetstream --addr 127.0.0.1 --port "$port" --store_dir "$dir/store" \
+      --pid "$dir/pid" --log "$dir/server.log" </dev/null >/dev/null 2>&1 &
+    for _ in $(seq 100); do
+      if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        echo "$port" >"$dir/port"
+        url
+        return
+      fi
+      sleep 0.1
+    done
+    [ -f "$dir/pid" ] && kill "$(cat "$dir/pid")" 2>/dev/null || true
+  done
+  tail -20 "$dir/server.log" >&2 || true
+  die "could not start nats-server (log: $dir/server.log)"
+}
+
+down() {
+  if running; then
+    kill "$(cat "$dir/pid")"
+    for _ in $(seq 50); do running || break; sleep 0.1; done
+  fi
+  rm -rf "$dir"
+}
+
+case "${1:-}" in
+  up) up ;;
+  url) url ;;
+  down) down ;;
+  *) echo "usage: scripts/nats.sh up|url|down" >&2; exit 2 ;;
+esac
