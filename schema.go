@@ -34,7 +34,7 @@ const MigrationsTable = "goose_db_version"
 
 // ErrSchemaNotMigrated is returned when pgbox's schema or its tables do not
 // exist yet: run `inboxctl migrate up` or call migrations.Migrate.
-var ErrSchemaNotMigrated = errors.New("schema is not migrated")
+var ErrSchemaNotMigrated = errors.New("pgbox schema not migrated")
 
 // SchemaVersionError is returned when pgbox's schema exists but is at a
 // different migration version than this build needs. It matches

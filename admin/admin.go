@@ -1,0 +1,168 @@
+// Package admin is what operators need to see and steer pgbox's inbox and
+// outbox: counts, lists, one message in full, failures grouped by cause,
+// and bulk replays, discards and purges that work in bounded batches. The
+// inboxctl command is a thin shell around it; services can use it too (a
+// status page, a scheduled replay).
+//
+// Replays never touch a message that is running (a worker holds it) or
+// done (running its handler again would defeat the inbox's dedupe). Every
+// replay and discard is recorded in the message's history, next to its
+// failed attempts, and replays are counted on the row.
+package admin
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/schemaerr"
+)
+
+// ErrNotFound is returned when a message asked for by id does not exist.
+var ErrNotFound = errors.New("not found")
+
+// BatchSizeDefault is how many rows one statement of a bulk operation
+// touches, unless BatchOptions says otherwise.
+const BatchSizeDefault = 1000
+
+// Statuses of inbox messages, as stored.
+const (
+	StatusPending   = "pending"
+	StatusRunning   = "running"
+	StatusDone      = "done"
+	StatusDead      = "dead"
+	StatusDiscarded = "discarded"
+)
+
+var inboxStatuses = []string{StatusPending, StatusRunning, StatusDone, StatusDead, StatusDiscarded}
+
+// Admin reads and steers one schema's inbox and outbox.
+type Admin struct {
+	pool   *pgxpool.Pool
+	q      map[string]string
+	schema string
+}
+
+// New returns an Admin for schema ("" for pgbox.DefaultSchema). It does not
+// touch the database.
+func New(pool *pgxpool.Pool, schema string) (*Admin, error) {
+	if pool == nil {
+		return nil, errors.New("admin: pool is nil")
+	}
+	schema = cmp.Or(schema, pgbox.DefaultSchema)
+	if err := ident.ValidateSchema(schema); err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	q := map[string]string{}
+	for name, sql := range map[string]string{
+		"list": listSQL, "show": showSQL, "consumersOf": consumersOfSQL, "count": countSQL,
+		"replay": replayBatchSQL, "discard": discardBatchSQL, "idStatus": idStatusSQL, "purge": purgeBatchSQL,
+		"countPurgeable": countPurgeableSQL, "failures": failuresSQL, "stats": statsSQL, "outboxStats": outboxStatsSQL,
+		"outboxList": outboxListSQL, "outboxShow": outboxShowSQL, "outboxRetry": outboxRetrySQL,
+	} {
+		q[name] = ident.Render(sql, schema)
+	}
+	return &Admin{pool: pool, q: q, schema: schema}, nil
+}
+
+// Schema returns the schema this Admin works on.
+func (a *Admin) Schema() string { return a.schema }
+
+// Check reports whether the database is reachable and the schema migrated
+// to this build's version, with pgbox.CheckSchema's clear errors.
+func (a *Admin) Check(ctx context.Context) error {
+	return pgbox.CheckSchema(ctx, a.pool, a.schema)
+}
+
+// Filter selects inbox messages. Zero fields select everything.
+type Filter struct {
+	// Consumer keeps one consumer's messages.
+	Consumer string
+	// ErrorContains keeps messages whose last error contains this text,
+	// ignoring case.
+	ErrorContains string
+	// ErrorMatches keeps messages whose last error matches this
+	// (PostgreSQL, case-insensitive) regular expression.
+	ErrorMatches string
+	// EventType keeps one event type.
+	EventType string
+	// Fingerprint keeps one failure group (see Failures).
+	Fingerprint string
+	// IDs keeps these message ids.
+	IDs []string
+	// ReplayableOnly keeps the messages Replay may touch: dead, discarded,
+	// or pending after a failure.
+	ReplayableOnly bool
+	// Since keeps messages received at or after it.
+	Since time.Time
+	// Statuses keeps messages in these statuses.
+	Statuses []string
+	// Until keeps messages received before it.
+	Until time.Time
+}
+
+// Validate reports a filter that cannot match anything sensible.
+func (f Filter) Validate() error {
+	for _, s := range f.Statuses {
+		if !slices.Contains(inboxStatuses, s) {
+			return fmt.Errorf("unknown status %q: use one of pending, running, done, dead, discarded", s)
+		}
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		return fmt.Errorf("until (%s) is not after since (%s)", f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// args returns the filter as filterSQL's parameters $1 to $10.
+func (f Filter) args() []any {
+	null := func(s string) any {
+		if s == "" {
+			return nil
+		}
+		return s
+	}
+	var statuses, ids any
+	if len(f.Statuses) > 0 {
+		statuses = f.Statuses
+	}
+	if len(f.IDs) > 0 {
+		ids = f.IDs
+	}
+	var since, until any
+	if !f.Since.IsZero() {
+		since = f.Since
+	}
+	if !f.Until.IsZero() {
+		until = f.Until
+	}
+	return []any{null(f.Consumer), statuses, null(f.EventType), since, until,
+		null(f.ErrorContains), null(f.ErrorMatches), null(f.Fingerprint), ids, f.ReplayableOnly}
+}
+
+// BatchOptions tunes a bulk operation.
+type BatchOptions struct {
+	// BatchSize is how many rows one statement touches. Defaults to
+	// BatchSizeDefault.
+	BatchSize int
+	// Progress, if set, is called after each batch with the total so far.
+	Progress func(done int64)
+}
+
+// dbError explains err, with the command to run when the schema is missing
+// or outdated.
+func (a *Admin) dbError(ctx context.Context, op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "2201B" { // invalid_regular_expression
+		return fmt.Errorf("%s: the error pattern is not a valid regular expression: %s", op, pgErr.Message)
+	}
+	return fmt.Errorf("%s: %w", op, schemaerr.Explain(ctx, a.pool, a.schema, err))
+}

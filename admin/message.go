@@ -1,0 +1,181 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Message is an inbox message as operators see it in a list.
+type Message struct {
+	Attempts    int        `json:"attempts"`
+	AvailableAt time.Time  `json:"available_at"`
+	Consumer    string     `json:"consumer"`
+	EventType   string     `json:"event_type"`
+	ID          string     `json:"id"`
+	LastError   *string    `json:"last_error"`
+	MaxAttempts int        `json:"max_attempts"`
+	OrderingKey string     `json:"ordering_key,omitempty"`
+	ProcessedAt *time.Time `json:"processed_at"`
+	ReceivedAt  time.Time  `json:"received_at"`
+	Replays     int        `json:"replays"`
+	Seq         int64      `json:"seq"`
+	Status      string     `json:"status"`
+}
+
+func (m *Message) scanTargets() []any {
+	return []any{&m.Consumer, &m.ID, &m.Seq, &m.EventType, &m.Status, &m.OrderingKey,
+		&m.Attempts, &m.MaxAttempts, &m.Replays, &m.ReceivedAt, &m.AvailableAt, &m.ProcessedAt, &m.LastError}
+}
+
+// HistoryEntry is one event in a message's history: a failed attempt, or
+// an operator's replay or discard.
+type HistoryEntry struct {
+	// Action is "" for a failed attempt, "replayed", "discarded" or
+	// "retried" (outbox) for an operator's action.
+	Action string `json:"action,omitempty"`
+	// At is when it happened (database time).
+	At time.Time `json:"at"`
+	// Attempt is the failed attempt's number.
+	Attempt int `json:"attempt,omitempty"`
+	// Error is the failed attempt's error.
+	Error string `json:"error,omitempty"`
+	// Note is the operator's note on a replay, or the reason for a discard.
+	Note string `json:"note,omitempty"`
+	// PreviousAttempts is how many attempts a replayed message had used.
+	PreviousAttempts int `json:"previous_attempts,omitempty"`
+	// PreviousStatus is the status a replayed message had.
+	PreviousStatus string `json:"previous_status,omitempty"`
+	// Replay is the replay's number.
+	Replay int `json:"replay,omitempty"`
+	// Trace is a panicking attempt's stack.
+	Trace string `json:"trace,omitempty"`
+}
+
+// history decodes a history column: failed attempts and operator actions
+// in the order they happened. Unknown keys are ignored.
+func history(raw []byte) ([]HistoryEntry, error) {
+	var entries []struct {
+		HistoryEntry
+		Reason string `json:"reason"`
+	}
+	if err := json.Unmarshal(raw, &entries); err != nil {
+		return nil, err
+	}
+	out := make([]HistoryEntry, len(entries))
+	for i, e := range entries {
+		out[i] = e.HistoryEntry
+		if e.Reason != "" {
+			out[i].Note = e.Reason
+		}
+	}
+	return out, nil
+}
+
+// Detail is one inbox message in full.
+type Detail struct {
+	Message
+	// Conflicts counts deliveries that reused this id with another payload.
+	Conflicts int `json:"conflicts"`
+	// History lists its failed attempts and operator actions, oldest first.
+	History []HistoryEntry `json:"history"`
+	// Metadata is the metadata it was received with.
+	Metadata map[string]string `json:"metadata"`
+	// Payload is its body.
+	Payload []byte `json:"payload"`
+}
+
+// List calls fn with the messages matching f, newest first, at most limit
+// of them (0 or less: all). It reads a page at a time, so a large result
+// streams instead of piling up in memory.
+func (a *Admin) List(ctx context.Context, f Filter, limit int, fn func(Message) error) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	const page = 500
+	var below any // keyset: only messages older (lower seq) than the last one sent
+	for sent := 0; limit <= 0 || sent < limit; {
+		n := page
+		if limit > 0 {
+			n = min(page, limit-sent)
+		}
+		got, last, err := a.listPage(ctx, f, below, n, fn)
+		if err != nil {
+			return err
+		}
+		sent += got
+		if got < n {
+			return nil
+		}
+		below = last
+	}
+	return nil
+}
+
+// listPage sends one page of List and returns how many messages it sent
+// and the seq of the last.
+func (a *Admin) listPage(ctx context.Context, f Filter, below any, n int, fn func(Message) error) (int, int64, error) {
+	rows, err := a.pool.Query(ctx, a.q["list"], append(f.args(), below, n)...)
+	if err != nil {
+		return 0, 0, a.dbError(ctx, "list messages", err)
+	}
+	defer rows.Close()
+	var (
+		got  int
+		last int64
+	)
+	for rows.Next() {
+		var m Message
+		if err := rows.Scan(m.scanTargets()...); err != nil {
+			return 0, 0, a.dbError(ctx, "list messages", err)
+		}
+		got, last = got+1, m.Seq
+		if err := fn(m); err != nil {
+			return 0, 0, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, a.dbError(ctx, "list messages", err)
+	}
+	return got, last, nil
+}
+
+// Show returns one message in full, or ErrNotFound.
+func (a *Admin) Show(ctx context.Context, consumer, id string) (*Detail, error) {
+	var (
+		d        Detail
+		raw      []byte
+		metadata []byte
+	)
+	err := a.pool.QueryRow(ctx, a.q["show"], consumer, id).Scan(append(d.scanTargets(), &d.Payload, &metadata, &raw, &d.Conflicts)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, a.dbError(ctx, "show message", err)
+	}
+	if err := json.Unmarshal(metadata, &d.Metadata); err != nil {
+		// Written behind pgbox's back; show it raw rather than fail.
+		d.Metadata = map[string]string{"(undecodable metadata)": string(metadata)}
+	}
+	if d.History, err = history(raw); err != nil {
+		return nil, a.dbError(ctx, "show message", err)
+	}
+	return &d, nil
+}
+
+// ConsumersOf returns the consumers that hold message id (at most ten).
+func (a *Admin) ConsumersOf(ctx context.Context, id string) ([]string, error) {
+	rows, err := a.pool.Query(ctx, a.q["consumersOf"], id)
+	if err != nil {
+		return nil, a.dbError(ctx, "find message", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, a.dbError(ctx, "find message", err)
+	}
+	return out, nil
+}

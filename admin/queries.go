@@ -1,0 +1,233 @@
+package admin
+
+// The admin package's SQL. "/* schema */" is replaced by the quoted schema
+// name when an Admin is created (ident.Render).
+
+// normalizedErrorSQL is a message's last error with what varies from one
+// occurrence of the same failure to the next (ids, quoted values,
+// timestamps, hex, numbers) replaced by placeholders, so that "order
+// 'order-17' timed out after 30s" and "order 'order-9' timed out after 31s"
+// read alike. It runs in the database, so grouping a million dead messages
+// never ships them to the client.
+const normalizedErrorSQL = `regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(
+    coalesce(i.last_error, ''),
+    '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', '<uuid>', 'g'),
+    '"[^"]*"', '"<str>"', 'g'),
+    '''[^'']*''', '''<str>''', 'g'),
+    '\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}(:?\d{2})?)?', '<time>', 'g'),
+    '\m0x[0-9a-fA-F]+\M', '<hex>', 'g'),
+    '\m[0-9a-f]{12,}\M', '<hex>', 'g'),
+    '\d+(\.\d+)?', '<n>', 'g')`
+
+// fingerprintSQL identifies a failure group: the event type and the
+// normalized error, hashed to 12 hex digits an operator can type.
+var fingerprintSQL = `left(md5(i.event_type || chr(10) || ` + normalizedErrorSQL + `), 12)`
+
+// replayableSQL is the rows replay may touch: dead, discarded, or pending
+// after a failure (backing off). Never running (a worker holds it) nor done
+// (replaying it would run its handler again, behind the dedupe's back).
+const replayableSQL = `(i.status IN ('dead', 'discarded') OR (i.status = 'pending' AND i.last_error IS NOT NULL))`
+
+// filterSQL is the WHERE clause shared by list, count, replay and discard.
+// Each condition applies only when its parameter is not NULL (or true):
+// $1 consumer, $2 statuses, $3 event type, $4 received since, $5 received
+// before, $6 error contains (case-insensitive, literal), $7 error matches
+// (case-insensitive regular expression), $8 failure fingerprint, $9 ids,
+// $10 replayable only.
+var filterSQL = `
+    ($1::text IS NULL OR i.consumer = $1)
+    AND ($2::text[] IS NULL OR i.status = ANY($2::text[]))
+    AND ($3::text IS NULL OR i.event_type = $3)
+    AND ($4::timestamptz IS NULL OR i.received_at >= $4)
+    AND ($5::timestamptz IS NULL OR i.received_at < $5)
+    AND ($6::text IS NULL OR strpos(lower(coalesce(i.last_error, '')), lower($6)) > 0)
+    AND ($7::text IS NULL OR coalesce(i.last_error, '') ~* $7)
+    AND ($8::text IS NULL OR ` + fingerprintSQL + ` = $8)
+    AND ($9::text[] IS NULL OR i.message_id = ANY($9::text[]))
+    AND ($10::boolean IS NOT TRUE OR ` + replayableSQL + `)`
+
+// messageColumns are the columns of a Message, in scan order.
+const messageColumns = `i.consumer, i.message_id, i.seq, i.event_type, i.status, coalesce(i.ordering_key, ''),
+    i.attempts, i.max_attempts, i.replays, i.received_at, i.available_at, i.processed_at, i.last_error`
+
+// listSQL lists messages matching the filter, newest first, after the
+// keyset $11 (a seq; messages below it) and up to $12 of them.
+var listSQL = `
+SELECT ` + messageColumns + `
+FROM /* schema */inbox AS i
+WHERE ` + filterSQL + `
+  AND ($11::bigint IS NULL OR i.seq < $11)
+ORDER BY i.seq DESC
+LIMIT $12`
+
+// showSQL reads one message with its payload, metadata and history.
+const showSQL = `
+SELECT ` + messageColumns + `, i.payload, i.metadata, i.errors,
+       (SELECT count(*) FROM /* schema */inbox_conflicts AS c WHERE c.consumer = i.consumer AND c.message_id = i.message_id)
+FROM /* schema */inbox AS i
+WHERE i.consumer = $1 AND i.message_id = $2`
+
+// consumersOfSQL finds which consumers hold a message id, for a show
+// without --consumer.
+const consumersOfSQL = `SELECT consumer FROM /* schema */inbox WHERE message_id = $1 ORDER BY consumer LIMIT 10`
+
+// countSQL counts the messages matching the filter.
+var countSQL = `
+SELECT count(*) FROM /* schema */inbox AS i WHERE ` + filterSQL
+
+// replayBatchSQL replays up to $12 replayable messages matching the filter
+// whose seq is above $11, in seq order, in one short statement: pending
+// now, attempts zeroed, the replay counted, and an entry added to the
+// history (which is kept). Batches walk forward by seq, so every matching
+// row is visited once however many there are, and no statement holds many
+// locks for long. $13 is the operator's note.
+var replayBatchSQL = `
+WITH batch AS (
+    SELECT i.consumer, i.message_id
+    FROM /* schema */inbox AS i
+    WHERE ` + filterSQL + ` AND ` + replayableSQL + ` AND i.seq > $11
+    ORDER BY i.seq
+    LIMIT $12
+    FOR UPDATE
+)
+UPDATE /* schema */inbox AS i SET
+    status       = 'pending',
+    attempts     = 0,
+    available_at = now(),
+    claim_token  = NULL,
+    replays      = i.replays + 1,
+    errors       = i.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+                       'action', 'replayed', 'at', now(), 'replay', i.replays + 1,
+                       'previous_status', i.status, 'previous_attempts', i.attempts, 'note', $13::text)))
+FROM batch AS b
+WHERE i.consumer = b.consumer AND i.message_id = b.message_id
+RETURNING i.seq`
+
+// discardBatchSQL sets aside up to $12 dead messages matching the filter
+// whose seq is above $11: discarded, with the reason $13 in the history.
+// A discarded message no longer holds up its ordering key.
+var discardBatchSQL = `
+WITH batch AS (
+    SELECT i.consumer, i.message_id
+    FROM /* schema */inbox AS i
+    WHERE ` + filterSQL + ` AND i.status = 'dead' AND i.seq > $11
+    ORDER BY i.seq
+    LIMIT $12
+    FOR UPDATE
+)
+UPDATE /* schema */inbox AS i SET
+    status = 'discarded',
+    errors = i.errors || jsonb_build_array(jsonb_build_object('action', 'discarded', 'at', now(), 'reason', $13::text))
+FROM batch AS b
+WHERE i.consumer = b.consumer AND i.message_id = b.message_id
+RETURNING i.seq`
+
+// idStatusSQL reports the status of each of the ids $2 held by consumer
+// $1, for telling an operator which ids were not found or not eligible.
+const idStatusSQL = `
+SELECT message_id, status FROM /* schema */inbox WHERE consumer = $1 AND message_id = ANY($2::text[])`
+
+// purgeBatchSQL deletes up to $3 messages in status $2 (done or
+// discarded) processed (or received, for discarded ones) more than $1
+// milliseconds ago, for consumer $4 (NULL: every consumer).
+const purgeBatchSQL = `
+DELETE FROM /* schema */inbox
+WHERE (consumer, message_id) IN (
+    SELECT i.consumer, i.message_id FROM /* schema */inbox AS i
+    WHERE i.status = $2
+      AND coalesce(i.processed_at, i.received_at) < now() - $1 * interval '1 millisecond'
+      AND ($4::text IS NULL OR i.consumer = $4)
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED)`
+
+// countPurgeableSQL counts what a purge would delete.
+const countPurgeableSQL = `
+SELECT count(*) FROM /* schema */inbox AS i
+WHERE i.status = $2
+  AND coalesce(i.processed_at, i.received_at) < now() - $1 * interval '1 millisecond'
+  AND ($3::text IS NULL OR i.consumer = $3)`
+
+// failuresSQL groups dead and failing (pending after a failure) messages
+// by consumer, event type and error fingerprint, largest groups first.
+var failuresSQL = `
+SELECT i.consumer, i.event_type, ` + fingerprintSQL + ` AS fingerprint,
+       min(` + normalizedErrorSQL + `) AS normalized,
+       count(*), count(*) FILTER (WHERE i.status = 'dead'),
+       min(i.received_at), max(i.received_at),
+       min(i.message_id), min(i.last_error)
+FROM /* schema */inbox AS i
+WHERE (i.status = 'dead' OR (i.status = 'pending' AND i.last_error IS NOT NULL))
+  AND ($1::text IS NULL OR i.consumer = $1)
+GROUP BY 1, 2, 3
+ORDER BY count(*) DESC, 1, 2, 3
+LIMIT $2`
+
+// statsSQL counts each consumer's messages by status, with the age of its
+// oldest pending message and its throughput over the last minute and hour.
+const statsSQL = `
+SELECT i.consumer,
+       count(*) FILTER (WHERE i.status = 'pending'),
+       count(*) FILTER (WHERE i.status = 'running'),
+       count(*) FILTER (WHERE i.status = 'done'),
+       count(*) FILTER (WHERE i.status = 'dead'),
+       count(*) FILTER (WHERE i.status = 'discarded'),
+       extract(epoch FROM now() - min(i.received_at) FILTER (WHERE i.status = 'pending')),
+       count(*) FILTER (WHERE i.status = 'done' AND i.processed_at > now() - interval '1 minute'),
+       count(*) FILTER (WHERE i.status = 'done' AND i.processed_at > now() - interval '1 hour')
+FROM /* schema */inbox AS i
+GROUP BY i.consumer
+ORDER BY i.consumer`
+
+// outboxStatsSQL counts the outbox by status, with the age of the oldest
+// unpublished row.
+const outboxStatsSQL = `
+SELECT count(*) FILTER (WHERE status = 'pending'),
+       count(*) FILTER (WHERE status = 'running'),
+       count(*) FILTER (WHERE status = 'published'),
+       count(*) FILTER (WHERE status = 'dead'),
+       extract(epoch FROM now() - min(created_at) FILTER (WHERE status IN ('pending', 'running'))),
+       now()
+FROM /* schema */outbox`
+
+// outboxColumns are the columns of an OutboxMessage, in scan order.
+const outboxColumns = `o.id, o.seq, o.topic, o.event_type, coalesce(o.ordering_key, ''), o.status, o.attempts, o.replays,
+    o.created_at, o.available_at, o.published_at, o.last_error`
+
+// outboxListSQL lists outbox rows: $1 statuses, $2 topic, $3 keyset
+// (seq below), $4 limit; newest first.
+const outboxListSQL = `
+SELECT ` + outboxColumns + `
+FROM /* schema */outbox AS o
+WHERE ($1::text[] IS NULL OR o.status = ANY($1::text[]))
+  AND ($2::text IS NULL OR o.topic = $2)
+  AND ($3::bigint IS NULL OR o.seq < $3)
+ORDER BY o.seq DESC
+LIMIT $4`
+
+// outboxShowSQL reads one outbox row with its payload, metadata and
+// history.
+const outboxShowSQL = `
+SELECT ` + outboxColumns + `, o.payload, o.metadata, o.errors
+FROM /* schema */outbox AS o
+WHERE o.id = $1`
+
+// outboxRetrySQL puts dead outbox rows back to pending: the ids $1, or
+// every dead row when $1 is NULL, up to $2 per statement.
+const outboxRetrySQL = `
+WITH batch AS (
+    SELECT o.id FROM /* schema */outbox AS o
+    WHERE o.status = 'dead' AND ($1::uuid[] IS NULL OR o.id = ANY($1::uuid[]))
+    ORDER BY o.seq
+    LIMIT $2
+    FOR UPDATE
+)
+UPDATE /* schema */outbox AS o SET
+    status       = 'pending',
+    attempts     = 0,
+    available_at = now(),
+    claim_token  = NULL,
+    replays      = o.replays + 1,
+    errors       = o.errors || jsonb_build_array(jsonb_build_object('action', 'retried', 'at', now(), 'previous_attempts', o.attempts))
+FROM batch AS b
+WHERE o.id = b.id
+RETURNING o.id`

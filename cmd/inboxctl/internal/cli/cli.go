@@ -1,0 +1,211 @@
+// Package cli is inboxctl: every command, its flags, its output and its
+// exit codes. Run is the whole program; main only wires it to the process,
+// so tests drive it with buffers.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/admin"
+)
+
+// Exit codes scripts can rely on.
+const (
+	// ExitOK: the command did what was asked.
+	ExitOK = 0
+	// ExitFailure: the command failed (database unreachable, schema not
+	// migrated, an operation refused or declined).
+	ExitFailure = 1
+	// ExitUsage: the command line was wrong; nothing was done.
+	ExitUsage = 2
+	// ExitNotFound: a message asked for by id does not exist.
+	ExitNotFound = 3
+)
+
+// usageError is a mistake on the command line.
+type usageError struct{ error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// app is one run of inboxctl: its streams and, once connected, its admin.
+type app struct {
+	admin  *admin.Admin
+	dsn    string
+	errOut io.Writer
+	getenv func(string) string
+	in     io.Reader
+	now    func() time.Time
+	out    io.Writer
+	pool   *pgxpool.Pool
+	schema string
+}
+
+// Run executes inboxctl with args and returns the process exit code.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return run(ctx, args, stdin, stdout, stderr, os.Getenv)
+}
+
+// run is Run with the environment given, for tests.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	a := &app{in: stdin, out: stdout, errOut: stderr, getenv: getenv, now: time.Now}
+	defer a.close()
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintln(stderr, "inboxctl: "+a.redact(err.Error()))
+	var usage usageError
+	switch {
+	case errors.As(err, &usage), strings.HasPrefix(err.Error(), "unknown command"): // cobra's own
+		fmt.Fprintln(stderr, "Run 'inboxctl --help' (or add --help to the command) for usage.")
+		return ExitUsage
+	case errors.Is(err, admin.ErrNotFound):
+		return ExitNotFound
+	default:
+		return ExitFailure
+	}
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "inboxctl",
+		Short: "Inspect and steer pgbox's inbox and outbox",
+		Long: `inboxctl shows what pgbox's inbox and outbox hold and lets an operator replay,
+discard or purge messages, safely: bulk changes ask for confirmation (or --yes)
+and run in bounded batches.
+
+The database comes from --dsn or DATABASE_URL; the schema from --schema.
+
+Exit codes: 0 ok, 1 failure, 2 usage error, 3 not found.`,
+		Example: `  inboxctl stats
+  inboxctl failures
+  inboxctl list --status dead --consumer payments
+  inboxctl show order-17/placed --consumer payments
+  inboxctl replay --group 3f2a9c1d0b7e --yes`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.PersistentFlags().StringVar(&a.dsn, "dsn", "", "PostgreSQL connection string (default: $DATABASE_URL)")
+	root.PersistentFlags().StringVar(&a.schema, "schema", pgbox.DefaultSchema, "schema holding pgbox's tables")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(
+		a.statsCommand(), a.listCommand(), a.showCommand(), a.failuresCommand(),
+		a.replayCommand(), a.discardCommand(), a.purgeCommand(),
+		a.outboxCommand(), a.migrateCommand(),
+	)
+	for _, c := range root.Commands() {
+		wrapArgs(c)
+	}
+	return root
+}
+
+// wrapArgs makes cobra's argument-count errors usage errors, in c and its
+// subcommands.
+func wrapArgs(c *cobra.Command) {
+	if validate := c.Args; validate != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if err := validate(cmd, args); err != nil {
+				return usageError{err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		wrapArgs(sub)
+	}
+}
+
+// connect opens the pool, without checking the schema.
+func (a *app) connect(ctx context.Context) error {
+	if a.dsn == "" {
+		a.dsn = a.getenv("DATABASE_URL")
+	}
+	if a.dsn == "" {
+		return usagef("no database: pass --dsn or set DATABASE_URL")
+	}
+	cfg, err := pgxpool.ParseConfig(a.dsn)
+	if err != nil {
+		return usagef("invalid --dsn (or DATABASE_URL): %v", err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "inboxctl"
+	cfg.MaxConns = 4
+	a.pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	if err := a.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("cannot reach PostgreSQL at %s: %w: check --dsn (or DATABASE_URL) and that the server is running",
+			where(cfg), err)
+	}
+	a.admin, err = admin.New(a.pool, a.schema)
+	if err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+// open connects and checks that the schema is migrated to this build's
+// version, with the command to run if not.
+func (a *app) open(ctx context.Context) error {
+	if err := a.connect(ctx); err != nil {
+		return err
+	}
+	return a.admin.Check(ctx)
+}
+
+func (a *app) close() {
+	if a.pool != nil {
+		a.pool.Close()
+	}
+}
+
+// where names the server a config points at, without its password.
+func where(cfg *pgxpool.Config) string {
+	c := cfg.ConnConfig
+	return fmt.Sprintf("%s:%d (database %s, user %s)", c.Host, c.Port, c.Database, c.User)
+}
+
+// redact removes the connection's password from s, in plain and URL-encoded
+// forms, so that no error message ever prints it.
+func (a *app) redact(s string) string {
+	dsn := a.dsn
+	if dsn == "" {
+		dsn = a.getenv("DATABASE_URL")
+	}
+	if dsn == "" {
+		return s
+	}
+	var secrets []string
+	if cfg, err := pgxpool.ParseConfig(dsn); err == nil && cfg.ConnConfig.Password != "" {
+		p := cfg.ConnConfig.Password
+		secrets = append(secrets, url.QueryEscape(p), url.PathEscape(p), p)
+	}
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			secrets = append(secrets, url.QueryEscape(p), url.PathEscape(p), p)
+		}
+	}
+	for _, secret := range secrets {
+		s = strings.ReplaceAll(s, secret, "*****")
+	}
+	return s
+}

@@ -1,0 +1,414 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata from the current output")
+
+// result is one run of inboxctl.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// inboxctl runs the CLI against the test database and schema, with stdin.
+func inboxctl(t *testing.T, schema, stdin string, args ...string) result {
+	t.Helper()
+	return inboxctlEnv(t, map[string]string{"DATABASE_URL": pgtest.URL(t)}, stdin, append(args, "--schema", schema)...)
+}
+
+func inboxctlEnv(t *testing.T, env map[string]string, stdin string, args ...string) result {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, strings.NewReader(stdin), &out, &errOut, func(k string) string { return env[k] })
+	return result{code: code, stdout: out.String(), stderr: errOut.String()}
+}
+
+var (
+	ages    = regexp.MustCompile(`\b\d+d\d+h\b`)
+	seconds = regexp.MustCompile(`("oldest_(pending|unpublished)": )[0-9.]+`)
+	spaces  = regexp.MustCompile(`  +`)
+	nowLine = regexp.MustCompile(`(at |"at": ")\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d+)?Z?( UTC)?`)
+)
+
+// golden compares got with testdata/name.golden (or rewrites it with
+// -update), after replacing what varies between runs: the schema's name,
+// the current time and the ages measured from it. An age's width changes
+// with the calendar, and with it a table's alignment, so where an age was
+// replaced the columns are compared with their spacing collapsed.
+func golden(t *testing.T, name, schema, got string) {
+	t.Helper()
+	got = strings.ReplaceAll(got, schema, "SCHEMA")
+	got = seconds.ReplaceAllString(got, "${1}<seconds>")
+	got = nowLine.ReplaceAllString(got, "${1}<now>")
+	if ages.MatchString(got) {
+		got = ages.ReplaceAllString(got, "<age>")
+		got = spaces.ReplaceAllString(got, "  ")
+	}
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test -update to create %s", path)
+	require.Equal(t, string(want), got, "output differs from %s (run go test -update to accept it)", path)
+}
+
+func (r result) ok(t *testing.T) result {
+	t.Helper()
+	require.Equal(t, ExitOK, r.code, "stderr: %s", r.stderr)
+	return r
+}
+
+func TestStats(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	golden(t, "stats", schema, inboxctl(t, schema, "", "stats").ok(t).stdout)
+	golden(t, "stats_json", schema, inboxctl(t, schema, "", "stats", "-o", "json").ok(t).stdout)
+}
+
+func TestStatsWatchRedraws(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	frames := &frameCounter{cancelAfter: 2, cancel: cancel}
+	code := run(ctx, []string{"stats", "--watch", "--interval", "100ms", "--schema", schema}, strings.NewReader(""), frames, &bytes.Buffer{},
+		func(k string) string { return map[string]string{"DATABASE_URL": pgtest.URL(t)}[k] })
+	require.Equal(t, ExitOK, code, "interrupting --watch is a normal end")
+	require.GreaterOrEqual(t, strings.Count(frames.String(), "INBOX"), 2)
+}
+
+// frameCounter is stdout for --watch: it cancels the run once it has seen
+// enough frames.
+type frameCounter struct {
+	bytes.Buffer
+	cancel      context.CancelFunc
+	cancelAfter int
+}
+
+func (f *frameCounter) Write(p []byte) (int, error) {
+	n, err := f.Buffer.Write(p)
+	if strings.Count(f.String(), "OUTBOX") >= f.cancelAfter {
+		f.cancel()
+	}
+	return n, err
+}
+
+func TestList(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	golden(t, "list", schema, inboxctl(t, schema, "", "list").ok(t).stdout)
+	golden(t, "list_dead", schema, inboxctl(t, schema, "", "list", "--status", "dead", "--consumer", "payments").ok(t).stdout)
+	golden(t, "list_json", schema, inboxctl(t, schema, "", "list", "--type", "ChargeCard", "-o", "json").ok(t).stdout)
+	golden(t, "list_jsonl", schema, inboxctl(t, schema, "", "list", "--error-contains", "TIMEOUT", "-o", "jsonl").ok(t).stdout)
+
+	limited := inboxctl(t, schema, "", "list", "--limit", "2").ok(t).stdout
+	require.Contains(t, limited, "Showing the newest 2; raise --limit")
+	require.Equal(t, 2, strings.Count(limited, "\n2026-"), "two rows")
+
+	since := inboxctl(t, schema, "", "list", "--since", "2026-01-01T10:06:00Z", "--until", "2026-01-01T10:09:00Z").ok(t).stdout
+	require.Contains(t, since, "order-3/placed")
+	require.Contains(t, since, "order-5/placed")
+	require.NotContains(t, since, "order-2/placed")
+	require.NotContains(t, since, "bad-1")
+
+	matched := inboxctl(t, schema, "", "list", "--error-matches", `index out of range \[\d+\]`).ok(t).stdout
+	require.Contains(t, matched, "bad-1")
+	require.NotContains(t, matched, "order-")
+	require.Contains(t, inboxctl(t, schema, "", "list", "--consumer", "nobody").ok(t).stdout, "(no messages match)")
+}
+
+func TestShow(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	golden(t, "show_dead", schema, inboxctl(t, schema, "", "show", "order-3/placed").ok(t).stdout)
+	golden(t, "show_panic_binary", schema, inboxctl(t, schema, "", "show", "bad-1").ok(t).stdout)
+	golden(t, "show_json", schema, inboxctl(t, schema, "", "show", "order-1/placed", "--consumer", "payments", "-o", "json").ok(t).stdout)
+
+	ambiguous := inboxctl(t, schema, "", "show", "order-1/placed")
+	require.Equal(t, ExitUsage, ambiguous.code)
+	require.Contains(t, ambiguous.stderr, `message "order-1/placed" is held by several consumers (payments, shipping): pick one with --consumer`)
+
+	missing := inboxctl(t, schema, "", "show", "order-404")
+	require.Equal(t, ExitNotFound, missing.code)
+	require.Contains(t, missing.stderr, `message "order-404": not found`)
+	require.Equal(t, ExitNotFound, inboxctl(t, schema, "", "show", "order-1/placed", "--consumer", "billing").code)
+}
+
+func TestFailuresGroupsByCause(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	out := inboxctl(t, schema, "", "failures").ok(t).stdout
+	golden(t, "failures", schema, out)
+	golden(t, "failures_json", schema, inboxctl(t, schema, "", "failures", "-o", "json").ok(t).stdout)
+
+	// The two gateway timeouts differ in numbers and request ids but are
+	// one group, which replay --group selects.
+	require.Regexp(t, `2\s+2\s+0\s+payments\s+ChargeCard\s+([0-9a-f]{12})`, out)
+	group := regexp.MustCompile(`2\s+2\s+0\s+payments\s+ChargeCard\s+([0-9a-f]{12})`).FindStringSubmatch(out)[1]
+	dry := inboxctl(t, schema, "", "replay", "--group", group, "--dry-run").ok(t).stdout
+	require.Contains(t, dry, "Would replay 2 messages")
+	require.Contains(t, dry, "order-2/placed")
+	require.Contains(t, dry, "order-3/placed")
+
+	require.Contains(t, inboxctl(t, pgtest.Schema(t), "", "failures").ok(t).stdout, "No dead or failing messages.")
+}
+
+// state reads a message's status, attempts and replays.
+func state(t *testing.T, schema, consumer, id string) (status string, attempts, replays int) {
+	t.Helper()
+	err := pgtest.Pool(t).QueryRow(context.Background(), ident.Render(
+		"SELECT status, attempts, replays FROM /* schema */inbox WHERE consumer = $1 AND message_id = $2", schema), consumer, id).
+		Scan(&status, &attempts, &replays)
+	require.NoError(t, err)
+	return status, attempts, replays
+}
+
+func TestReplayByID(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+
+	done := inboxctl(t, schema, "", "replay", "order-1/placed", "order-2/placed", "--consumer", "payments")
+	require.Equal(t, ExitFailure, done.code)
+	require.Contains(t, done.stderr, "cannot replay order-1/placed is done: only dead, discarded or failing messages are replayed")
+	require.Contains(t, done.stderr, "nothing was replayed")
+	status, _, _ := state(t, schema, "payments", "order-2/placed")
+	require.Equal(t, "dead", status, "a refused id must leave its neighbours alone too")
+
+	missing := inboxctl(t, schema, "", "replay", "order-2/placed", "order-404", "--consumer", "payments")
+	require.Equal(t, ExitNotFound, missing.code)
+	require.Contains(t, missing.stderr, `consumer "payments" holds no message order-404`)
+
+	running := inboxctl(t, schema, "", "replay", "order-5/placed", "--consumer", "payments")
+	require.Equal(t, ExitFailure, running.code)
+	require.Contains(t, running.stderr, "order-5/placed is running")
+
+	r := inboxctl(t, schema, "", "replay", "order-2/placed", "order-3/placed", "--consumer", "payments", "--note", "gateway fixed").ok(t)
+	require.Equal(t, "Replayed 2 messages.\n", r.stdout)
+	status, attempts, replays := state(t, schema, "payments", "order-3/placed")
+	require.Equal(t, []any{"pending", 0, 2}, []any{status, attempts, replays}, "pending, attempts zeroed, second replay counted")
+
+	show := inboxctl(t, schema, "", "show", "order-3/placed").ok(t).stdout
+	require.Contains(t, show, "replayed 2 times")
+	require.Contains(t, show, "replayed by an operator (replay 2; was dead after 2 attempts): gateway fixed")
+	require.Contains(t, show, "attempt 2 failed: payment gateway timeout after 29s", "the history is kept")
+	require.Contains(t, inboxctl(t, schema, "", "list", "--consumer", "payments", "--type", "ChargeCard").ok(t).stdout, "2")
+}
+
+func TestReplayByFilterAsksFirst(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+
+	declined := inboxctl(t, schema, "no\n", "replay", "--consumer", "payments", "--status", "dead")
+	require.Equal(t, ExitFailure, declined.code)
+	require.Contains(t, declined.stderr, "Replay 3 messages? Type yes to continue:")
+	require.Contains(t, declined.stderr, "not confirmed: nothing was replayed")
+	status, _, _ := state(t, schema, "payments", "bad-1")
+	require.Equal(t, "dead", status)
+
+	noInput := inboxctl(t, schema, "", "replay", "--consumer", "payments", "--status", "dead")
+	require.Equal(t, ExitFailure, noInput.code, "no answer is no")
+
+	r := inboxctl(t, schema, "yes\n", "replay", "--consumer", "payments", "--status", "dead").ok(t)
+	require.Equal(t, "Replayed 3 messages.\n", r.stdout)
+	for _, id := range []string{"order-2/placed", "order-3/placed", "bad-1"} {
+		status, attempts, _ := state(t, schema, "payments", id)
+		require.Equal(t, "pending", status, id)
+		require.Zero(t, attempts, id)
+	}
+	status, _, replays := state(t, schema, "payments", "order-1/placed")
+	require.Equal(t, "done", status, "done messages are never replayed")
+	require.Zero(t, replays)
+
+	// --all replays every replayable message: the discarded one and the
+	// failing one that was backing off; never done or running ones.
+	inboxctl(t, schema, "", "replay", "--all", "--yes").ok(t)
+	status, _, _ = state(t, schema, "shipping", "ship-9")
+	require.Equal(t, "pending", status)
+	status, _, _ = state(t, schema, "payments", "order-5/placed")
+	require.Equal(t, "running", status)
+
+	nothing := inboxctl(t, schema, "", "replay", "--consumer", "payments", "--status", "dead", "--yes").ok(t)
+	require.Equal(t, "Nothing to replay: no eligible message matches.\n", nothing.stdout)
+}
+
+func TestReplayDryRunChangesNothing(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	golden(t, "replay_dry_run", schema, inboxctl(t, schema, "", "replay", "--status", "dead", "--dry-run").ok(t).stdout)
+	status, _, replays := state(t, schema, "payments", "order-2/placed")
+	require.Equal(t, "dead", status)
+	require.Zero(t, replays)
+}
+
+// A bulk replay of 100,000 dead messages runs in bounded batches: each
+// batch is its own statement, which the replays' history entries show (one
+// database timestamp per statement).
+func TestBulkReplayOf100kDeadMessagesRunsInBatches(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.Schema(t)
+	pool := pgtest.Pool(t)
+	_, err := pool.Exec(context.Background(), ident.Render(`
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
+		SELECT 'payments', 'm-' || i, 'OrderPlaced', 'dead', 5, 5, '\x00', '', 'timeout'
+		FROM generate_series(1, 100000) AS i`, schema))
+	require.NoError(t, err)
+
+	r := inboxctl(t, schema, "", "replay", "--consumer", "payments", "--status", "dead", "--yes", "--batch-size", "1000").ok(t)
+	require.Equal(t, "Replayed 100,000 messages.\n", r.stdout)
+
+	var pending, statements int
+	require.NoError(t, pool.QueryRow(context.Background(), ident.Render(`
+		SELECT count(*) FILTER (WHERE status = 'pending' AND attempts = 0 AND replays = 1),
+		       count(DISTINCT errors->-1->>'at')
+		FROM /* schema */inbox`, schema)).Scan(&pending, &statements))
+	require.Equal(t, 100000, pending)
+	require.Equal(t, 100, statements, "100 statements of 1,000 rows each, not one giant one")
+}
+
+func TestDiscard(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+
+	noReason := inboxctl(t, schema, "", "discard", "bad-1", "--consumer", "payments")
+	require.Equal(t, ExitUsage, noReason.code)
+	require.Contains(t, noReason.stderr, "--reason is required")
+
+	notDead := inboxctl(t, schema, "", "discard", "order-4/placed", "--consumer", "payments", "--reason", "x")
+	require.Equal(t, ExitFailure, notDead.code)
+	require.Contains(t, notDead.stderr, "order-4/placed is pending: only dead messages are discarded")
+
+	inboxctl(t, schema, "", "discard", "bad-1", "--consumer", "payments", "--reason", "legacy import, fixed by hand").ok(t)
+	status, _, _ := state(t, schema, "payments", "bad-1")
+	require.Equal(t, "discarded", status)
+	require.Contains(t, inboxctl(t, schema, "", "show", "bad-1").ok(t).stdout, "discarded by an operator: legacy import, fixed by hand")
+
+	r := inboxctl(t, schema, "", "discard", "--error-contains", "gateway timeout", "--reason", "refunded", "--yes").ok(t)
+	require.Equal(t, "Discarded 2 messages.\n", r.stdout)
+}
+
+func TestPurge(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	require.Equal(t, ExitUsage, inboxctl(t, schema, "", "purge").code)
+	require.Equal(t, ExitUsage, inboxctl(t, schema, "", "purge", "--older-than", "soon").code)
+	dead := inboxctl(t, schema, "", "purge", "--older-than", "1d", "--status", "dead")
+	require.Equal(t, ExitUsage, dead.code)
+	require.Contains(t, dead.stderr, "only done or discarded messages can be purged")
+
+	require.Equal(t, "Would delete 2 done messages older than 1d. Nothing was changed (--dry-run).\n",
+		inboxctl(t, schema, "", "purge", "--older-than", "1d", "--dry-run").ok(t).stdout)
+	require.Equal(t, "Nothing to purge: no done message older than 100000d.\n",
+		inboxctl(t, schema, "", "purge", "--older-than", "100000d").ok(t).stdout)
+	require.Equal(t, "Deleted 1 done message.\n",
+		inboxctl(t, schema, "yes\n", "purge", "--older-than", "1d", "--consumer", "shipping").ok(t).stdout)
+
+	var left int
+	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(), ident.Render("SELECT count(*) FROM /* schema */inbox", schema)).Scan(&left))
+	require.Equal(t, 7, left, "only shipping's done message is gone; dead and pending stay")
+}
+
+func TestOutbox(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	golden(t, "outbox_list", schema, inboxctl(t, schema, "", "outbox", "list").ok(t).stdout)
+	golden(t, "outbox_list_json", schema, inboxctl(t, schema, "", "outbox", "list", "--status", "dead", "-o", "json").ok(t).stdout)
+	golden(t, "outbox_show", schema, inboxctl(t, schema, "", "outbox", "show", "019a0000-0000-7000-8000-000000000002").ok(t).stdout)
+
+	require.Equal(t, ExitUsage, inboxctl(t, schema, "", "outbox", "show", "not-a-uuid").code)
+	require.Equal(t, ExitNotFound, inboxctl(t, schema, "", "outbox", "show", "019a0000-0000-7000-8000-0000000000ff").code)
+	published := inboxctl(t, schema, "", "outbox", "retry", "019a0000-0000-7000-8000-000000000001")
+	require.Equal(t, ExitFailure, published.code)
+	require.Contains(t, published.stderr, "is published, not dead: only dead rows are retried")
+	require.Equal(t, ExitUsage, inboxctl(t, schema, "", "outbox", "retry").code)
+
+	require.Equal(t, "Would retry 1 dead outbox row. Nothing was changed (--dry-run).\n",
+		inboxctl(t, schema, "", "outbox", "retry", "--all-dead", "--dry-run").ok(t).stdout)
+	inboxctl(t, schema, "", "outbox", "retry", "--all-dead", "--yes").ok(t)
+	show := inboxctl(t, schema, "", "outbox", "show", "019a0000-0000-7000-8000-000000000002").ok(t).stdout
+	require.Contains(t, show, "pending after 0 attempts, retried by an operator 1 time")
+	require.Contains(t, show, "retried by an operator (was dead after 3 attempts)")
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.EmptySchema(t)
+	require.Contains(t, inboxctl(t, schema, "", "migrate", "version").ok(t).stdout, "is at version 0")
+	golden(t, "migrate_status_empty", schema, inboxctl(t, schema, "", "migrate", "status").ok(t).stdout)
+	up := inboxctl(t, schema, "", "migrate", "up").ok(t).stdout
+	require.Contains(t, up, "applied 00001_inbox.sql")
+	require.Contains(t, inboxctl(t, schema, "", "migrate", "up").ok(t).stdout, "is up to date")
+	require.Contains(t, inboxctl(t, schema, "", "stats").ok(t).stdout, "(no messages)")
+
+	declined := inboxctl(t, schema, "", "migrate", "down")
+	require.Equal(t, ExitFailure, declined.code)
+	require.Contains(t, declined.stderr, "dropping tables and their data? Type yes to continue")
+	require.Contains(t, inboxctl(t, schema, "", "migrate", "down", "--to", "0", "--yes").ok(t).stdout, "is at version 0")
+
+	unmigrated := inboxctl(t, schema, "", "stats")
+	require.Equal(t, ExitFailure, unmigrated.code)
+	require.Contains(t, unmigrated.stderr, "run inboxctl migrate up")
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	for _, args := range [][]string{
+		{"list", "--bogus"},
+		{"list", "-o", "yaml"},
+		{"list", "--status", "lost"},
+		{"list", "--since", "yesterday"},
+		{"show"},
+		{"replay"},
+		{"replay", "order-2/placed"},
+		{"replay", "order-2/placed", "--consumer", "payments", "--status", "dead"},
+		{"stats", "--watch", "--interval", "1ms"},
+		{"no-such-command"},
+	} {
+		r := inboxctl(t, schema, "", args...)
+		require.Equal(t, ExitUsage, r.code, "%v: %s", args, r.stderr)
+		require.Contains(t, r.stderr, "inboxctl --help", "%v", args)
+	}
+}
+
+func TestNoDatabaseIsAUsageError(t *testing.T) {
+	t.Parallel()
+	r := inboxctlEnv(t, nil, "", "stats")
+	require.Equal(t, ExitUsage, r.code)
+	require.Contains(t, r.stderr, "no database: pass --dsn or set DATABASE_URL")
+}
+
+// A password in the DSN never reaches the output, whatever goes wrong.
+func TestPasswordIsNeverPrinted(t *testing.T) {
+	t.Parallel()
+	for _, dsn := range []string{
+		"postgres://ops:s3cr%40t-p4ss@127.0.0.1:1/pgbox?connect_timeout=2",
+		"host=127.0.0.1 port=1 user=ops password=s3cr@t-p4ss dbname=pgbox connect_timeout=2",
+		"postgres://ops:s3cr%40t-p4ss@127.0.0.1:1/pgbox?sslmode=bogus",
+	} {
+		r := inboxctlEnv(t, nil, "", "stats", "--dsn", dsn)
+		require.NotEqual(t, ExitOK, r.code)
+		require.NotContains(t, r.stderr+r.stdout, "s3cr@t-p4ss", dsn)
+		require.NotContains(t, r.stderr+r.stdout, "s3cr%40t-p4ss", dsn)
+		require.NotContains(t, r.stderr+r.stdout, "p4ss", dsn)
+	}
+	unreachable := inboxctlEnv(t, nil, "", "stats", "--dsn", "postgres://ops:pw123456@127.0.0.1:1/pgbox?connect_timeout=2")
+	require.Equal(t, ExitFailure, unreachable.code)
+	require.Contains(t, unreachable.stderr, "cannot reach PostgreSQL at 127.0.0.1:1 (database pgbox, user ops)")
+	require.Contains(t, unreachable.stderr, "check --dsn (or DATABASE_URL) and that the server is running")
+}

@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pgbox/pgbox/admin"
+)
+
+// filterFlags are the flags that select inbox messages, shared by list,
+// replay and discard.
+type filterFlags struct {
+	consumer, eventType         string
+	errorContains, errorMatches string
+	group                       string
+	since, until                string
+	statuses                    []string
+}
+
+func (f *filterFlags) add(cmd *cobra.Command, withStatus bool) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.consumer, "consumer", "", "only this consumer's messages")
+	fl.StringVar(&f.eventType, "type", "", "only this event type")
+	fl.StringVar(&f.errorContains, "error-contains", "", "only messages whose last error contains this text (any case)")
+	fl.StringVar(&f.errorMatches, "error-matches", "", "only messages whose last error matches this regular expression (any case)")
+	fl.StringVar(&f.group, "group", "", "only one failure group: a fingerprint from 'inboxctl failures'")
+	fl.StringVar(&f.since, "since", "", "only messages received since: a duration ago (90m, 2h, 7d) or a time (2026-11-22T06:00:00Z)")
+	fl.StringVar(&f.until, "until", "", "only messages received before: a duration ago or a time")
+	if withStatus {
+		fl.StringSliceVar(&f.statuses, "status", nil, "only these statuses: pending, running, done, dead, discarded (comma-separated)")
+	}
+}
+
+// any reports whether any selecting flag was given.
+func (f *filterFlags) any() bool { return f.consumer != "" || f.narrows() }
+
+// narrows reports whether a flag other than --consumer was given.
+func (f *filterFlags) narrows() bool {
+	return f.eventType != "" || f.errorContains != "" || f.errorMatches != "" ||
+		f.group != "" || f.since != "" || f.until != "" || len(f.statuses) > 0
+}
+
+func (f *filterFlags) filter(now time.Time) (admin.Filter, error) {
+	out := admin.Filter{
+		Consumer:      f.consumer,
+		ErrorContains: f.errorContains,
+		ErrorMatches:  f.errorMatches,
+		EventType:     f.eventType,
+		Fingerprint:   f.group,
+		Statuses:      f.statuses,
+	}
+	var err error
+	if out.Since, err = parseWhen("--since", f.since, now); err != nil {
+		return out, err
+	}
+	if out.Until, err = parseWhen("--until", f.until, now); err != nil {
+		return out, err
+	}
+	if err := out.Validate(); err != nil {
+		return out, usageError{err}
+	}
+	return out, nil
+}
+
+// parseWhen reads a point in time given as a duration ago ("2h", "7d") or
+// an RFC 3339 time.
+func parseWhen(flag, s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := parseDuration(s); err == nil {
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, usagef("%s %q is neither a duration (90m, 2h, 7d) nor a time (2026-11-22T06:00:00Z)", flag, s)
+}
+
+// parseDuration is time.ParseDuration plus days: "7d", "1d12h".
+func parseDuration(s string) (time.Duration, error) {
+	if i := strings.Index(s, "d"); i > 0 {
+		days, err := strconv.Atoi(s[:i])
+		if err != nil {
+			return 0, err
+		}
+		rest := time.Duration(0)
+		if s[i+1:] != "" {
+			if rest, err = time.ParseDuration(s[i+1:]); err != nil {
+				return 0, err
+			}
+		}
+		return time.Duration(days)*24*time.Hour + rest, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err == nil && d < 0 {
+		return 0, fmt.Errorf("negative duration")
+	}
+	return d, err
+}

@@ -1,0 +1,278 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pgbox/pgbox/admin"
+)
+
+// change describes one of the commands that change messages in bulk:
+// replay and discard.
+type change struct {
+	// verb and past name the change in prompts and reports.
+	verb, past string
+	// eligible lists the statuses an id may have to be changed.
+	eligible []string
+	// why explains to the operator why other statuses are refused.
+	why string
+	// filter narrows a filter to what the change may touch.
+	filter func(admin.Filter) admin.Filter
+	// run makes the change.
+	run func(ctx context.Context, f admin.Filter, opts admin.BatchOptions) (int64, error)
+}
+
+// changeFlags are the flags replay and discard share.
+type changeFlags struct {
+	all       bool
+	batchSize int
+	dryRun    bool
+	f         filterFlags
+	yes       bool
+}
+
+func (c *changeFlags) add(cmd *cobra.Command, withStatus bool) {
+	c.f.add(cmd, withStatus)
+	cmd.Flags().BoolVar(&c.all, "all", false, "select every eligible message (when no other filter is given)")
+	cmd.Flags().IntVar(&c.batchSize, "batch-size", admin.BatchSizeDefault, "rows changed per statement")
+	cmd.Flags().BoolVar(&c.dryRun, "dry-run", false, "show what would change, and change nothing")
+	cmd.Flags().BoolVarP(&c.yes, "yes", "y", false, "do not ask for confirmation")
+}
+
+// apply runs ch on the messages named by ids, or selected by the flags.
+func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []string) error {
+	filter, err := flags.f.filter(a.now())
+	if err != nil {
+		return err
+	}
+	if flags.batchSize < 1 {
+		return usagef("--batch-size %d: use 1 or more", flags.batchSize)
+	}
+	bulk := len(ids) == 0
+	if bulk && !flags.f.any() && !flags.all {
+		return usagef("name message ids, or select messages with filters (--consumer, --status, --type, --error-contains, --group …), or pass --all")
+	}
+	if !bulk {
+		if flags.f.consumer == "" {
+			return usagef("message ids need --consumer: ids are unique per consumer")
+		}
+		if flags.f.narrows() {
+			return usagef("give either message ids (with --consumer) or filters, not both")
+		}
+		filter = admin.Filter{Consumer: flags.f.consumer, IDs: ids}
+	}
+	if err := a.open(ctx); err != nil {
+		return err
+	}
+	if !bulk {
+		if err := a.checkIDs(ctx, ch, filter.Consumer, ids); err != nil {
+			return err
+		}
+	}
+	filter = ch.filter(filter)
+
+	n, err := a.admin.Count(ctx, filter)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		fmt.Fprintf(a.out, "Nothing to %s: no eligible message matches.\n", ch.verb)
+		return nil
+	}
+	if flags.dryRun {
+		fmt.Fprintf(a.out, "Would %s %s. Nothing was changed (--dry-run). The first of them:\n\n", ch.verb, plural(n, "message"))
+		return a.list(ctx, filter, 20, formatTable)
+	}
+	if bulk && !flags.yes && !a.confirm(fmt.Sprintf("%s %s?", capitalize(ch.verb), plural(n, "message"))) {
+		return fmt.Errorf("not confirmed: nothing was %s", ch.past)
+	}
+	done, err := ch.run(ctx, filter, admin.BatchOptions{BatchSize: flags.batchSize, Progress: a.progress(capitalize(ch.past), n)})
+	if err != nil {
+		return fmt.Errorf("%w (%s %s before the error)", err, ch.past, plural(done, "message"))
+	}
+	fmt.Fprintf(a.out, "%s %s.\n", capitalize(ch.past), plural(done, "message"))
+	return nil
+}
+
+// checkIDs refuses the whole change when an id does not exist or is not in
+// a state the change applies to, so that a typo changes nothing.
+func (a *app) checkIDs(ctx context.Context, ch change, consumer string, ids []string) error {
+	statuses, err := a.admin.IDStatuses(ctx, consumer, ids)
+	if err != nil {
+		return err
+	}
+	var missing, refused []string
+	for _, id := range ids {
+		status, ok := statuses[id]
+		switch {
+		case !ok:
+			missing = append(missing, id)
+		case !slices.Contains(ch.eligible, status):
+			refused = append(refused, fmt.Sprintf("%s is %s", id, status))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("consumer %q holds no message %s: %w; nothing was %s", consumer, strings.Join(missing, ", "), admin.ErrNotFound, ch.past)
+	}
+	if len(refused) > 0 {
+		return fmt.Errorf("cannot %s %s: %s; nothing was %s", ch.verb, strings.Join(refused, ", "), ch.why, ch.past)
+	}
+	return nil
+}
+
+func capitalize(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
+
+func (a *app) replayCommand() *cobra.Command {
+	var (
+		flags changeFlags
+		note  string
+	)
+	cmd := &cobra.Command{
+		Use:   "replay [ID...]",
+		Short: "Put dead or failing messages back to pending, with their attempts zeroed",
+		Long: `replay puts messages back to pending, due now, with their attempts zeroed, so the
+dispatcher runs them again. It applies to dead, discarded and failing (retrying
+after a failure) messages; never to running ones (a worker holds them) nor done
+ones (their effect has happened: running them again is what the inbox exists to
+prevent). Each message's history is kept, the replay is added to it, and its
+replay counter goes up.
+
+Select messages by id (with --consumer) or by filter. A filter replay asks for
+confirmation (or --yes) and runs in batches of --batch-size, each its own short
+statement, so a million-message replay never holds one giant lock.`,
+		Example: `  inboxctl replay order-17/placed --consumer payments
+  inboxctl replay --group 3f2a9c1d0b7e --note "gateway fixed"
+  inboxctl replay --consumer payments --status dead --error-contains timeout --dry-run
+  inboxctl replay --consumer payments --status dead --yes`,
+		RunE: func(cmd *cobra.Command, ids []string) error {
+			return a.apply(cmd.Context(), change{
+				verb: "replay", past: "replayed",
+				eligible: []string{admin.StatusDead, admin.StatusDiscarded, admin.StatusPending},
+				why:      "only dead, discarded or failing messages are replayed (a running one is held by a worker; a done one has had its effect)",
+				filter: func(f admin.Filter) admin.Filter {
+					f.ReplayableOnly = true
+					return f
+				},
+				run: func(ctx context.Context, f admin.Filter, opts admin.BatchOptions) (int64, error) {
+					return a.admin.Replay(ctx, f, note, opts)
+				},
+			}, flags, ids)
+		},
+	}
+	flags.add(cmd, true)
+	cmd.Flags().StringVar(&note, "note", "", "a note kept in each replayed message's history")
+	return cmd
+}
+
+func (a *app) discardCommand() *cobra.Command {
+	var (
+		flags  changeFlags
+		reason string
+	)
+	cmd := &cobra.Command{
+		Use:   "discard [ID...] --reason TEXT",
+		Short: "Set dead messages aside for good, with a reason",
+		Long: `discard marks dead messages as discarded: kept for the record (until purged), never
+run, and no longer holding up their ordering key. The reason is kept in each
+message's history. Only dead messages can be discarded.`,
+		Example: `  inboxctl discard order-99/placed --consumer payments --reason "test order, not real"
+  inboxctl discard --group 3f2a9c1d0b7e --reason "refunded by hand, ticket OPS-412" --yes`,
+		RunE: func(cmd *cobra.Command, ids []string) error {
+			if strings.TrimSpace(reason) == "" {
+				return usagef("--reason is required: say why, for whoever looks at these messages next")
+			}
+			return a.apply(cmd.Context(), change{
+				verb: "discard", past: "discarded",
+				eligible: []string{admin.StatusDead},
+				why:      "only dead messages are discarded",
+				filter: func(f admin.Filter) admin.Filter {
+					f.Statuses = []string{admin.StatusDead}
+					return f
+				},
+				run: func(ctx context.Context, f admin.Filter, opts admin.BatchOptions) (int64, error) {
+					return a.admin.Discard(ctx, f, reason, opts)
+				},
+			}, flags, ids)
+		},
+	}
+	flags.add(cmd, false)
+	cmd.Flags().StringVar(&reason, "reason", "", "why (required; kept in each message's history)")
+	return cmd
+}
+
+func (a *app) purgeCommand() *cobra.Command {
+	var (
+		olderThan, status, consumer string
+		batchSize                   int
+		dryRun, yes                 bool
+	)
+	cmd := &cobra.Command{
+		Use:   "purge --older-than DURATION",
+		Short: "Delete done (or discarded) messages older than a duration",
+		Long: `purge deletes done messages processed more than --older-than ago (or, with
+--status discarded, discarded ones received that long ago), in batches.
+
+A done message is the inbox's memory that it was handled: once deleted, a
+redelivery of it is handled again. Keep --older-than longer than any
+producer's or broker's redelivery window. Dead messages are never purged:
+replay or discard them first.`,
+		Example: `  inboxctl purge --older-than 30d --dry-run
+  inboxctl purge --older-than 30d --yes
+  inboxctl purge --status discarded --older-than 7d --consumer payments`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if olderThan == "" {
+				return usagef("--older-than is required, such as 30d: done messages are the inbox's dedupe memory")
+			}
+			d, err := parseDuration(olderThan)
+			if err != nil {
+				return usagef("--older-than %q is not a duration such as 90m, 36h or 30d", olderThan)
+			}
+			if batchSize < 1 {
+				return usagef("--batch-size %d: use 1 or more", batchSize)
+			}
+			if status != admin.StatusDone && status != admin.StatusDiscarded {
+				return usagef("--status %q: only done or discarded messages can be purged", status)
+			}
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			n, err := a.admin.CountPurgeable(ctx, status, d, consumer)
+			if err != nil {
+				return err
+			}
+			what := fmt.Sprintf("%s older than %s", plural(n, status+" message"), olderThan)
+			if consumer != "" {
+				what += fmt.Sprintf(" of consumer %q", consumer)
+			}
+			switch {
+			case n == 0:
+				fmt.Fprintf(a.out, "Nothing to purge: no %s message older than %s.\n", status, olderThan)
+				return nil
+			case dryRun:
+				fmt.Fprintf(a.out, "Would delete %s. Nothing was changed (--dry-run).\n", what)
+				return nil
+			case !yes && !a.confirm("Delete "+what+"?"):
+				return fmt.Errorf("not confirmed: nothing was deleted")
+			}
+			done, err := a.admin.Purge(ctx, status, d, consumer, admin.BatchOptions{BatchSize: batchSize, Progress: a.progress("Deleted", n)})
+			if err != nil {
+				return fmt.Errorf("%w (deleted %s before the error)", err, count(done))
+			}
+			fmt.Fprintf(a.out, "Deleted %s.\n", plural(done, status+" message"))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&olderThan, "older-than", "", "delete messages older than this: 90m, 36h, 30d (required)")
+	cmd.Flags().StringVar(&status, "status", admin.StatusDone, "done or discarded")
+	cmd.Flags().StringVar(&consumer, "consumer", "", "only this consumer's messages")
+	cmd.Flags().IntVar(&batchSize, "batch-size", admin.BatchSizeDefault, "rows deleted per statement")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted, and delete nothing")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	return cmd
+}

@@ -1,0 +1,228 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/pgbox/pgbox/admin"
+)
+
+func (a *app) outboxCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "outbox",
+		Short: "Inspect and retry the outbox's unpublished and dead rows",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(a.outboxListCommand(), a.outboxShowCommand(), a.outboxRetryCommand())
+	return cmd
+}
+
+func (a *app) outboxListCommand() *cobra.Command {
+	var (
+		statuses      []string
+		topic, output string
+		limit         int
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List outbox rows, newest first",
+		Example: `  inboxctl outbox list --status dead
+  inboxctl outbox list --status pending,running --topic orders
+  inboxctl outbox list --limit 0 -o jsonl`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			f := admin.OutboxFilter{Statuses: statuses, Topic: topic}
+			switch output {
+			case formatJSONL:
+				return a.admin.OutboxList(ctx, f, limit, func(m admin.OutboxMessage) error { return writeJSONLine(a.out, m) })
+			case formatJSON:
+				rows := []admin.OutboxMessage{}
+				if err := a.admin.OutboxList(ctx, f, limit, func(m admin.OutboxMessage) error { rows = append(rows, m); return nil }); err != nil {
+					return err
+				}
+				return writeJSON(a.out, rows)
+			}
+			t := newTable(a.out)
+			fmt.Fprintln(t, "CREATED (UTC)\tID\tTOPIC\tTYPE\tSTATUS\tATTEMPTS\tLAST ERROR")
+			n := 0
+			err := a.admin.OutboxList(ctx, f, limit, func(m admin.OutboxMessage) error {
+				n++
+				lastError := "-"
+				if m.LastError != nil {
+					lastError = oneLine(*m.LastError, 70)
+				}
+				_, err := fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", stamp(m.CreatedAt), m.ID, m.Topic, m.EventType, m.Status, m.Attempts, lastError)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if err := t.Flush(); err != nil {
+				return err
+			}
+			if n == 0 {
+				fmt.Fprintln(a.out, "(no rows match)")
+			} else if limit > 0 && n == limit {
+				fmt.Fprintf(a.out, "\nShowing the newest %d; raise --limit (0 for all) or narrow the filter to see more.\n", n)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&statuses, "status", nil, "only these statuses: pending, running, published, dead (comma-separated)")
+	cmd.Flags().StringVar(&topic, "topic", "", "only this topic")
+	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many rows; 0 for all")
+	outputFlag(cmd, &output, formatTable, formatJSON, formatJSONL)
+	return cmd
+}
+
+func (a *app) outboxShowCommand() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:     "show ID",
+		Short:   "Show one outbox row: metadata, payload and every failed publish",
+		Example: `  inboxctl outbox show 019a2f0e-7b1c-7d3e-9f00-1a2b3c4d5e6f`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			id, err := uuid.Parse(args[0])
+			if err != nil {
+				return usagef("%q is not an outbox id: outbox ids are UUIDs", args[0])
+			}
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			d, err := a.admin.OutboxShow(ctx, id)
+			if errors.Is(err, admin.ErrNotFound) {
+				return fmt.Errorf("outbox row %s: %w", id, err)
+			}
+			if err != nil {
+				return err
+			}
+			if output == formatJSON {
+				return writeJSON(a.out, d)
+			}
+			t := newTable(a.out)
+			row := func(k, v string) { fmt.Fprintf(t, "%s\t%s\n", k, v) }
+			row("ID", d.ID.String())
+			row("Topic", d.Topic)
+			row("Type", d.EventType)
+			status := fmt.Sprintf("%s after %s", d.Status, plural(int64(d.Attempts), "attempt"))
+			if d.Replays > 0 {
+				status += ", retried by an operator " + plural(int64(d.Replays), "time")
+			}
+			row("Status", status)
+			if d.OrderingKey != "" {
+				row("Ordering key", d.OrderingKey)
+			}
+			row("Created", stamp(d.CreatedAt)+" UTC")
+			switch {
+			case d.PublishedAt != nil:
+				row("Published", stamp(*d.PublishedAt)+" UTC")
+			case d.Status == "pending":
+				row("Next attempt", stamp(d.AvailableAt)+" UTC")
+			case d.Status == "running":
+				row("Lease ends", stamp(d.AvailableAt)+" UTC")
+			}
+			_ = t.Flush()
+			fmt.Fprintln(a.out, "\nMetadata")
+			if len(d.Metadata) == 0 {
+				fmt.Fprintln(a.out, "  (none)")
+			}
+			for _, k := range slices.Sorted(maps.Keys(d.Metadata)) {
+				fmt.Fprintf(a.out, "  %s: %s\n", k, d.Metadata[k])
+			}
+			kind, text := renderPayload(d.Payload)
+			fmt.Fprintf(a.out, "\nPayload (%s, %d bytes)\n", kind, len(d.Payload))
+			if text != "" {
+				fmt.Fprintln(a.out, indent(text, "  "))
+			}
+			a.printHistory(d.History)
+			return nil
+		},
+	}
+	outputFlag(cmd, &output, formatTable, formatJSON)
+	return cmd
+}
+
+func (a *app) outboxRetryCommand() *cobra.Command {
+	var (
+		allDead, dryRun, yes bool
+	)
+	cmd := &cobra.Command{
+		Use:   "retry [ID...]",
+		Short: "Put dead outbox rows back to pending so the relay publishes them again",
+		Long: `retry puts dead outbox rows (their publish attempts ran out) back to pending with
+their attempts zeroed; the relay publishes them again. A dead row holds up its
+ordering key until then. Name the rows by id, or pass --all-dead.`,
+		Example: `  inboxctl outbox retry 019a2f0e-7b1c-7d3e-9f00-1a2b3c4d5e6f
+  inboxctl outbox retry --all-dead --yes`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if len(args) == 0 && !allDead {
+				return usagef("name outbox ids, or pass --all-dead")
+			}
+			if len(args) > 0 && allDead {
+				return usagef("give either ids or --all-dead, not both")
+			}
+			var ids []uuid.UUID
+			for _, s := range args {
+				id, err := uuid.Parse(s)
+				if err != nil {
+					return usagef("%q is not an outbox id: outbox ids are UUIDs", s)
+				}
+				ids = append(ids, id)
+			}
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			for _, id := range ids {
+				d, err := a.admin.OutboxShow(ctx, id)
+				if errors.Is(err, admin.ErrNotFound) {
+					return fmt.Errorf("outbox row %s: %w; nothing was retried", id, err)
+				}
+				if err != nil {
+					return err
+				}
+				if d.Status != "dead" {
+					return fmt.Errorf("outbox row %s is %s, not dead: only dead rows are retried; nothing was retried", id, d.Status)
+				}
+			}
+			n := int64(len(ids))
+			if allDead {
+				err := a.admin.OutboxList(ctx, admin.OutboxFilter{Statuses: []string{"dead"}}, 0, func(admin.OutboxMessage) error { n++; return nil })
+				if err != nil {
+					return err
+				}
+			}
+			switch {
+			case n == 0:
+				fmt.Fprintln(a.out, "Nothing to retry: no dead outbox row.")
+				return nil
+			case dryRun:
+				fmt.Fprintf(a.out, "Would retry %s. Nothing was changed (--dry-run).\n", plural(n, "dead outbox row"))
+				return nil
+			case allDead && !yes && !a.confirm(fmt.Sprintf("Retry %s?", plural(n, "dead outbox row"))):
+				return fmt.Errorf("not confirmed: nothing was retried")
+			}
+			done, err := a.admin.OutboxRetry(ctx, ids, admin.BatchOptions{Progress: a.progress("Retried", n)})
+			if err != nil {
+				return fmt.Errorf("%w (retried %s before the error)", err, plural(done, "row"))
+			}
+			fmt.Fprintf(a.out, "Retried %s: the relay will publish again.\n", plural(done, "outbox row"))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&allDead, "all-dead", false, "retry every dead row")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be retried, and change nothing")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	return cmd
+}
