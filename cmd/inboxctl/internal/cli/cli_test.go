@@ -185,7 +185,7 @@ func TestReplayByID(t *testing.T) {
 
 	done := inboxctl(t, schema, "", "replay", "order-1/placed", "order-2/placed", "--consumer", "payments")
 	require.Equal(t, ExitFailure, done.code)
-	require.Contains(t, done.stderr, "cannot replay order-1/placed is done: only dead, discarded or failing messages are replayed")
+	require.Contains(t, done.stderr, "cannot replay: order-1/placed is done (only dead, discarded or failing messages are replayed")
 	require.Contains(t, done.stderr, "nothing was replayed")
 	status, _, _ := state(t, schema, "payments", "order-2/placed")
 	require.Equal(t, "dead", status, "a refused id must leave its neighbours alone too")
@@ -291,7 +291,7 @@ func TestDiscard(t *testing.T) {
 
 	notDead := inboxctl(t, schema, "", "discard", "order-4/placed", "--consumer", "payments", "--reason", "x")
 	require.Equal(t, ExitFailure, notDead.code)
-	require.Contains(t, notDead.stderr, "order-4/placed is pending: only dead messages are discarded")
+	require.Contains(t, notDead.stderr, "cannot discard: order-4/placed is pending (only dead messages are discarded)")
 
 	inboxctl(t, schema, "", "discard", "bad-1", "--consumer", "payments", "--reason", "legacy import, fixed by hand").ok(t)
 	status, _, _ := state(t, schema, "payments", "bad-1")

@@ -119,7 +119,7 @@ func (a *app) checkIDs(ctx context.Context, ch change, consumer string, ids []st
 		return fmt.Errorf("consumer %q holds no message %s: %w; nothing was %s", consumer, strings.Join(missing, ", "), admin.ErrNotFound, ch.past)
 	}
 	if len(refused) > 0 {
-		return fmt.Errorf("cannot %s %s: %s; nothing was %s", ch.verb, strings.Join(refused, ", "), ch.why, ch.past)
+		return fmt.Errorf("cannot %s: %s (%s); nothing was %s", ch.verb, strings.Join(refused, ", "), ch.why, ch.past)
 	}
 	return nil
 }
@@ -152,7 +152,7 @@ statement, so a million-message replay never holds one giant lock.`,
 			return a.apply(cmd.Context(), change{
 				verb: "replay", past: "replayed",
 				eligible: []string{admin.StatusDead, admin.StatusDiscarded, admin.StatusPending},
-				why:      "only dead, discarded or failing messages are replayed (a running one is held by a worker; a done one has had its effect)",
+				why:      "only dead, discarded or failing messages are replayed: a running one is held by a worker, a done one has had its effect",
 				filter: func(f admin.Filter) admin.Filter {
 					f.ReplayableOnly = true
 					return f
