@@ -479,6 +479,45 @@ func TestDeadHeadHoldsItsKey(t *testing.T) {
 	b.waitFor(t, "SELECT status = 'done' FROM /* schema */inbox WHERE message_id = 'a-1'")
 }
 
+// Messages whose notification was folded (the inbox notifies once per
+// interval) are announced by the notification it owes them afterwards, not
+// left for the next poll. The dispatcher is idle between receives: it has
+// no reason to look but the notifications.
+func TestFoldedNotificationsStillWakeTheDispatcher(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	handled := make(chan string, 10)
+	b.start(t, dispatcher.Config{
+		PollInterval: time.Hour, // only a notification or a follow-up can wake it within the test
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(_ context.Context, _ pgx.Tx, m *dispatcher.Message) error {
+			handled <- m.ID
+			return nil
+		})},
+	})
+	b.waitFor(t, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE application_name LIKE 'pgbox dispatcher (%) listener' AND query LIKE 'LISTEN %"+b.schema+"%')")
+	in, err := inbox.New(b.pool, inbox.Config{Consumer: consumer, Schema: b.schema, NotifyInterval: 300 * time.Millisecond})
+	require.NoError(t, err)
+	receive := func(id string) {
+		_, err := in.Receive(context.Background(), inbox.Message{ID: id, EventType: "OrderPlaced"})
+		require.NoError(t, err)
+	}
+	receive("m-0") // notifies at once
+	require.Equal(t, "m-0", <-handled)
+	for i := 1; i <= 4; i++ {
+		receive(fmt.Sprint("m-", i)) // folded: the dispatcher is idle and was not told
+	}
+	var got []string
+	for range 4 {
+		select {
+		case id := <-handled:
+			got = append(got, id)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("folded messages were never announced; handled only %v", got)
+		}
+	}
+	require.ElementsMatch(t, []string{"m-1", "m-2", "m-3", "m-4"}, got)
+}
+
 func TestNotificationWakesAnIdleDispatcher(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

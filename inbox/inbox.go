@@ -2,13 +2,16 @@ package inbox
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/notify"
 )
 
 const (
@@ -30,6 +33,15 @@ type Config struct {
 	// Defaults to MaxAttemptsDefault (25).
 	MaxAttempts int
 
+	// NotifyInterval is how often, at most, this Inbox wakes idle
+	// dispatchers with a NOTIFY in a receiving transaction: one per
+	// statement would make all of the service's committing transactions wait
+	// in turn on PostgreSQL's notification lock. Statements in between are
+	// announced together by one NOTIFY sent an interval after the last of
+	// them. Defaults to 10ms; -1 notifies in every statement that stores
+	// something.
+	NotifyInterval time.Duration
+
 	// MaxPayloadBytes is the largest payload accepted. Defaults to
 	// MaxPayloadBytesDefault (1 MiB); -1 means no limit beyond PostgreSQL's
 	// own 1 GB.
@@ -44,6 +56,7 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, MaxPayloadBytesDefault)
+	c.NotifyInterval = cmp.Or(c.NotifyInterval, notify.NotifyIntervalDefault)
 	c.Schema = cmp.Or(c.Schema, pgbox.DefaultSchema)
 	return c
 }
@@ -54,6 +67,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxAttempts < 1 {
 		return fmt.Errorf("inbox: Config.MaxAttempts is %d: it must be at least 1 (or 0 for the default, %d)", c.MaxAttempts, MaxAttemptsDefault)
+	}
+	if c.NotifyInterval < 0 && c.NotifyInterval != -1 {
+		return fmt.Errorf("inbox: Config.NotifyInterval is %s: use a positive interval, 0 for the default or -1 to notify every time", c.NotifyInterval)
 	}
 	if c.MaxPayloadBytes < -1 {
 		return fmt.Errorf("inbox: Config.MaxPayloadBytes is %d: use a positive limit, 0 for the default or -1 for none", c.MaxPayloadBytes)
@@ -66,10 +82,11 @@ func (c Config) validate() error {
 
 // Inbox receives messages for one consumer. It is safe for concurrent use.
 type Inbox struct {
-	cfg     Config
-	channel string
-	pool    *pgxpool.Pool
-	q       queries
+	cfg      Config
+	channel  string
+	notifies *notify.Limiter
+	pool     *pgxpool.Pool
+	q        queries
 }
 
 type queries struct {
@@ -91,9 +108,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 		return nil, err
 	}
 	return &Inbox{
-		cfg:     cfg,
-		channel: ident.Channel(cfg.Schema, "inbox"),
-		pool:    pool,
+		cfg:      cfg,
+		channel:  ident.Channel(cfg.Schema, "inbox"),
+		notifies: notify.NewLimiter(cfg.NotifyInterval, func() { sendNotify(pool, ident.Channel(cfg.Schema, "inbox"), cfg.Consumer) }),
+		pool:     pool,
 		q: queries{
 			hash:         ident.Render(hashSQL, cfg.Schema),
 			logConflicts: ident.Render(logConflictsSQL, cfg.Schema),
@@ -105,3 +123,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 
 // Consumer returns the consumer this Inbox receives for.
 func (in *Inbox) Consumer() string { return in.cfg.Consumer }
+
+// sendNotify sends an owed notification on its own, outside any receiving
+// transaction. It is a hint: if it fails, polling finds the messages.
+func sendNotify(pool *pgxpool.Pool, channel, payload string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = pool.Exec(ctx, "SELECT pg_notify($1, $2)", channel, payload)
+}

@@ -552,8 +552,8 @@ func nextNotification(t *testing.T, conn *pgx.Conn) string {
 func TestNotifiesOnlyCommittedNewWork(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	in, b := setup(t, inbox.Config{})
-	marker, err := inbox.New(b.pool, inbox.Config{Consumer: "marker", Schema: b.schema})
+	in, b := setup(t, inbox.Config{NotifyInterval: -1}) // every statement may notify: nothing is folded
+	marker, err := inbox.New(b.pool, inbox.Config{Consumer: "marker", Schema: b.schema, NotifyInterval: -1})
 	require.NoError(t, err)
 	conn := listen(t, b.schema)
 
@@ -579,6 +579,26 @@ func TestNotifiesOnlyCommittedNewWork(t *testing.T) {
 // Receivers of one ordering key take turns, so the arrival sequence of a
 // key's messages is their commit order: a transaction that received first
 // but commits last cannot slip in behind a later message.
+// By default an Inbox folds its notifications: statements within one
+// NotifyInterval of a notification send none.
+func TestNotificationsAreFolded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{NotifyInterval: time.Hour})
+	marker, err := inbox.New(b.pool, inbox.Config{Consumer: "marker", Schema: b.schema, NotifyInterval: -1})
+	require.NoError(t, err)
+	conn := listen(t, b.schema)
+
+	for i := range 5 {
+		_, err := in.Receive(ctx, msg(fmt.Sprint("m-", i)))
+		require.NoError(t, err)
+	}
+	_, err = marker.Receive(ctx, msg("marker-1"))
+	require.NoError(t, err)
+	require.Equal(t, "payments", nextNotification(t, conn))
+	require.Equal(t, "marker", nextNotification(t, conn), "five receives within the interval notify once")
+}
+
 func TestOrderingKeyReceiversTakeTurns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -20,9 +20,10 @@ package inbox
 //     and then skips (if it committed) or inserts (if it rolled back). Rows
 //     go in in message id order, so two batches that share ids wait for each
 //     other in the same order and cannot deadlock.
-//   - notified: one NOTIFY per statement, only if something new is pending;
-//     it is delivered when the surrounding transaction commits, never for a
-//     rolled-back one.
+//   - notified: one NOTIFY for the statement, only if something new is
+//     pending and the caller passed a channel (the Inbox folds its
+//     notifications, see Config.NotifyInterval); it is delivered when the
+//     surrounding transaction commits, never for a rolled-back one.
 //   - the final SELECT joins each input to the stored row of a duplicate so
 //     the caller can tell a redelivery from a conflicting reuse of an id. A
 //     row committed by a concurrent transaction during this statement is not

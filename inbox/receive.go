@@ -175,8 +175,8 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 		return results, nil
 	}
 
-	var channel *string
-	if status == statusPending {
+	var channel *string // NULL: no NOTIFY
+	if status == statusPending && in.notifies.Allow() {
 		channel = &in.channel
 	}
 	rows, err := db.Query(ctx, in.q.receive, in.cfg.Consumer, b.ids, b.eventTypes, b.payloads, b.hashes,

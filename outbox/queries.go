@@ -12,8 +12,9 @@ package outbox
 //     is the order the relay publishes a key's messages in.
 //   - inserted: rows go in in id order, so two writers that collide on an id
 //     wait for each other in one order.
-//   - notified: one NOTIFY per statement, delivered at commit, waking an
-//     idle relay.
+//   - notified: one NOTIFY for the statement when the caller passed a
+//     channel (the Outbox folds its notifications, see
+//     Config.NotifyInterval), delivered at commit, waking an idle relay.
 const writeSQL = `
 WITH input AS (
     SELECT *
@@ -42,6 +43,6 @@ inserted AS (
     RETURNING 1
 ),
 notified AS (
-    SELECT pg_notify($8, '') WHERE EXISTS (SELECT 1 FROM inserted)
+    SELECT pg_notify($8, '') WHERE $8::text IS NOT NULL AND EXISTS (SELECT 1 FROM inserted)
 )
 SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM notified)`

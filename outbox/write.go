@@ -60,8 +60,12 @@ func (o *Outbox) Write(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]uuid.
 		metadata[i] = o.encodeMetadata(ctx, m.Metadata)
 	}
 
+	var channel *string // NULL: no NOTIFY
+	if o.notifies.Allow() {
+		channel = &o.channel
+	}
 	var inserted, notified int
-	err := tx.QueryRow(ctx, o.write, ids, topics, eventTypes, keys, payloads, metadata, o.seqName, o.channel).Scan(&inserted, &notified)
+	err := tx.QueryRow(ctx, o.write, ids, topics, eventTypes, keys, payloads, metadata, o.seqName, channel).Scan(&inserted, &notified)
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
