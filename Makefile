@@ -18,12 +18,29 @@ DB = $${DATABASE_URL:-$$($(PG) up)}
 # The NATS URL: NATS_URL, or the local server (started if needed).
 BROKER = $${NATS_URL:-$$($(NATS) up)}
 
-.PHONY: test demo pg-up pg-down nats-up nats-down down
+# Fuzz targets run briefly by make test (each target:package).
+FUZZ := FuzzReceive:./inbox FuzzWrite:./outbox FuzzHandler:./watermillinbox
+FUZZTIME ?= 5s
+
+.PHONY: test chaos demo pg-up pg-down nats-up nats-down down
 
 test:
 	@url=$(DB); nats=$(BROKER); \
 	go vet ./...; \
-	DATABASE_URL="$$url" NATS_URL="$$nats" go test -race -count=1 -timeout 20m ./...
+	DATABASE_URL="$$url" NATS_URL="$$nats" go test -race -count=1 -timeout 20m ./...; \
+	for target in $(FUZZ); do \
+		DATABASE_URL="$$url" go test -run='^$$' -fuzz="^$${target%%:*}$$" -fuzztime=$(FUZZTIME) "$${target#*:}"; \
+	done
+
+# The fault-injection suite at full size: 50,000 orders (100,000 messages)
+# under SIGKILLs, cut connections and a crash-restart, then a 1,000,000
+# message backlog drain. It runs on a PostgreSQL cluster of its own and
+# appends its figures to .pgbox/chaos-report.md.
+chaos:
+	@url=$(DB); \
+	DATABASE_URL="$$url" go test ./test/chaos -run 'TestChaos' -count=1 -v -timeout 120m -args \
+		-chaos.orders=50000 -chaos.producers=8 -chaos.kill-every=2s -chaos.backlog=1000000 \
+		-chaos.settle=20m -chaos.report=$(CURDIR)/.pgbox/chaos-report.md
 
 demo:
 	@url=$(DB); DATABASE_URL="$$url" go run ./examples/quickstart

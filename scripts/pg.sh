@@ -4,6 +4,9 @@
 #   scripts/pg.sh up     start the cluster (creating it on first use) and print its URL
 #   scripts/pg.sh url    print the URL of the running cluster
 #   scripts/pg.sh down   stop the cluster and delete its files
+#   scripts/pg.sh crash-restart
+#                        restart it in immediate mode (no checkpoint, every
+#                        session cut), as after a crash: for fault tests
 #
 # The cluster lives in .pgbox/pg (git-ignored), listens only on 127.0.0.1 on a
 # free port, trusts local connections and keeps durability on (fsync,
@@ -110,6 +113,11 @@ up() {
   url
 }
 
+crash_restart() {
+  running || die "no cluster running: run scripts/pg.sh up"
+  as_server "$bin/pg_ctl" -D "$data" -l "$dir/server.log" -o "-p $(cat "$dir/port")" -m immediate -w -t 60 restart >/dev/null
+}
+
 down() {
   if running; then
     as_server "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null
@@ -121,5 +129,6 @@ case "${1:-}" in
   up) up ;;
   url) url ;;
   down) down ;;
-  *) echo "usage: scripts/pg.sh up|url|down" >&2; exit 2 ;;
+  crash-restart) crash_restart ;;
+  *) echo "usage: scripts/pg.sh up|url|down|crash-restart" >&2; exit 2 ;;
 esac
