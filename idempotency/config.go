@@ -49,8 +49,8 @@ type Config struct {
 
 	// Expiry is how long a key is remembered, from the first request that
 	// used it (database clock). Until then every retry with the key gets the
-	// stored response; after it, the key is new again and Cleanup deletes
-	// it. Must exceed Lease. Defaults to ExpiryDefault (24 hours).
+	// stored response; after it, the key is new again, and DeleteExpired
+	// may delete it. Must exceed Lease. Defaults to ExpiryDefault (24 hours).
 	Expiry time.Duration
 
 	// HandlerTimeout bounds the handler: its request context ends after this

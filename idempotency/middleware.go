@@ -95,9 +95,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Middleware, error) {
 // Wrap returns next protected by idempotency keys. Its signature makes it
 // usable wherever a func(http.Handler) http.Handler middleware is.
 //
-// next writes to a buffer: its response reaches the client once it is
-// stored, whole, so next cannot stream (http.Flusher) or hijack the
-// connection. Its request context ends after Config.HandlerTimeout.
+// For a request with a key, next writes to a buffer: its response reaches
+// the client once it is stored, whole, so next cannot stream (http.Flusher)
+// or hijack the connection, and its request context ends after
+// Config.HandlerTimeout. Requests that need no key (another method, or a
+// missing key with Config.AllowMissingKey) reach next untouched.
 //
 // next's own writes to the database commit on their own, before its
 // response is stored. If the response cannot be stored (the database
