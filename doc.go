@@ -18,6 +18,12 @@
 //     Watermill publisher (watermill-sql, NATS JetStream, Kafka), at least
 //     once, in commit order per ordering key.
 //   - package watermillinbox stores a Watermill subscription into an inbox.
+//   - package idempotency is net/http middleware for Idempotency-Key
+//     headers: a retried POST runs its handler once and gets the stored
+//     response.
+//   - package pgboxtest helps services' own tests: throwaway schemas, a wait
+//     for the dispatcher and relay to drain, and a check that a consumer is
+//     idempotent.
 //   - package migrations creates and upgrades the tables.
 //
 // This root package holds what they share: the default schema name, the

@@ -5,16 +5,17 @@
 // throwaway cluster that `make pg-up` (scripts/pg.sh) runs. There is no
 // fallback and no skipping: a test run without a database fails and says how
 // to get one.
+//
+// Per-test schemas come from pgboxtest, the test kit pgbox offers its
+// users, on the shared pool: pgbox's own tests use what users get, and the
+// naming and cleanup logic lives in one place.
 package pgtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/migrations"
+	"github.com/pgbox/pgbox/pgboxtest"
 )
 
 // URL returns the connection string of the test database.
@@ -120,18 +122,13 @@ func newPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-var unsafeChars = regexp.MustCompile(`[^a-z0-9]+`)
-
 // Schema creates a schema of the test's own, migrated to the current
-// version, and drops it when the test ends. Its name starts with the test's
-// name, so a leftover one tells whose it was.
+// version, and drops it when the test ends: pgboxtest.Schema on the shared
+// pool. Its name starts with the test's name, so a leftover one tells whose
+// it was.
 func Schema(tb testing.TB) string {
 	tb.Helper()
-	name := EmptySchema(tb)
-	if err := migrations.Migrate(context.Background(), Pool(tb), migrations.Options{Schema: name}); err != nil {
-		tb.Fatalf("pgtest: migrate %s: %v", name, err)
-	}
-	return name
+	return pgboxtest.Schema(tb, Pool(tb))
 }
 
 // EmptySchema returns a fresh schema name for the test, dropped (with
@@ -139,20 +136,7 @@ func Schema(tb testing.TB) string {
 // created.
 func EmptySchema(tb testing.TB) string {
 	tb.Helper()
-	base := unsafeChars.ReplaceAllString(strings.ToLower(tb.Name()), "_")
-	if len(base) > 40 {
-		base = base[len(base)-40:]
-	}
-	var suffix [4]byte
-	_, _ = rand.Read(suffix[:])
-	name := "t_" + strings.Trim(base, "_") + "_" + hex.EncodeToString(suffix[:])
-	pool := Pool(tb)
-	tb.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+ident.Quote(name)+" CASCADE"); err != nil {
-			tb.Errorf("pgtest: drop schema %s: %v", name, err)
-		}
-	})
-	return name
+	return pgboxtest.EmptySchema(tb, Pool(tb))
 }
 
 // Main runs a package's tests, then closes the shared pool and fails the run
