@@ -26,10 +26,10 @@ func TestLeasedMessagesWaitingInABatchKeepTheirLease(t *testing.T) {
 	b.start(t, dispatcher.Config{
 		BatchSize:      8,
 		Workers:        6, // idle workers ready to take over any lease that runs out
-		HandlerTimeout: 200 * time.Millisecond,
-		Lease:          400 * time.Millisecond, // a batch takes twice that
+		HandlerTimeout: 500 * time.Millisecond,
+		Lease:          time.Second, // a batch takes twice that; the heartbeat renews every third of it
 		Handlers: map[string]dispatcher.Handler{"Leased": dispatcher.Leased(func(ctx context.Context, m *dispatcher.Message) error {
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(250 * time.Millisecond)
 			_, err := b.pool.Exec(ctx, b.sql("INSERT INTO /* schema */effects (message_id, attempt) VALUES ($1, $2)"), m.ID, m.Attempt)
 			return err
 		})},

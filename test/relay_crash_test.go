@@ -55,6 +55,10 @@ func TestChildProcess(t *testing.T) {
 		}
 		return nil
 	})
+	workers := 2
+	if role == "relay-pause" {
+		workers = 1 // exactly one batch is published and left unrecorded
+	}
 	r, err := relay.New(pool, relay.Config{
 		BatchSize:    10,
 		Lease:        childLease,
@@ -62,7 +66,7 @@ func TestChildProcess(t *testing.T) {
 		PollInterval: 20 * time.Millisecond,
 		Publisher:    pub,
 		Schema:       os.Getenv("PGBOX_TEST_SCHEMA"),
-		Workers:      2,
+		Workers:      workers,
 	})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))

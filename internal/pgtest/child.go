@@ -42,7 +42,15 @@ type Child struct {
 // test ends is killed.
 func StartChild(tb testing.TB, run, role string, env ...string) *Child {
 	tb.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^"+run+"$", "-test.count=1", "-test.timeout=5m")
+	// A child lives as long as the test that starts it may (which kills it
+	// at cleanup), plus a margin; the timeout only stops an orphan.
+	timeout := 10 * time.Minute
+	if t, ok := tb.(interface{ Deadline() (time.Time, bool) }); ok {
+		if deadline, ok := t.Deadline(); ok {
+			timeout = time.Until(deadline) + time.Minute
+		}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+run+"$", "-test.count=1", "-test.timeout="+timeout.String())
 	cmd.Env = append(os.Environ(), childEnv+"="+role, "DATABASE_URL="+URL(tb))
 	cmd.Env = append(cmd.Env, env...)
 	stdout, err := cmd.StdoutPipe()
