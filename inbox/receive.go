@@ -200,28 +200,30 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 	if err != nil {
 		return nil, in.dbError(ctx, "receive", err)
 	}
+	for k := range b.ids {
+		results[b.index[k]].Outcome = Accepted // unless listed below
+	}
 	var unresolved []string // duplicates whose stored hash was not visible
-	k := 0
 	for rows.Next() {
 		var (
-			id       string
-			inserted bool
-			stored   []byte
+			ord    int
+			stored []byte
 		)
-		if err := rows.Scan(&id, &inserted, &stored); err != nil {
+		if err := rows.Scan(&ord, &stored); err != nil {
 			rows.Close()
 			return nil, in.dbError(ctx, "receive", err)
 		}
-		i := b.index[k]
-		switch {
-		case inserted:
-			results[i].Outcome = Accepted
-		case stored == nil:
-			unresolved = append(unresolved, id)
-		default:
-			results[i] = in.compare(id, stored, b.hashes[k])
+		if ord == 0 {
+			continue // the row that runs the NOTIFY
 		}
-		k++
+		k := ord - 1
+		i := b.index[k]
+		if stored == nil {
+			results[i].Outcome = 0
+			unresolved = append(unresolved, b.ids[k])
+			continue
+		}
+		results[i] = in.compare(b.ids[k], stored, b.hashes[k])
 	}
 	if err := rows.Err(); err != nil {
 		return nil, in.dbError(ctx, "receive", err)
