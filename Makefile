@@ -22,7 +22,7 @@ BROKER = $${NATS_URL:-$$($(NATS) up)}
 FUZZ := FuzzReceive:./inbox FuzzWrite:./outbox FuzzHandler:./watermillinbox
 FUZZTIME ?= 5s
 
-.PHONY: test chaos demo pg-up pg-down nats-up nats-down down
+.PHONY: test chaos bench demo pg-up pg-down nats-up nats-down down
 
 test:
 	@url=$(DB); nats=$(BROKER); \
@@ -41,6 +41,13 @@ chaos:
 	DATABASE_URL="$$url" go test ./test/chaos -run 'TestChaos' -count=1 -v -timeout 120m -args \
 		-chaos.orders=50000 -chaos.producers=8 -chaos.kill-every=2s -chaos.backlog=1000000 \
 		-chaos.settle=20m -chaos.report=$(CURDIR)/.pgbox/chaos-report.md
+
+# pgbox against River and plain SQL on the same database, in one run:
+# writes docs/benchmarks.md, .json and .png. BENCHFLAGS passes flags on
+# (go run ./cmd/pgbox-bench -h lists them), e.g. BENCHFLAGS="-runs 5".
+bench:
+	@url=$(DB); nats=$(BROKER); \
+	DATABASE_URL="$$url" NATS_URL="$$nats" go run ./cmd/pgbox-bench $(BENCHFLAGS)
 
 demo:
 	@url=$(DB); DATABASE_URL="$$url" go run ./examples/quickstart

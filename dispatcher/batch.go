@@ -262,30 +262,25 @@ func (d *Dispatcher) lockClaimed(ctx context.Context, tx pgx.Tx, token int64, ba
 	return held, nil
 }
 
-// runInSavepoint runs one message's handler in a savepoint of tx. broken is
-// set when the transaction can no longer be used.
+// runInSavepoint runs one message's handler in a savepoint of tx (see
+// handlerTx). broken is set when the transaction can no longer be used.
 func (d *Dispatcher) runInSavepoint(ctx context.Context, tx pgx.Tx, c *claimed) (o outcome, broken error) {
 	if c.problem != nil {
 		return d.failed(c, c.problem, ""), nil
 	}
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return released(c), fmt.Errorf("savepoint: %w", err)
-	}
+	htx := &handlerTx{ctx: ctx, outer: tx}
 	handlerErr, trace := d.call(&c.msg, func(ctx context.Context) error {
-		return c.handler.inTx(ctx, handlerTx{sp}, &c.msg)
+		htx.ctx = ctx
+		return c.handler.inTx(ctx, htx, &c.msg)
 	})
-	if handlerErr == nil {
-		if err := sp.Commit(ctx); err != nil {
-			return d.failed(c, fmt.Errorf("release savepoint: %w", err), ""), err
-		}
+	failure, broken := htx.finish(ctx, handlerErr)
+	if failure == nil {
 		return done(c), nil
 	}
-	o = d.failed(c, handlerErr, trace)
-	if err := sp.Rollback(ctx); err != nil {
-		return o, fmt.Errorf("roll back to savepoint after a handler failure: %w", err)
+	if broken != nil && handlerErr == nil {
+		return d.failed(c, fmt.Errorf("savepoint: %w", failure), ""), broken
 	}
-	return o, nil
+	return d.failed(c, failure, trace), broken
 }
 
 // handleLeased runs a batch's leased handlers one by one, outside any
@@ -351,21 +346,6 @@ func (d *Dispatcher) call(m *Message, fn func(ctx context.Context) error) (err e
 		}
 	}()
 	return fn(ctx), ""
-}
-
-// handlerTx is the transaction an InTx handler gets: everything but
-// committing and rolling back, which belong to the dispatcher.
-type handlerTx struct{ pgx.Tx }
-
-// Commit refuses: the dispatcher commits the handler's writes together
-// with the done mark.
-func (handlerTx) Commit(context.Context) error {
-	return errors.New("dispatcher: an InTx handler must not commit its transaction: return nil, and the dispatcher commits it together with the done mark")
-}
-
-// Rollback refuses: a handler undoes its writes by returning an error.
-func (handlerTx) Rollback(context.Context) error {
-	return errors.New("dispatcher: an InTx handler must not roll back its transaction: return an error, and the dispatcher rolls back its writes")
 }
 
 func done(c *claimed) outcome { return outcome{id: c.msg.ID, status: "done"} }

@@ -25,6 +25,15 @@ package dispatcher
 // each other; rows another worker is locking are simply someone else's. The
 // claim token fences every later write to the rows: a worker that lost its
 // claim matches nothing.
+//
+// The claim commits asynchronously (synchronous_commit off for this
+// statement's transaction alone): it is visible to every session at once,
+// survives the death of this process, and is made durable by the batch's
+// own synchronous commit, whose WAL flush covers it. Only a crash of the
+// database server itself between the claim and that commit can lose it, and
+// then the handlers' writes are lost with it: the message is simply claimed
+// again, with one attempt fewer counted. That saves a WAL flush, the
+// costliest step, on every batch.
 const claimSQL = `
 WITH rescued AS (
     SELECT i.consumer, i.message_id
@@ -55,6 +64,9 @@ claimable AS (
     SELECT r.*, true AS rescue FROM rescued AS r
     UNION ALL
     SELECT f.*, false AS rescue FROM fresh AS f
+),
+async AS (
+    SELECT set_config('synchronous_commit', 'off', true)
 )
 UPDATE /* schema */inbox AS i SET
     status       = CASE WHEN i.status = 'running' AND i.attempts >= i.max_attempts THEN 'dead' ELSE 'running' END,
@@ -65,7 +77,7 @@ UPDATE /* schema */inbox AS i SET
     errors       = CASE WHEN i.status = 'running'
                         THEN i.errors || jsonb_build_array(jsonb_build_object('attempt', i.attempts, 'at', now(), 'error', $5::text))
                         ELSE i.errors END
-FROM claimable AS c
+FROM claimable AS c CROSS JOIN async
 WHERE i.consumer = c.consumer AND i.message_id = c.message_id
 RETURNING i.message_id, i.status, i.event_type, i.payload, i.metadata, coalesce(i.ordering_key, ''),
           i.attempts, i.max_attempts, i.received_at, i.seq, c.rescue`

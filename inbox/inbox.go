@@ -12,6 +12,7 @@ import (
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/notify"
+	"github.com/pgbox/pgbox/internal/recent"
 )
 
 const (
@@ -19,6 +20,8 @@ const (
 	MaxAttemptsDefault = 25
 	// MaxPayloadBytesDefault is the default Config.MaxPayloadBytes: 1 MiB.
 	MaxPayloadBytesDefault = 1 << 20
+	// RecentIDsDefault is the default Config.RecentIDs.
+	RecentIDsDefault = 10_000
 )
 
 // Config configures an Inbox.
@@ -47,6 +50,17 @@ type Config struct {
 	// own 1 GB.
 	MaxPayloadBytes int
 
+	// RecentIDs is how many of the latest committed message ids (with
+	// their payload hashes) this Inbox remembers, so that a redelivery of
+	// one is answered Duplicate without a round trip to the database.
+	// Only ids known to be committed are remembered: those Receive and
+	// ReceiveBatch stored or found, and those Process committed or found;
+	// not those of ReceiveTx and ReceiveBatchTx, whose transaction may yet
+	// roll back. A redelivery whose payload differs still goes to the
+	// database, which records the conflict. Defaults to RecentIDsDefault
+	// (10,000, about 1 MB); -1 remembers nothing.
+	RecentIDs int
+
 	// Schema is the PostgreSQL schema holding pgbox's tables. Defaults to
 	// pgbox.DefaultSchema.
 	Schema string
@@ -57,6 +71,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, MaxPayloadBytesDefault)
 	c.NotifyInterval = cmp.Or(c.NotifyInterval, notify.NotifyIntervalDefault)
+	c.RecentIDs = cmp.Or(c.RecentIDs, RecentIDsDefault)
 	c.Schema = cmp.Or(c.Schema, pgbox.DefaultSchema)
 	return c
 }
@@ -67,6 +82,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxAttempts < 1 {
 		return fmt.Errorf("inbox: Config.MaxAttempts is %d: it must be at least 1 (or 0 for the default, %d)", c.MaxAttempts, MaxAttemptsDefault)
+	}
+	if c.RecentIDs < -1 {
+		return fmt.Errorf("inbox: Config.RecentIDs is %d: use a positive size, 0 for the default (%d) or -1 to remember nothing", c.RecentIDs, RecentIDsDefault)
 	}
 	if c.NotifyInterval < 0 && c.NotifyInterval != -1 {
 		return fmt.Errorf("inbox: Config.NotifyInterval is %s: use a positive interval, 0 for the default or -1 to notify every time", c.NotifyInterval)
@@ -87,6 +105,7 @@ type Inbox struct {
 	notifies *notify.Limiter
 	pool     *pgxpool.Pool
 	q        queries
+	recent   *recent.Set // committed ids, answered without a round trip
 }
 
 type queries struct {
@@ -112,6 +131,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 		channel:  ident.Channel(cfg.Schema, "inbox"),
 		notifies: notify.NewLimiter(cfg.NotifyInterval, func() { sendNotify(pool, ident.Channel(cfg.Schema, "inbox"), cfg.Consumer) }),
 		pool:     pool,
+		recent:   recent.New(cfg.RecentIDs),
 		q: queries{
 			hash:         ident.Render(hashSQL, cfg.Schema),
 			logConflicts: ident.Render(logConflictsSQL, cfg.Schema),

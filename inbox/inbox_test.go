@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -709,4 +710,94 @@ func TestMetadataIsStoredAsJSON(t *testing.T) {
 	var got map[string]string
 	require.NoError(t, json.Unmarshal(raw, &got))
 	require.Equal(t, m.Metadata, got)
+}
+
+// statements counts the statements a pool sends.
+type statements struct{ n atomic.Int64 }
+
+func (s *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	s.n.Add(1)
+	return ctx
+}
+func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// countingPool is a pool on the test database whose statements are counted.
+func countingPool(t *testing.T) (*pgxpool.Pool, *statements) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	counter := &statements{}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool, counter
+}
+
+// A redelivery of a message this Inbox knows to be committed is answered
+// without a round trip; one with another payload still reaches the
+// database and is recorded as a conflict.
+func TestRedeliveriesOfCommittedMessagesSkipTheDatabase(t *testing.T) {
+	t.Parallel()
+	pool, counter := countingPool(t)
+	schema := pgtest.Schema(t)
+	in, err := inbox.New(pool, inbox.Config{Consumer: "payments", Schema: schema, NotifyInterval: -1})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	out, err := in.Receive(ctx, msg("a"))
+	require.NoError(t, err)
+	require.Equal(t, inbox.Accepted, out)
+	before := counter.n.Load()
+	for range 10 {
+		out, err := in.Receive(ctx, msg("a"))
+		require.NoError(t, err)
+		require.Equal(t, inbox.Duplicate, out)
+	}
+	res, err := in.ReceiveBatch(ctx, []inbox.Message{msg("a"), msg("a")})
+	require.NoError(t, err)
+	require.Equal(t, []inbox.Result{{Outcome: inbox.Duplicate}, {Outcome: inbox.Duplicate}}, res)
+	require.Equal(t, before, counter.n.Load(), "redeliveries of a committed message must not reach the database")
+
+	changed := msg("a")
+	changed.Payload = []byte(`{"order":"changed"}`)
+	out, err = in.Receive(ctx, changed)
+	require.Equal(t, inbox.Conflict, out)
+	require.ErrorIs(t, err, inbox.ErrPayloadConflict)
+	require.Greater(t, counter.n.Load(), before)
+	b := &testBundle{pool: pool, schema: schema}
+	require.Len(t, b.conflicts(t, "payments", "a"), 1)
+	require.Equal(t, 1, b.count(t))
+}
+
+// Only committed ids are remembered: a message stored by ReceiveTx in a
+// transaction that rolled back is new when it comes again, and so is every
+// redelivery when the Inbox remembers nothing.
+func TestOnlyCommittedMessagesAreRemembered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{})
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	out, err := in.ReceiveTx(ctx, tx, msg("rolled-back"))
+	require.NoError(t, err)
+	require.Equal(t, inbox.Accepted, out)
+	out, err = in.ReceiveTx(ctx, tx, msg("rolled-back"))
+	require.NoError(t, err)
+	require.Equal(t, inbox.Duplicate, out) // of its own, uncommitted row
+	require.NoError(t, tx.Rollback(ctx))
+	out, err = in.Receive(ctx, msg("rolled-back"))
+	require.NoError(t, err)
+	require.Equal(t, inbox.Accepted, out, "a rolled-back message must be stored when it comes again")
+
+	pool, counter := countingPool(t)
+	forgetful, err := inbox.New(pool, inbox.Config{Consumer: "payments", Schema: b.schema, RecentIDs: -1})
+	require.NoError(t, err)
+	before := counter.n.Load()
+	for range 3 {
+		out, err := forgetful.Receive(ctx, msg("rolled-back"))
+		require.NoError(t, err)
+		require.Equal(t, inbox.Duplicate, out)
+	}
+	require.Equal(t, before+3, counter.n.Load())
 }

@@ -24,11 +24,17 @@ package inbox
 //     pending and the caller passed a channel (the Inbox folds its
 //     notifications, see Config.NotifyInterval); it is delivered when the
 //     surrounding transaction commits, never for a rolled-back one.
-//   - the final SELECT joins each input to the stored row of a duplicate so
-//     the caller can tell a redelivery from a conflicting reuse of an id. A
-//     row committed by a concurrent transaction during this statement is not
-//     visible to its snapshot; its hash comes back NULL and the caller looks
-//     it up with hashSQL.
+//   - the final SELECT returns nothing for an inserted message (most of
+//     them), and for each other one its position in the batch and the
+//     stored row's payload hash, so the caller can tell a redelivery from
+//     a conflicting reuse of an id. The hash comes from a correlated
+//     subquery on purpose: one primary-key probe per duplicate. (As a LEFT
+//     JOIN, the planner hashed every stored row of the consumer, once per
+//     batch: a scan of the whole dedupe memory per receive.) A row
+//     committed by a concurrent transaction during this statement is not
+//     visible to its snapshot; its hash comes back NULL and the caller
+//     looks it up with hashSQL. A first row, position 0, is always there,
+//     so that the notified CTE is always run.
 const receiveSQL = `
 WITH input AS (
     SELECT *
@@ -43,9 +49,12 @@ key_locks AS (
               FROM input WHERE ordering_key IS NOT NULL ORDER BY 1) AS keys
     ) AS locked
 ),
+sequence AS (
+    SELECT $11::text::regclass AS oid -- resolved once, not per row
+),
 numbered AS (
-    SELECT m.*, nextval($11::text::regclass) AS seq
-    FROM input AS m CROSS JOIN key_locks
+    SELECT m.*, nextval(s.oid) AS seq
+    FROM input AS m CROSS JOIN key_locks CROSS JOIN sequence AS s
     ORDER BY m.ord
 ),
 inserted AS (
@@ -64,12 +73,14 @@ notified AS (
     SELECT pg_notify($10, $1)
     WHERE $10::text IS NOT NULL AND EXISTS (SELECT 1 FROM inserted)
 )
-SELECT m.message_id, ins.message_id IS NOT NULL AS inserted, e.payload_hash
+-- One row that is always there, so the NOTIFY is always evaluated...
+SELECT 0 AS ord, NULL::bytea AS payload_hash FROM (SELECT count(*) FROM notified) AS n
+UNION ALL
+-- ...then only the messages that were not inserted.
+SELECT m.ord, (SELECT e.payload_hash FROM /* schema */inbox AS e
+               WHERE e.consumer = $1 AND e.message_id = m.message_id)
 FROM input AS m
-CROSS JOIN (SELECT count(*) FROM notified) AS n
-LEFT JOIN inserted AS ins ON ins.message_id = m.message_id
-LEFT JOIN /* schema */inbox AS e ON ins.message_id IS NULL AND e.consumer = $1 AND e.message_id = m.message_id
-ORDER BY m.ord`
+WHERE NOT EXISTS (SELECT 1 FROM inserted AS ins WHERE ins.message_id = m.message_id)`
 
 // hashSQL reads the stored payload hashes of ids, for duplicates whose row
 // committed while receiveSQL ran.

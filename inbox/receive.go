@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgbox/pgbox/internal/recent"
 	"github.com/pgbox/pgbox/internal/schemaerr"
 )
 
@@ -67,13 +68,13 @@ const (
 // message that fails validation gets an error wrapping ErrInvalidMessage and
 // writes nothing.
 func (in *Inbox) Receive(ctx context.Context, msg Message) (Outcome, error) {
-	return in.receiveOne(ctx, in.pool, msg)
+	return in.receiveOne(ctx, in.pool, msg, true)
 }
 
 // ReceiveTx is Receive inside the caller's transaction: the message is
 // stored, and idle dispatchers are woken, only if tx commits.
 func (in *Inbox) ReceiveTx(ctx context.Context, tx pgx.Tx, msg Message) (Outcome, error) {
-	return in.receiveOne(ctx, tx, msg)
+	return in.receiveOne(ctx, tx, msg, false)
 }
 
 // ReceiveBatch stores many messages in one round trip. Each gets its own
@@ -85,12 +86,12 @@ func (in *Inbox) ReceiveTx(ctx context.Context, tx pgx.Tx, msg Message) (Outcome
 // the messages may have been stored by then: deliver the batch again (a
 // broker will), and those are reported as duplicates.
 func (in *Inbox) ReceiveBatch(ctx context.Context, msgs []Message) ([]Result, error) {
-	return in.receive(ctx, in.pool, msgs, statusPending)
+	return in.receive(ctx, in.pool, msgs, statusPending, true)
 }
 
 // ReceiveBatchTx is ReceiveBatch inside the caller's transaction.
 func (in *Inbox) ReceiveBatchTx(ctx context.Context, tx pgx.Tx, msgs []Message) ([]Result, error) {
-	return in.receive(ctx, tx, msgs, statusPending)
+	return in.receive(ctx, tx, msgs, statusPending, false)
 }
 
 // Process is the synchronous idempotent consumer: in one transaction it
@@ -113,13 +114,17 @@ func (in *Inbox) Process(ctx context.Context, msg Message, fn func(ctx context.C
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
 
-	res, err := in.receive(ctx, tx, []Message{msg}, statusDone)
+	res, err := in.receive(ctx, tx, []Message{msg}, statusDone, false)
 	if err != nil {
 		return 0, err
 	}
 	switch res[0].Outcome {
 	case Duplicate:
-		return Duplicate, nil // nothing was written: the deferred rollback ends it
+		// Nothing was written: the deferred rollback ends it. The stored
+		// row was committed by another transaction (this one wrote
+		// nothing before), so it can be remembered.
+		in.recent.Add(msg.ID, sha256.Sum256(msg.Payload))
+		return Duplicate, nil
 	case Conflict:
 		// The transaction holds only the conflict's record: keep it.
 		if err := tx.Commit(ctx); err != nil {
@@ -133,11 +138,12 @@ func (in *Inbox) Process(ctx context.Context, msg Message, fn func(ctx context.C
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("inbox: commit message %q: %w", msg.ID, err)
 	}
+	in.recent.Add(msg.ID, sha256.Sum256(msg.Payload))
 	return Accepted, nil
 }
 
-func (in *Inbox) receiveOne(ctx context.Context, db dbtx, msg Message) (Outcome, error) {
-	res, err := in.receive(ctx, db, []Message{msg}, statusPending)
+func (in *Inbox) receiveOne(ctx context.Context, db dbtx, msg Message, autocommit bool) (Outcome, error) {
+	res, err := in.receive(ctx, db, []Message{msg}, statusPending, autocommit)
 	if err != nil {
 		return 0, err
 	}
@@ -153,7 +159,10 @@ type batch struct {
 	index                     []int // position of each entry in the caller's slice
 }
 
-func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status string) ([]Result, error) {
+// receive stores msgs with status in one statement on db. autocommit says
+// db is the pool, so that the statement's outcome is committed when it
+// returns, and the ids it stored or found can be remembered (Config.RecentIDs).
+func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status string, autocommit bool) ([]Result, error) {
 	results := make([]Result, len(msgs))
 	b := batch{}
 	first := make(map[string]int, len(msgs)) // id → entry in b
@@ -166,6 +175,13 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 		sum := sha256.Sum256(m.Payload)
 		if j, seen := first[m.ID]; seen {
 			results[i] = in.compare(m.ID, b.hashes[j], sum[:])
+			continue
+		}
+		if stored, ok := in.recent.Get(m.ID); ok && stored == sum {
+			// A redelivery of a message known to be committed: a
+			// duplicate, without a round trip. A different payload goes to
+			// the database, which records the conflict.
+			results[i].Outcome = Duplicate
 			continue
 		}
 		first[m.ID] = len(b.ids)
@@ -184,28 +200,30 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 	if err != nil {
 		return nil, in.dbError(ctx, "receive", err)
 	}
+	for k := range b.ids {
+		results[b.index[k]].Outcome = Accepted // unless listed below
+	}
 	var unresolved []string // duplicates whose stored hash was not visible
-	k := 0
 	for rows.Next() {
 		var (
-			id       string
-			inserted bool
-			stored   []byte
+			ord    int
+			stored []byte
 		)
-		if err := rows.Scan(&id, &inserted, &stored); err != nil {
+		if err := rows.Scan(&ord, &stored); err != nil {
 			rows.Close()
 			return nil, in.dbError(ctx, "receive", err)
 		}
-		i := b.index[k]
-		switch {
-		case inserted:
-			results[i].Outcome = Accepted
-		case stored == nil:
-			unresolved = append(unresolved, id)
-		default:
-			results[i] = in.compare(id, stored, b.hashes[k])
+		if ord == 0 {
+			continue // the row that runs the NOTIFY
 		}
-		k++
+		k := ord - 1
+		i := b.index[k]
+		if stored == nil {
+			results[i].Outcome = 0
+			unresolved = append(unresolved, b.ids[k])
+			continue
+		}
+		results[i] = in.compare(b.ids[k], stored, b.hashes[k])
 	}
 	if err := rows.Err(); err != nil {
 		return nil, in.dbError(ctx, "receive", err)
@@ -231,6 +249,13 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 	if len(conflicts.ids) > 0 {
 		if _, err := db.Exec(ctx, in.q.logConflicts, in.cfg.Consumer, conflicts.ids, conflicts.hashes, conflicts.payloads); err != nil {
 			return nil, in.dbError(ctx, "record conflicts", err)
+		}
+	}
+	if autocommit {
+		for k, id := range b.ids {
+			if r := results[b.index[k]]; r.Err == nil {
+				in.recent.Add(id, recent.Hash(b.hashes[k]))
+			}
 		}
 	}
 	return results, nil

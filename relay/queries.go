@@ -14,6 +14,12 @@ package relay
 // pending, running or dead. That keeps one row per key in flight across
 // every relay process, in commit order. With $5 > 0, a row whose lease
 // expired on attempt $5 is marked dead instead of claimed.
+//
+// The claim commits asynchronously (synchronous_commit off for its own
+// transaction only): visible at once and safe from this process's death,
+// and made durable by the synchronous commit that records the publish. A
+// database server crash in between loses only the claim's attempt count;
+// the row is published again, which consumers dedupe.
 const claimSQL = `
 WITH expired AS (
     SELECT o.id
@@ -42,6 +48,9 @@ claimable AS (
     UNION ALL
     SELECT id FROM fresh
     LIMIT $1
+),
+async AS (
+    SELECT set_config('synchronous_commit', 'off', true)
 )
 UPDATE /* schema */outbox AS o SET
     status       = CASE WHEN o.status = 'running' AND $5 > 0 AND o.attempts >= $5 THEN 'dead' ELSE 'running' END,
@@ -52,7 +61,7 @@ UPDATE /* schema */outbox AS o SET
     errors       = CASE WHEN o.status = 'running'
                         THEN o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts, 'at', now(), 'error', $4::text))
                         ELSE o.errors END
-FROM claimable AS c
+FROM claimable AS c CROSS JOIN async
 WHERE o.id = c.id
 RETURNING o.id, o.status, o.topic, o.event_type, coalesce(o.ordering_key, ''), o.payload, o.metadata, o.attempts, o.seq`
 

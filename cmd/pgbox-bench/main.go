@@ -1,0 +1,111 @@
+// Command pgbox-bench measures pgbox against River and plain SQL on one
+// PostgreSQL and writes the report: `make bench` runs it.
+//
+// Usage:
+//
+//	pgbox-bench [flags]
+//
+// The database is DATABASE_URL. The report goes to docs/benchmarks.md,
+// with docs/benchmarks.json for machines and docs/benchmarks.png, the
+// throughput chart.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pgbox/pgbox/internal/bench"
+)
+
+func main() {
+	if n := os.Getenv(bench.MemoryChildEnv); n != "" {
+		backlog, err := strconv.ParseInt(n, 10, 64)
+		if err == nil {
+			err = bench.RunMemoryChild(context.Background(), os.Getenv("DATABASE_URL"), backlog)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "pgbox-bench memory drainer:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgbox-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg := bench.Config{URL: os.Getenv("DATABASE_URL"), NATSURL: os.Getenv("NATS_URL"), Progress: os.Stderr}
+	var (
+		out  = flag.String("out", "docs/benchmarks", "write the report to this path plus .md, .json and .png")
+		only = flag.String("only", "", "comma-separated scenarios to run (default all)")
+		prof = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	)
+	flag.IntVar(&cfg.Runs, "runs", 3, "timed runs per case")
+	flag.IntVar(&cfg.Backlog, "backlog", 200_000, "messages in the drain cases' backlog")
+	flag.IntVar(&cfg.MemoryBacklog, "memory-backlog", 1_000_000, "messages the memory case drains")
+	flag.IntVar(&cfg.SweepBacklog, "sweep-backlog", 50_000, "messages each point of the worker chart drains")
+	flag.IntVar(&cfg.Rate, "rate", 1000, "messages per second in the latency cases")
+	flag.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each timed run of the duration cases")
+	flag.Parse()
+	if *only != "" {
+		cfg.Only = strings.Split(*only, ",")
+	}
+	if *prof != "" {
+		f, err := os.Create(*prof)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	rep.Command = "make bench" + strings.TrimPrefix(strings.Join(os.Args, " "), os.Args[0])
+	if rep.Machine, err = bench.ReadMachine(ctx, cfg.URL); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+		return err
+	}
+	md, err := os.Create(*out + ".md")
+	if err != nil {
+		return err
+	}
+	defer md.Close()
+	if err := rep.WriteMarkdown(md, filepath.Base(*out)+".png"); err != nil {
+		return err
+	}
+	if len(rep.Sweep) > 0 {
+		png, err := os.Create(*out + ".png")
+		if err != nil {
+			return err
+		}
+		defer png.Close()
+		if err := rep.WriteChart(png); err != nil {
+			return err
+		}
+	}
+	js, err := os.Create(*out + ".json")
+	if err != nil {
+		return err
+	}
+	defer js.Close()
+	return rep.WriteJSON(js)
+}

@@ -1,0 +1,62 @@
+package bench
+
+import "fmt"
+
+// describe says what each scenario measures, for the report.
+var describe = map[string]string{
+	"ingest": "Storing new messages: `Receive` (one message per transaction) from 1, 4 and 16 connections, and `ReceiveBatch` " +
+		"of 100 and 1000 from 4 connections, for the case's duration. **raw** is the plain `INSERT … ON CONFLICT DO NOTHING` " +
+		"into the same table, one row or an `unnest` batch per statement: the ceiling.",
+	"dispatch-drain": "Draining a pre-loaded backlog with a no-op in-transaction handler: from the start of the workers until the " +
+		"last message is committed done. pgbox: 4 workers claiming batches of 100. River: `InsertMany` then a client with " +
+		"2,000 workers, tuned as River's own `river bench` is. **raw**: 4 loops of claim, then complete in a transaction, " +
+		"with the plainest SQL.",
+	"dispatch-continuous": "Receiving and dispatching at once, like `river bench --duration`: two producers store batches of 100 " +
+		"(`ReceiveBatch`; River `InsertMany`) while the workers handle them, never more than 20,000 ahead; messages handled per second.",
+	"duplicate-storm": "Nine deliveries in ten are redeliveries of ids already received (from the last 10,000), the rest new, " +
+		"each through `Receive`, from 4 connections. Database round trips counted by a pgx tracer; **raw** sends every " +
+		"delivery to the database.",
+	"relay": "Publishing a pre-written outbox backlog through the relay until every row is marked published.",
+	"latency": "A steady rate of single messages; the time from the call that stores a message (inbox `Receive`, or the " +
+		"producer's outbox commit) until its handler has run. Workers wake on LISTEN/NOTIFY.",
+	"memory": "Resident memory of a process that does nothing but drain a backlog with 4 workers, sampled every 250 ms after the first 10% (warm-up).",
+	"sweep":  "Drain throughput against worker count (pgbox workers × batches of 100; River with 100 × as many job workers, the same number of messages in flight).",
+}
+
+// cases lists what a run measures, in report order.
+func (e *env) cases() []benchCase {
+	cfg := e.cfg
+	var cs []benchCase
+	for _, conns := range []int{1, 4, 16} {
+		cs = append(cs, benchCase{scenario: "ingest", setting: fmt.Sprintf("Receive, %d conns", conns), main: "msgs/s", higherBetter: true,
+			systems: []system{{"pgbox", e.pgboxIngest(conns, 1)}, {"raw", e.rawIngest(conns, 1)}}})
+	}
+	for _, batch := range []int{100, 1000} {
+		cs = append(cs, benchCase{scenario: "ingest", setting: fmt.Sprintf("ReceiveBatch %d", batch), main: "msgs/s", higherBetter: true,
+			systems: []system{{"pgbox", e.pgboxIngest(4, batch)}, {"raw", e.rawIngest(4, batch)}}})
+	}
+	cs = append(cs,
+		benchCase{scenario: "dispatch-drain", setting: fmt.Sprintf("%d messages", cfg.Backlog), main: "msgs/s", higherBetter: true,
+			systems: []system{{"pgbox", e.pgboxDrain(cfg.Backlog, cfg.Workers)}, {"river", e.riverDrain(cfg.Backlog, riverWorkers)},
+				{"raw", e.rawDrain(cfg.Backlog, cfg.Workers)}}},
+		benchCase{scenario: "dispatch-continuous", setting: cfg.Duration.String(), main: "msgs/s", higherBetter: true,
+			systems: []system{{"pgbox", e.pgboxContinuous(cfg.Workers)}, {"river", e.riverContinuous()}}},
+		benchCase{scenario: "duplicate-storm", setting: "90% redeliveries", main: "round trips/redelivery",
+			systems: []system{{"pgbox", e.pgboxStorm()}, {"raw", e.rawStorm()}}},
+		benchCase{scenario: "relay", setting: fmt.Sprintf("%d rows → GoChannel", cfg.Backlog/4), main: "msgs/s", higherBetter: true,
+			systems: []system{{"pgbox", e.relayDrain(cfg.Backlog/4, goChannel)}}},
+	)
+	if cfg.NATSURL != "" {
+		cs = append(cs, benchCase{scenario: "relay", setting: fmt.Sprintf("%d rows → NATS JetStream", cfg.Backlog/4), main: "msgs/s", higherBetter: true,
+			systems: []system{{"pgbox", e.relayDrain(cfg.Backlog/4, natsJetStream(cfg.NATSURL))}}})
+	}
+	cs = append(cs,
+		benchCase{scenario: "latency", setting: fmt.Sprintf("inbox, %d/s", cfg.Rate), main: "p99 ms",
+			systems: []system{{"pgbox", e.inboxLatency()}}},
+		benchCase{scenario: "latency", setting: fmt.Sprintf("outbox → relay → inbox, %d/s", cfg.Rate), main: "p99 ms",
+			systems: []system{{"pgbox", e.endToEndLatency()}}},
+		benchCase{scenario: "memory", setting: fmt.Sprintf("%d messages", cfg.MemoryBacklog), main: "RSS spread %", once: true,
+			systems: []system{{"pgbox", e.memory(cfg.MemoryBacklog)}}},
+	)
+	return cs
+}

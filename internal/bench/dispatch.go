@@ -1,0 +1,227 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pgbox/pgbox/dispatcher"
+	"github.com/pgbox/pgbox/inbox"
+)
+
+const (
+	consumer = "bench"
+	// batchSize is the dispatcher's and the plain-SQL loop's claim size.
+	batchSize = 100
+	// riverWorkers is River's concurrency in the main cases: the value
+	// River's own `river bench` settled on as its best.
+	riverWorkers = 2000
+	// backlogCap bounds how far producers run ahead of workers in the
+	// continuous cases, as River's own benchmark does.
+	backlogCap = 20_000
+)
+
+// env is what every case needs.
+type env struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// loadInbox stores n new messages in batches of 1000, four batches at once.
+func loadInbox(ctx context.Context, in *inbox.Inbox, n int) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for from := 0; from < n; from += 1000 {
+		g.Go(func() error {
+			msgs := make([]inbox.Message, 0, 1000)
+			for i := from; i < min(from+1000, n); i++ {
+				msgs = append(msgs, noopMessage("m"+strconv.Itoa(i)))
+			}
+			_, err := in.ReceiveBatch(ctx, msgs)
+			return err
+		})
+	}
+	return g.Wait()
+}
+
+func noopMessage(id string) inbox.Message {
+	return inbox.Message{ID: id, EventType: "noop", Payload: []byte(`{"bench":true}`)}
+}
+
+// pgboxSetup makes a fresh pgbox schema, an inbox, and a dispatcher with a
+// no-op in-transaction handler that counts what it handled.
+func (e *env) pgboxSetup(ctx context.Context, pool *pgxpool.Pool, workers int, handled *atomic.Int64) (*inbox.Inbox, *dispatcher.Dispatcher, error) {
+	const schema = "bench_pgbox"
+	if err := pgboxSchema(ctx, pool, schema); err != nil {
+		return nil, nil, err
+	}
+	in, err := inbox.New(pool, inbox.Config{Consumer: consumer, Schema: schema})
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := dispatcher.New(pool, dispatcher.Config{
+		Consumer: consumer, Schema: schema, Workers: workers, BatchSize: batchSize, Logger: e.log,
+		Handlers: map[string]dispatcher.Handler{"noop": dispatcher.InTx(func(context.Context, pgx.Tx, *dispatcher.Message) error {
+			handled.Add(1)
+			return nil
+		})},
+	})
+	return in, d, err
+}
+
+// pgboxDrain drains a pre-loaded backlog of n messages.
+func (e *env) pgboxDrain(n, workers int) func(context.Context, scale) (Figures, error) {
+	return func(ctx context.Context, s scale) (Figures, error) {
+		n := s.n(n)
+		pool, rt, err := newPool(ctx, e.cfg.URL, int32(workers)+4)
+		if err != nil {
+			return nil, err
+		}
+		defer pool.Close()
+		var handled atomic.Int64
+		in, d, err := e.pgboxSetup(ctx, pool, workers, &handled)
+		if err != nil {
+			return nil, err
+		}
+		if err := loadInbox(ctx, in, n); err != nil {
+			return nil, err
+		}
+		if err := vacuum(ctx, pool, "bench_pgbox", "inbox"); err != nil {
+			return nil, err
+		}
+		trips := rt.n.Load()
+		start := time.Now()
+		if err := d.Start(ctx); err != nil {
+			return nil, err
+		}
+		defer d.Stop(context.WithoutCancel(ctx))
+		if err := waitCount(ctx, &handled, int64(n)); err != nil {
+			return nil, err
+		}
+		if err := waitInboxDone(ctx, pool, "bench_pgbox"); err != nil {
+			return nil, err
+		}
+		elapsed := time.Since(start)
+		trips = rt.n.Load() - trips
+		return Figures{"msgs/s": float64(n) / elapsed.Seconds(), "round trips/msg": float64(trips) / float64(n)}, nil
+	}
+}
+
+// waitCount waits until c reaches n.
+func waitCount(ctx context.Context, c *atomic.Int64, n int64) error {
+	for c.Load() < n {
+		if err := sleep(ctx, time.Millisecond); err != nil {
+			return fmt.Errorf("%d of %d handled: %w", c.Load(), n, err)
+		}
+	}
+	return nil
+}
+
+// waitInboxDone waits until the committed inbox holds no pending or
+// running message.
+func waitInboxDone(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	q := "SELECT EXISTS (SELECT 1 FROM " + pgx.Identifier{schema, "inbox"}.Sanitize() + " WHERE status IN ('pending', 'running'))"
+	for {
+		var left bool
+		if err := pool.QueryRow(ctx, q).Scan(&left); err != nil {
+			return err
+		}
+		if !left {
+			return nil
+		}
+		if err := sleep(ctx, 2*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// pgboxContinuous receives and dispatches at once for the case's duration:
+// a producer stores batches of 100 while the workers handle them.
+func (e *env) pgboxContinuous(workers int) func(context.Context, scale) (Figures, error) {
+	return func(ctx context.Context, s scale) (Figures, error) {
+		pool, _, err := newPool(ctx, e.cfg.URL, int32(workers)+6)
+		if err != nil {
+			return nil, err
+		}
+		defer pool.Close()
+		var handled atomic.Int64
+		in, d, err := e.pgboxSetup(ctx, pool, workers, &handled)
+		if err != nil {
+			return nil, err
+		}
+		if err := d.Start(ctx); err != nil {
+			return nil, err
+		}
+		defer d.Stop(context.WithoutCancel(ctx))
+		var next atomic.Int64
+		produce := func(ctx context.Context) error {
+			msgs := make([]inbox.Message, 100)
+			for i := range msgs {
+				msgs[i] = noopMessage("c" + strconv.FormatInt(next.Add(1), 10))
+			}
+			_, err := in.ReceiveBatch(ctx, msgs)
+			return err
+		}
+		n, elapsed, err := continuous(ctx, s.d(e.cfg.Duration), &handled, &next, produce)
+		if err != nil {
+			return nil, err
+		}
+		return Figures{"msgs/s": float64(n) / elapsed.Seconds()}, nil
+	}
+}
+
+// continuous runs two producers, each calling produce while fewer than
+// backlogCap produced messages wait, for d, and returns how many messages
+// were handled meanwhile.
+func continuous(ctx context.Context, d time.Duration, handled, produced *atomic.Int64, produce func(context.Context) error) (int64, time.Duration, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		firstErr atomic.Pointer[error]
+	)
+	for range 2 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if produced.Load()-handled.Load() > backlogCap {
+					_ = sleep(ctx, time.Millisecond)
+					continue
+				}
+				if err := produce(ctx); err != nil && ctx.Err() == nil {
+					firstErr.CompareAndSwap(nil, &err)
+					cancel()
+				}
+			}
+		})
+	}
+	// Let the pipeline fill before timing it.
+	_ = sleep(ctx, min(d/5, 2*time.Second))
+	from, start := handled.Load(), time.Now()
+	_ = sleep(ctx, d)
+	n, elapsed := handled.Load()-from, time.Since(start)
+	cancel()
+	wg.Wait()
+	if p := firstErr.Load(); p != nil {
+		return 0, 0, *p
+	}
+	return n, elapsed, nil
+}

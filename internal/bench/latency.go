@@ -1,0 +1,265 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pgbox/pgbox/dispatcher"
+	"github.com/pgbox/pgbox/inbox"
+	"github.com/pgbox/pgbox/outbox"
+	"github.com/pgbox/pgbox/relay"
+	"github.com/pgbox/pgbox/watermillinbox"
+)
+
+// latencies collects how long messages took, keyed by id from their start.
+type latencies struct {
+	started sync.Map // id → time.Time
+	mu      sync.Mutex
+	took    []time.Duration
+}
+
+func (l *latencies) start(id string, at time.Time) { l.started.Store(id, at) }
+
+// restart moves id's start to at, unless it is already done.
+func (l *latencies) restart(id string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.started.Load(id); ok {
+		l.started.Store(id, at)
+	}
+}
+
+func (l *latencies) done(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.started.LoadAndDelete(id)
+	if !ok {
+		return // a retried handler, or a warm-up straggler
+	}
+	l.took = append(l.took, time.Since(at.(time.Time)))
+}
+
+func (l *latencies) figures(sent int64) (Figures, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if int64(len(l.took)) < sent {
+		return nil, fmt.Errorf("only %d of %d messages were handled", len(l.took), sent)
+	}
+	s := slices.Sorted(slices.Values(l.took))
+	q := func(p float64) float64 {
+		return float64(s[min(int(p*float64(len(s))), len(s)-1)].Microseconds()) / 1000
+	}
+	return Figures{"p50 ms": q(0.50), "p99 ms": q(0.99), "p99.9 ms": q(0.999), "max ms": q(1)}, nil
+}
+
+// paced calls send for rate messages a second, for d, from 16 goroutines,
+// each message at its own time. It returns how many it sent.
+func paced(ctx context.Context, rate int, d time.Duration, send func(ctx context.Context, i int64) error) (int64, error) {
+	var sent atomic.Int64
+	g, ctx := errgroup.WithContext(ctx)
+	due := make(chan int64, rate)
+	g.Go(func() error {
+		defer close(due)
+		start, interval := time.Now(), time.Second/time.Duration(rate)
+		for i := int64(0); ; i++ {
+			at := start.Add(time.Duration(i) * interval)
+			if at.Sub(start) >= d {
+				return nil
+			}
+			if err := sleep(ctx, time.Until(at)); err != nil {
+				return err
+			}
+			due <- i
+		}
+	})
+	for range 16 {
+		g.Go(func() error {
+			for i := range due {
+				if err := send(ctx, i); err != nil {
+					return err
+				}
+				sent.Add(1)
+			}
+			return nil
+		})
+	}
+	return sent.Load(), g.Wait()
+}
+
+// inboxLatency receives single messages at a steady rate and measures each
+// from the Receive call to the end of its handler.
+func (e *env) inboxLatency() func(context.Context, scale) (Figures, error) {
+	return func(ctx context.Context, s scale) (Figures, error) {
+		pool, _, err := newPool(ctx, e.cfg.URL, 24)
+		if err != nil {
+			return nil, err
+		}
+		defer pool.Close()
+		if err := pgboxSchema(ctx, pool, "bench_pgbox"); err != nil {
+			return nil, err
+		}
+		in, err := inbox.New(pool, inbox.Config{Consumer: consumer, Schema: "bench_pgbox"})
+		if err != nil {
+			return nil, err
+		}
+		l := &latencies{}
+		d, err := dispatcher.New(pool, dispatcher.Config{Consumer: consumer, Schema: "bench_pgbox", Logger: e.log,
+			Handlers: map[string]dispatcher.Handler{"noop": dispatcher.InTx(func(_ context.Context, _ pgx.Tx, m *dispatcher.Message) error {
+				l.done(m.ID)
+				return nil
+			})}})
+		if err != nil {
+			return nil, err
+		}
+		if err := d.Start(ctx); err != nil {
+			return nil, err
+		}
+		defer d.Stop(context.WithoutCancel(ctx))
+		sent, err := paced(ctx, e.cfg.Rate, s.d(e.cfg.Duration), func(ctx context.Context, i int64) error {
+			id := "l" + strconv.FormatInt(i, 10)
+			l.start(id, time.Now())
+			_, err := in.Receive(ctx, noopMessage(id))
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := waitInboxDone(ctx, pool, "bench_pgbox"); err != nil {
+			return nil, err
+		}
+		return l.figures(sent)
+	}
+}
+
+// spread publishes each message to the next of several GoChannels in turn,
+// so that as many subscribers store messages at once (a GoChannel hands its
+// subscriber one message at a time, waiting for its ack).
+type spread struct {
+	chans []*gochannel.GoChannel
+	next  atomic.Int64
+}
+
+func (s *spread) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if err := s.chans[s.next.Add(1)%int64(len(s.chans))].Publish(topic, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *spread) Close() error {
+	for _, c := range s.chans {
+		_ = c.Close()
+	}
+	return nil
+}
+
+// endToEndLatency writes single outbox rows at a steady rate and measures
+// each from its transaction's commit to the end of the consumer's handler:
+// relay, an in-process broker (16 GoChannel subscribers storing with
+// watermillinbox, acking after the commit), inbox, dispatcher.
+func (e *env) endToEndLatency() func(context.Context, scale) (Figures, error) {
+	return func(ctx context.Context, s scale) (Figures, error) {
+		pool, _, err := newPool(ctx, e.cfg.URL, 40)
+		if err != nil {
+			return nil, err
+		}
+		defer pool.Close()
+		if err := pgboxSchema(ctx, pool, "bench_pgbox"); err != nil {
+			return nil, err
+		}
+		out, err := outbox.New(pool, outbox.Config{Schema: "bench_pgbox"})
+		if err != nil {
+			return nil, err
+		}
+		in, err := inbox.New(pool, inbox.Config{Consumer: consumer, Schema: "bench_pgbox"})
+		if err != nil {
+			return nil, err
+		}
+		l := &latencies{}
+		d, err := dispatcher.New(pool, dispatcher.Config{Consumer: consumer, Schema: "bench_pgbox", Logger: e.log,
+			Handlers: map[string]dispatcher.Handler{"noop": dispatcher.InTx(func(_ context.Context, _ pgx.Tx, m *dispatcher.Message) error {
+				l.done(m.ID)
+				return nil
+			})}})
+		if err != nil {
+			return nil, err
+		}
+		broker := &spread{}
+		store := watermillinbox.Handler(watermillinbox.Config{Inbox: in, Logger: e.log})
+		subCtx, stopSubs := context.WithCancel(ctx)
+		defer stopSubs()
+		for range 16 {
+			ch := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000}, watermill.NopLogger{})
+			msgs, err := ch.Subscribe(subCtx, "bench")
+			if err != nil {
+				return nil, err
+			}
+			go func() {
+				for m := range msgs {
+					if store(m) != nil {
+						m.Nack()
+						continue
+					}
+					m.Ack()
+				}
+			}()
+			broker.chans = append(broker.chans, ch)
+		}
+		defer broker.Close()
+		r, err := relay.New(pool, relay.Config{Schema: "bench_pgbox", Publisher: broker, Logger: e.log})
+		if err != nil {
+			return nil, err
+		}
+		for _, svc := range []interface{ Start(context.Context) error }{d, r} {
+			if err := svc.Start(ctx); err != nil {
+				return nil, err
+			}
+		}
+		defer d.Stop(context.WithoutCancel(ctx))
+		defer r.Stop(context.WithoutCancel(ctx))
+		sent, err := paced(ctx, e.cfg.Rate, s.d(e.cfg.Duration), func(ctx context.Context, _ int64) error {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback(ctx)
+			id := uuid.Must(uuid.NewV7())
+			if _, err := out.Write(ctx, tx, outbox.Message{ID: id, Topic: "bench", EventType: "noop", Payload: benchPayload}); err != nil {
+				return err
+			}
+			// Started just before the commit, in case the message
+			// arrives before the commit's return is seen; restarted when
+			// it is, which is the figure almost always kept.
+			l.start(id.String(), time.Now())
+			if err := tx.Commit(ctx); err != nil {
+				return err
+			}
+			l.restart(id.String(), time.Now())
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := waitOutboxDone(ctx, pool, "bench_pgbox"); err != nil {
+			return nil, err
+		}
+		if err := waitInboxDone(ctx, pool, "bench_pgbox"); err != nil {
+			return nil, err
+		}
+		return l.figures(sent)
+	}
+}

@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"context"
+	"crypto/sha256"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+)
+
+// The plain-SQL ceiling: pgbox's inbox table, worked by the simplest
+// statements that do the job, from a minimal pgx loop. pgbox's own SQL
+// does more (ordering keys, lease rescue, conflict detection, notify); the
+// ratio says what that costs.
+const (
+	rawInsertOne = `
+INSERT INTO bench_pgbox.inbox (consumer, message_id, event_type, payload, payload_hash, max_attempts)
+VALUES ($1, $2, 'noop', $3, $4, 25)
+ON CONFLICT DO NOTHING`
+
+	rawInsertMany = `
+INSERT INTO bench_pgbox.inbox (consumer, message_id, event_type, payload, payload_hash, max_attempts)
+SELECT $1, m.id, 'noop', m.payload, m.hash, 25
+FROM unnest($2::text[], $3::bytea[], $4::bytea[]) AS m(id, payload, hash)
+ON CONFLICT DO NOTHING`
+
+	rawClaim = `
+UPDATE bench_pgbox.inbox AS i SET status = 'running', attempts = i.attempts + 1, claim_token = $3,
+    available_at = now() + interval '1 minute'
+FROM (SELECT message_id FROM bench_pgbox.inbox
+      WHERE consumer = $1 AND status = 'pending' AND available_at <= now()
+      ORDER BY available_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED) AS c
+WHERE i.consumer = $1 AND i.message_id = c.message_id
+RETURNING i.message_id, i.payload`
+
+	rawComplete = `
+UPDATE bench_pgbox.inbox SET status = 'done', processed_at = now(), claim_token = NULL
+WHERE consumer = $1 AND message_id = ANY($2::text[]) AND claim_token = $3`
+)
+
+var benchPayload = []byte(`{"bench":true}`)
+
+func payloadHash() []byte {
+	h := sha256.Sum256(benchPayload)
+	return h[:]
+}
+
+// rawDrain drains a backlog of n with claim, then complete in a
+// transaction, from workers loops.
+func (e *env) rawDrain(n, workers int) func(context.Context, scale) (Figures, error) {
+	return func(ctx context.Context, s scale) (Figures, error) {
+		n := s.n(n)
+		pool, rt, err := newPool(ctx, e.cfg.URL, int32(workers)+4)
+		if err != nil {
+			return nil, err
+		}
+		defer pool.Close()
+		var handled atomic.Int64
+		in, _, err := e.pgboxSetup(ctx, pool, workers, &handled)
+		if err != nil {
+			return nil, err
+		}
+		if err := loadInbox(ctx, in, n); err != nil {
+			return nil, err
+		}
+		if err := vacuum(ctx, pool, "bench_pgbox", "inbox"); err != nil {
+			return nil, err
+		}
+		trips := rt.n.Load()
+		start := time.Now()
+		g, gctx := errgroup.WithContext(ctx)
+		for range workers {
+			g.Go(func() error { return rawWorker(gctx, pool, &handled, int64(n)) })
+		}
+		if err := g.Wait(); err != nil {
+			return nil, err
+		}
+		elapsed := time.Since(start)
+		trips = rt.n.Load() - trips
+		return Figures{"msgs/s": float64(n) / elapsed.Seconds(), "round trips/msg": float64(trips) / float64(n)}, nil
+	}
+}
+
+func rawWorker(ctx context.Context, pool *pgxpool.Pool, handled *atomic.Int64, n int64) error {
+	for handled.Load() < n {
+		token := rand.Int64()
+		rows, err := pool.Query(ctx, rawClaim, consumer, batchSize, token)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for rows.Next() {
+			var (
+				id      string
+				payload []byte
+			)
+			if err := rows.Scan(&id, &payload); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			if err := sleep(ctx, time.Millisecond); err != nil {
+				return err
+			}
+			continue
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, rawComplete, consumer, ids, token); err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		handled.Add(int64(len(ids)))
+	}
+	return nil
+}
+
+// rawIngest inserts new messages, batch at a time (one row with the
+// single-row statement when batch is 1), from conns connections, for the
+// case's duration.
+func (e *env) rawIngest(conns, batch int) func(context.Context, scale) (Figures, error) {
+	return func(ctx context.Context, s scale) (Figures, error) {
+		pool, _, err := newPool(ctx, e.cfg.URL, int32(conns)+2)
+		if err != nil {
+			return nil, err
+		}
+		defer pool.Close()
+		if err := pgboxSchema(ctx, pool, "bench_pgbox"); err != nil {
+			return nil, err
+		}
+		hash := payloadHash()
+		var next atomic.Int64
+		send := func(ctx context.Context) (int, error) {
+			if batch == 1 {
+				_, err := pool.Exec(ctx, rawInsertOne, consumer, "r"+strconv.FormatInt(next.Add(1), 10), benchPayload, hash)
+				return 1, err
+			}
+			ids, payloads, hashes := make([]string, batch), make([][]byte, batch), make([][]byte, batch)
+			for i := range batch {
+				ids[i], payloads[i], hashes[i] = "r"+strconv.FormatInt(next.Add(1), 10), benchPayload, hash
+			}
+			_, err := pool.Exec(ctx, rawInsertMany, consumer, ids, payloads, hashes)
+			return batch, err
+		}
+		n, elapsed, err := flood(ctx, conns, s.d(e.cfg.Duration), send)
+		if err != nil {
+			return nil, err
+		}
+		return Figures{"msgs/s": float64(n) / elapsed.Seconds()}, nil
+	}
+}
+
+// flood calls send from conns goroutines for d and returns how many
+// messages they sent.
+func flood(ctx context.Context, conns int, d time.Duration, send func(context.Context) (int, error)) (int64, time.Duration, error) {
+	var sent atomic.Int64
+	deadline := time.Now().Add(d)
+	start := time.Now()
+	g, ctx := errgroup.WithContext(ctx)
+	for range conns {
+		g.Go(func() error {
+			for time.Now().Before(deadline) {
+				n, err := send(ctx)
+				if err != nil {
+					return err
+				}
+				sent.Add(int64(n))
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	return sent.Load(), time.Since(start), err
+}
