@@ -56,48 +56,81 @@ func noopMessage(id string) inbox.Message {
 	return inbox.Message{ID: id, EventType: "noop", Payload: []byte(`{"bench":true}`)}
 }
 
-// pgboxSetup makes a fresh pgbox schema, an inbox, and a dispatcher with a
-// no-op in-transaction handler that counts what it handled.
-func (e *env) pgboxSetup(ctx context.Context, pool *pgxpool.Pool, workers int, handled *atomic.Int64) (*inbox.Inbox, *dispatcher.Dispatcher, error) {
-	const schema = "bench_pgbox"
-	if err := pgboxSchema(ctx, pool, schema); err != nil {
-		return nil, nil, err
-	}
-	in, err := inbox.New(pool, inbox.Config{Consumer: consumer, Schema: schema})
+// pgboxSchemaName is the schema every pgbox case (and the plain-SQL peer)
+// works in, made afresh for each run.
+const pgboxSchemaName = "bench_pgbox"
+
+// rig is one run's pool on a freshly migrated pgbox schema, with an inbox
+// for the bench consumer.
+type rig struct {
+	pool *pgxpool.Pool
+	rt   *roundTrips
+	in   *inbox.Inbox
+}
+
+// newRig opens a pool of conns connections and makes the schema afresh.
+func (e *env) newRig(ctx context.Context, conns int) (*rig, error) {
+	pool, rt, err := newPool(ctx, e.cfg.URL, int32(conns))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	d, err := dispatcher.New(pool, dispatcher.Config{
-		Consumer: consumer, Schema: schema, Workers: workers, BatchSize: batchSize, Logger: e.log,
-		Handlers: map[string]dispatcher.Handler{"noop": dispatcher.InTx(func(context.Context, pgx.Tx, *dispatcher.Message) error {
-			handled.Add(1)
+	r := &rig{pool: pool, rt: rt}
+	if err := pgboxSchema(ctx, pool, pgboxSchemaName); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if r.in, err = inbox.New(pool, inbox.Config{Consumer: consumer, Schema: pgboxSchemaName}); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *rig) close() { r.pool.Close() }
+
+// backlog stores n new messages and analyzes the table.
+func (r *rig) backlog(ctx context.Context, n int) error {
+	if err := loadInbox(ctx, r.in, n); err != nil {
+		return err
+	}
+	return vacuum(ctx, r.pool, pgboxSchemaName, "inbox")
+}
+
+// dispatcher returns a dispatcher of workers claiming batch messages at a
+// time, whose no-op in-transaction handler calls done.
+func (r *rig) dispatcher(e *env, workers, batch int, done func(*dispatcher.Message)) (*dispatcher.Dispatcher, error) {
+	return dispatcher.New(r.pool, dispatcher.Config{
+		Consumer: consumer, Schema: pgboxSchemaName, Workers: workers, BatchSize: batch, Logger: e.log,
+		Handlers: map[string]dispatcher.Handler{"noop": dispatcher.InTx(func(_ context.Context, _ pgx.Tx, m *dispatcher.Message) error {
+			done(m)
 			return nil
 		})},
 	})
-	return in, d, err
+}
+
+// counter returns a done function for rig.dispatcher that counts on c.
+func counter(c *atomic.Int64) func(*dispatcher.Message) {
+	return func(*dispatcher.Message) { c.Add(1) }
 }
 
 // pgboxDrain drains a pre-loaded backlog of n messages.
 func (e *env) pgboxDrain(n, workers int) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
 		n := s.n(n)
-		pool, rt, err := newPool(ctx, e.cfg.URL, int32(workers)+4)
+		r, err := e.newRig(ctx, workers+4)
 		if err != nil {
 			return nil, err
 		}
-		defer pool.Close()
+		defer r.close()
 		var handled atomic.Int64
-		in, d, err := e.pgboxSetup(ctx, pool, workers, &handled)
+		d, err := r.dispatcher(e, workers, batchSize, counter(&handled))
 		if err != nil {
 			return nil, err
 		}
-		if err := loadInbox(ctx, in, n); err != nil {
+		if err := r.backlog(ctx, n); err != nil {
 			return nil, err
 		}
-		if err := vacuum(ctx, pool, "bench_pgbox", "inbox"); err != nil {
-			return nil, err
-		}
-		trips := rt.n.Load()
+		trips := r.rt.n.Load()
 		start := time.Now()
 		if err := d.Start(ctx); err != nil {
 			return nil, err
@@ -106,13 +139,17 @@ func (e *env) pgboxDrain(n, workers int) func(context.Context, scale) (Figures, 
 		if err := waitCount(ctx, &handled, int64(n)); err != nil {
 			return nil, err
 		}
-		if err := waitInboxDone(ctx, pool, "bench_pgbox"); err != nil {
+		if err := waitInboxDone(ctx, r.pool); err != nil {
 			return nil, err
 		}
-		elapsed := time.Since(start)
-		trips = rt.n.Load() - trips
-		return Figures{"msgs/s": float64(n) / elapsed.Seconds(), "round trips/msg": float64(trips) / float64(n)}, nil
+		return drained(n, time.Since(start), r.rt.n.Load()-trips), nil
 	}
+}
+
+// drained is what a drain of n messages in elapsed with trips round trips
+// measured.
+func drained(n int, elapsed time.Duration, trips int64) Figures {
+	return Figures{"msgs/s": float64(n) / elapsed.Seconds(), "round trips/msg": float64(trips) / float64(n)}
 }
 
 // waitCount waits until c reaches n.
@@ -127,8 +164,8 @@ func waitCount(ctx context.Context, c *atomic.Int64, n int64) error {
 
 // waitInboxDone waits until the committed inbox holds no pending or
 // running message.
-func waitInboxDone(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	q := "SELECT EXISTS (SELECT 1 FROM " + pgx.Identifier{schema, "inbox"}.Sanitize() + " WHERE status IN ('pending', 'running'))"
+func waitInboxDone(ctx context.Context, pool *pgxpool.Pool) error {
+	q := "SELECT EXISTS (SELECT 1 FROM " + pgx.Identifier{pgboxSchemaName, "inbox"}.Sanitize() + " WHERE status IN ('pending', 'running'))"
 	for {
 		var left bool
 		if err := pool.QueryRow(ctx, q).Scan(&left); err != nil {
@@ -158,13 +195,13 @@ func sleep(ctx context.Context, d time.Duration) error {
 // a producer stores batches of 100 while the workers handle them.
 func (e *env) pgboxContinuous(workers int) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
-		pool, _, err := newPool(ctx, e.cfg.URL, int32(workers)+6)
+		r, err := e.newRig(ctx, workers+6)
 		if err != nil {
 			return nil, err
 		}
-		defer pool.Close()
-		var handled atomic.Int64
-		in, d, err := e.pgboxSetup(ctx, pool, workers, &handled)
+		defer r.close()
+		var handled, next atomic.Int64
+		d, err := r.dispatcher(e, workers, batchSize, counter(&handled))
 		if err != nil {
 			return nil, err
 		}
@@ -172,13 +209,12 @@ func (e *env) pgboxContinuous(workers int) func(context.Context, scale) (Figures
 			return nil, err
 		}
 		defer d.Stop(context.WithoutCancel(ctx))
-		var next atomic.Int64
 		produce := func(ctx context.Context) error {
 			msgs := make([]inbox.Message, 100)
 			for i := range msgs {
 				msgs[i] = noopMessage("c" + strconv.FormatInt(next.Add(1), 10))
 			}
-			_, err := in.ReceiveBatch(ctx, msgs)
+			_, err := r.in.ReceiveBatch(ctx, msgs)
 			return err
 		}
 		n, elapsed, err := continuous(ctx, s.d(e.cfg.Duration), &handled, &next, produce)

@@ -13,11 +13,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgbox/pgbox/dispatcher"
-	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/outbox"
 	"github.com/pgbox/pgbox/relay"
 	"github.com/pgbox/pgbox/watermillinbox"
@@ -40,6 +38,9 @@ func (l *latencies) restart(id string, at time.Time) {
 		l.started.Store(id, at)
 	}
 }
+
+// handled is done for a dispatcher's message.
+func (l *latencies) handled(m *dispatcher.Message) { l.done(m.ID) }
 
 func (l *latencies) done(id string) {
 	l.mu.Lock()
@@ -102,24 +103,13 @@ func paced(ctx context.Context, rate int, d time.Duration, send func(ctx context
 // from the Receive call to the end of its handler.
 func (e *env) inboxLatency() func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
-		pool, _, err := newPool(ctx, e.cfg.URL, 24)
+		r, err := e.newRig(ctx, 24)
 		if err != nil {
 			return nil, err
 		}
-		defer pool.Close()
-		if err := pgboxSchema(ctx, pool, "bench_pgbox"); err != nil {
-			return nil, err
-		}
-		in, err := inbox.New(pool, inbox.Config{Consumer: consumer, Schema: "bench_pgbox"})
-		if err != nil {
-			return nil, err
-		}
+		defer r.close()
 		l := &latencies{}
-		d, err := dispatcher.New(pool, dispatcher.Config{Consumer: consumer, Schema: "bench_pgbox", Logger: e.log,
-			Handlers: map[string]dispatcher.Handler{"noop": dispatcher.InTx(func(_ context.Context, _ pgx.Tx, m *dispatcher.Message) error {
-				l.done(m.ID)
-				return nil
-			})}})
+		d, err := r.dispatcher(e, dispatcher.WorkersDefault, dispatcher.BatchSizeDefault, l.handled)
 		if err != nil {
 			return nil, err
 		}
@@ -130,13 +120,13 @@ func (e *env) inboxLatency() func(context.Context, scale) (Figures, error) {
 		sent, err := paced(ctx, e.cfg.Rate, s.d(e.cfg.Duration), func(ctx context.Context, i int64) error {
 			id := "l" + strconv.FormatInt(i, 10)
 			l.start(id, time.Now())
-			_, err := in.Receive(ctx, noopMessage(id))
+			_, err := r.in.Receive(ctx, noopMessage(id))
 			return err
 		})
 		if err != nil {
 			return nil, err
 		}
-		if err := waitInboxDone(ctx, pool, "bench_pgbox"); err != nil {
+		if err := waitInboxDone(ctx, r.pool); err != nil {
 			return nil, err
 		}
 		return l.figures(sent)
@@ -173,33 +163,23 @@ func (s *spread) Close() error {
 // watermillinbox, acking after the commit), inbox, dispatcher.
 func (e *env) endToEndLatency() func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
-		pool, _, err := newPool(ctx, e.cfg.URL, 40)
+		r, err := e.newRig(ctx, 40)
 		if err != nil {
 			return nil, err
 		}
-		defer pool.Close()
-		if err := pgboxSchema(ctx, pool, "bench_pgbox"); err != nil {
-			return nil, err
-		}
-		out, err := outbox.New(pool, outbox.Config{Schema: "bench_pgbox"})
-		if err != nil {
-			return nil, err
-		}
-		in, err := inbox.New(pool, inbox.Config{Consumer: consumer, Schema: "bench_pgbox"})
+		defer r.close()
+		pool := r.pool
+		out, err := outbox.New(pool, outbox.Config{Schema: pgboxSchemaName})
 		if err != nil {
 			return nil, err
 		}
 		l := &latencies{}
-		d, err := dispatcher.New(pool, dispatcher.Config{Consumer: consumer, Schema: "bench_pgbox", Logger: e.log,
-			Handlers: map[string]dispatcher.Handler{"noop": dispatcher.InTx(func(_ context.Context, _ pgx.Tx, m *dispatcher.Message) error {
-				l.done(m.ID)
-				return nil
-			})}})
+		d, err := r.dispatcher(e, dispatcher.WorkersDefault, dispatcher.BatchSizeDefault, l.handled)
 		if err != nil {
 			return nil, err
 		}
 		broker := &spread{}
-		store := watermillinbox.Handler(watermillinbox.Config{Inbox: in, Logger: e.log})
+		store := watermillinbox.Handler(watermillinbox.Config{Inbox: r.in, Logger: e.log})
 		subCtx, stopSubs := context.WithCancel(ctx)
 		defer stopSubs()
 		for range 16 {
@@ -220,17 +200,17 @@ func (e *env) endToEndLatency() func(context.Context, scale) (Figures, error) {
 			broker.chans = append(broker.chans, ch)
 		}
 		defer broker.Close()
-		r, err := relay.New(pool, relay.Config{Schema: "bench_pgbox", Publisher: broker, Logger: e.log})
+		rel, err := relay.New(pool, relay.Config{Schema: pgboxSchemaName, Publisher: broker, Logger: e.log})
 		if err != nil {
 			return nil, err
 		}
-		for _, svc := range []interface{ Start(context.Context) error }{d, r} {
+		for _, svc := range []interface{ Start(context.Context) error }{d, rel} {
 			if err := svc.Start(ctx); err != nil {
 				return nil, err
 			}
 		}
 		defer d.Stop(context.WithoutCancel(ctx))
-		defer r.Stop(context.WithoutCancel(ctx))
+		defer rel.Stop(context.WithoutCancel(ctx))
 		sent, err := paced(ctx, e.cfg.Rate, s.d(e.cfg.Duration), func(ctx context.Context, _ int64) error {
 			tx, err := pool.Begin(ctx)
 			if err != nil {
@@ -254,10 +234,10 @@ func (e *env) endToEndLatency() func(context.Context, scale) (Figures, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := waitOutboxDone(ctx, pool, "bench_pgbox"); err != nil {
+		if err := waitOutboxDone(ctx, pool); err != nil {
 			return nil, err
 		}
-		if err := waitInboxDone(ctx, pool, "bench_pgbox"); err != nil {
+		if err := waitInboxDone(ctx, pool); err != nil {
 			return nil, err
 		}
 		return l.figures(sent)

@@ -5,15 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/pgbox/pgbox/dispatcher"
 )
 
 // MemoryChildEnv, set in a bench process's environment, makes it the memory
@@ -37,11 +34,7 @@ func RunMemoryChild(ctx context.Context, url string, n int64) error {
 	}
 	defer pool.Close()
 	var handled atomic.Int64
-	d, err := dispatcher.New(pool, dispatcher.Config{Consumer: consumer, Schema: "bench_pgbox", Workers: 4, BatchSize: batchSize,
-		Handlers: map[string]dispatcher.Handler{"noop": dispatcher.InTx(func(context.Context, pgx.Tx, *dispatcher.Message) error {
-			handled.Add(1)
-			return nil
-		})}})
+	d, err := (&rig{pool: pool}).dispatcher(&env{log: slog.New(slog.DiscardHandler)}, 4, batchSize, counter(&handled))
 	if err != nil {
 		return err
 	}
@@ -89,20 +82,12 @@ func residentKiB() (int64, error) {
 func (e *env) memory(n int) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
 		n := s.n(n)
-		pool, _, err := newPool(ctx, e.cfg.URL, 8)
+		r, err := e.newRig(ctx, 8)
 		if err != nil {
 			return nil, err
 		}
-		defer pool.Close()
-		var unused atomic.Int64
-		in, _, err := e.pgboxSetup(ctx, pool, 1, &unused)
-		if err != nil {
-			return nil, err
-		}
-		if err := loadInbox(ctx, in, n); err != nil {
-			return nil, err
-		}
-		if err := vacuum(ctx, pool, "bench_pgbox", "inbox"); err != nil {
+		defer r.close()
+		if err := r.backlog(ctx, n); err != nil {
 			return nil, err
 		}
 		self, err := os.Executable()

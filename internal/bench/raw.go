@@ -54,34 +54,25 @@ func payloadHash() []byte {
 func (e *env) rawDrain(n, workers int) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
 		n := s.n(n)
-		pool, rt, err := newPool(ctx, e.cfg.URL, int32(workers)+4)
+		r, err := e.newRig(ctx, workers+4)
 		if err != nil {
 			return nil, err
 		}
-		defer pool.Close()
+		defer r.close()
+		if err := r.backlog(ctx, n); err != nil {
+			return nil, err
+		}
 		var handled atomic.Int64
-		in, _, err := e.pgboxSetup(ctx, pool, workers, &handled)
-		if err != nil {
-			return nil, err
-		}
-		if err := loadInbox(ctx, in, n); err != nil {
-			return nil, err
-		}
-		if err := vacuum(ctx, pool, "bench_pgbox", "inbox"); err != nil {
-			return nil, err
-		}
-		trips := rt.n.Load()
+		trips := r.rt.n.Load()
 		start := time.Now()
 		g, gctx := errgroup.WithContext(ctx)
 		for range workers {
-			g.Go(func() error { return rawWorker(gctx, pool, &handled, int64(n)) })
+			g.Go(func() error { return rawWorker(gctx, r.pool, &handled, int64(n)) })
 		}
 		if err := g.Wait(); err != nil {
 			return nil, err
 		}
-		elapsed := time.Since(start)
-		trips = rt.n.Load() - trips
-		return Figures{"msgs/s": float64(n) / elapsed.Seconds(), "round trips/msg": float64(trips) / float64(n)}, nil
+		return drained(n, time.Since(start), r.rt.n.Load()-trips), nil
 	}
 }
 
@@ -133,33 +124,25 @@ func rawWorker(ctx context.Context, pool *pgxpool.Pool, handled *atomic.Int64, n
 // case's duration.
 func (e *env) rawIngest(conns, batch int) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
-		pool, _, err := newPool(ctx, e.cfg.URL, int32(conns)+2)
+		r, err := e.newRig(ctx, conns+2)
 		if err != nil {
 			return nil, err
 		}
-		defer pool.Close()
-		if err := pgboxSchema(ctx, pool, "bench_pgbox"); err != nil {
-			return nil, err
-		}
+		defer r.close()
 		hash := payloadHash()
 		var next atomic.Int64
-		send := func(ctx context.Context) (int, error) {
+		return e.ingest(ctx, s, r, conns, func(ctx context.Context) (int, error) {
 			if batch == 1 {
-				_, err := pool.Exec(ctx, rawInsertOne, consumer, "r"+strconv.FormatInt(next.Add(1), 10), benchPayload, hash)
+				_, err := r.pool.Exec(ctx, rawInsertOne, consumer, "r"+strconv.FormatInt(next.Add(1), 10), benchPayload, hash)
 				return 1, err
 			}
 			ids, payloads, hashes := make([]string, batch), make([][]byte, batch), make([][]byte, batch)
 			for i := range batch {
 				ids[i], payloads[i], hashes[i] = "r"+strconv.FormatInt(next.Add(1), 10), benchPayload, hash
 			}
-			_, err := pool.Exec(ctx, rawInsertMany, consumer, ids, payloads, hashes)
+			_, err := r.pool.Exec(ctx, rawInsertMany, consumer, ids, payloads, hashes)
 			return batch, err
-		}
-		n, elapsed, err := flood(ctx, conns, s.d(e.cfg.Duration), send)
-		if err != nil {
-			return nil, err
-		}
-		return Figures{"msgs/s": float64(n) / elapsed.Seconds()}, nil
+		})
 	}
 }
 

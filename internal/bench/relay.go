@@ -34,9 +34,9 @@ func loadOutbox(ctx context.Context, pool *pgxpool.Pool, out *outbox.Outbox, top
 	return nil
 }
 
-// waitOutboxDone waits until every outbox row of schema is published.
-func waitOutboxDone(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	q := "SELECT EXISTS (SELECT 1 FROM " + pgx.Identifier{schema, "outbox"}.Sanitize() + " WHERE published_at IS NULL)"
+// waitOutboxDone waits until every outbox row is published.
+func waitOutboxDone(ctx context.Context, pool *pgxpool.Pool) error {
+	q := "SELECT EXISTS (SELECT 1 FROM " + pgx.Identifier{pgboxSchemaName, "outbox"}.Sanitize() + " WHERE published_at IS NULL)"
 	for {
 		var left bool
 		if err := pool.QueryRow(ctx, q).Scan(&left); err != nil {
@@ -56,22 +56,19 @@ func waitOutboxDone(ctx context.Context, pool *pgxpool.Pool, schema string) erro
 func (e *env) relayDrain(n int, newPublisher func(ctx context.Context) (message.Publisher, func(), error)) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
 		n := s.n(n)
-		pool, _, err := newPool(ctx, e.cfg.URL, 8)
+		r, err := e.newRig(ctx, 8)
 		if err != nil {
 			return nil, err
 		}
-		defer pool.Close()
-		if err := pgboxSchema(ctx, pool, "bench_pgbox"); err != nil {
-			return nil, err
-		}
-		out, err := outbox.New(pool, outbox.Config{Schema: "bench_pgbox"})
+		defer r.close()
+		out, err := outbox.New(r.pool, outbox.Config{Schema: pgboxSchemaName})
 		if err != nil {
 			return nil, err
 		}
-		if err := loadOutbox(ctx, pool, out, "bench", n); err != nil {
+		if err := loadOutbox(ctx, r.pool, out, "bench", n); err != nil {
 			return nil, err
 		}
-		if err := vacuum(ctx, pool, "bench_pgbox", "outbox"); err != nil {
+		if err := vacuum(ctx, r.pool, pgboxSchemaName, "outbox"); err != nil {
 			return nil, err
 		}
 		pub, closePub, err := newPublisher(ctx)
@@ -79,16 +76,16 @@ func (e *env) relayDrain(n int, newPublisher func(ctx context.Context) (message.
 			return nil, err
 		}
 		defer closePub()
-		r, err := relay.New(pool, relay.Config{Schema: "bench_pgbox", Publisher: pub, Logger: e.log})
+		rel, err := relay.New(r.pool, relay.Config{Schema: pgboxSchemaName, Publisher: pub, Logger: e.log})
 		if err != nil {
 			return nil, err
 		}
 		start := time.Now()
-		if err := r.Start(ctx); err != nil {
+		if err := rel.Start(ctx); err != nil {
 			return nil, err
 		}
-		defer r.Stop(context.WithoutCancel(ctx))
-		if err := waitOutboxDone(ctx, pool, "bench_pgbox"); err != nil {
+		defer rel.Stop(context.WithoutCancel(ctx))
+		if err := waitOutboxDone(ctx, r.pool); err != nil {
 			return nil, err
 		}
 		return Figures{"msgs/s": float64(n) / time.Since(start).Seconds()}, nil

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-
-	"github.com/pgbox/pgbox/inbox"
 )
 
 // stormWindow is how many of the latest ids redeliveries are drawn from.
@@ -77,40 +75,32 @@ func (e *env) storm(s scale, ctx context.Context, rt *roundTrips, deliver func(c
 }
 
 func (e *env) pgboxStorm() func(context.Context, scale) (Figures, error) {
-	return func(ctx context.Context, s scale) (Figures, error) {
-		pool, rt, err := newPool(ctx, e.cfg.URL, 6)
-		if err != nil {
-			return nil, err
-		}
-		defer pool.Close()
-		if err := pgboxSchema(ctx, pool, "bench_pgbox"); err != nil {
-			return nil, err
-		}
-		in, err := inbox.New(pool, inbox.Config{Consumer: consumer, Schema: "bench_pgbox"})
-		if err != nil {
-			return nil, err
-		}
-		return e.storm(s, ctx, rt, func(ctx context.Context, id string) error {
-			_, err := in.Receive(ctx, noopMessage(id))
+	return e.stormOn(func(r *rig) func(context.Context, string) error {
+		return func(ctx context.Context, id string) error {
+			_, err := r.in.Receive(ctx, noopMessage(id))
 			return err
-		})
-	}
+		}
+	})
 }
 
 func (e *env) rawStorm() func(context.Context, scale) (Figures, error) {
+	hash := payloadHash()
+	return e.stormOn(func(r *rig) func(context.Context, string) error {
+		return func(ctx context.Context, id string) error {
+			_, err := r.pool.Exec(ctx, rawInsertOne, consumer, id, benchPayload, hash)
+			return err
+		}
+	})
+}
+
+// stormOn runs the storm with the delivery function deliverer makes.
+func (e *env) stormOn(deliverer func(*rig) func(context.Context, string) error) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
-		pool, rt, err := newPool(ctx, e.cfg.URL, 6)
+		r, err := e.newRig(ctx, 6)
 		if err != nil {
 			return nil, err
 		}
-		defer pool.Close()
-		if err := pgboxSchema(ctx, pool, "bench_pgbox"); err != nil {
-			return nil, err
-		}
-		hash := payloadHash()
-		return e.storm(s, ctx, rt, func(ctx context.Context, id string) error {
-			_, err := pool.Exec(ctx, rawInsertOne, consumer, id, benchPayload, hash)
-			return err
-		})
+		defer r.close()
+		return e.storm(s, ctx, r.rt, deliverer(r))
 	}
 }
