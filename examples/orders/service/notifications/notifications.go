@@ -33,6 +33,14 @@ import (
 // Consumer is the service's consumer name in its inbox.
 const Consumer = "notifications"
 
+// notifyInterval is how often, at most, this process's inbox and outbox
+// wake idle workers with a NOTIFY. Every transaction that notifies holds
+// PostgreSQL's single notification lock from its commit until its WAL is
+// flushed, so several busy processes notifying every 10ms (the default)
+// make the whole database's commits queue on that lock. One wake-up per
+// 100ms is plenty; polling finds anything one missed.
+const notifyInterval = 100 * time.Millisecond
+
 // Config configures the service.
 type Config struct {
 	// Logger receives the service's logs. Defaults to slog.Default().
@@ -79,7 +87,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Service{cfg: cfg, mail: newMailClient(cfg.MailURL, cfg.Name)}
-	in, err := inbox.New(cfg.Pool, inbox.Config{Consumer: Consumer, MaxAttempts: 10, Schema: cfg.Schema})
+	in, err := inbox.New(cfg.Pool, inbox.Config{Consumer: Consumer, MaxAttempts: 10, NotifyInterval: notifyInterval, Schema: cfg.Schema})
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,14 @@ import (
 // it, so two customers can never see each other's stored responses.
 const CustomerHeader = "X-Customer-ID"
 
+// notifyInterval is how often, at most, this process's inbox and outbox
+// wake idle workers with a NOTIFY. Every transaction that notifies holds
+// PostgreSQL's single notification lock from its commit until its WAL is
+// flushed, so several busy processes notifying every 10ms (the default)
+// make the whole database's commits queue on that lock. One wake-up per
+// 100ms is plenty; polling finds anything one missed.
+const notifyInterval = 100 * time.Millisecond
+
 // Config configures the service.
 type Config struct {
 	// Logger receives the service's logs. Defaults to slog.Default().
@@ -74,7 +82,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg}
 	var err error
-	if s.outbox, err = outbox.New(cfg.Pool, outbox.Config{Schema: cfg.Schema}); err != nil {
+	if s.outbox, err = outbox.New(cfg.Pool, outbox.Config{NotifyInterval: notifyInterval, Schema: cfg.Schema}); err != nil {
 		return nil, err
 	}
 	s.idem, err = idempotency.New(cfg.Pool, idempotency.Config{

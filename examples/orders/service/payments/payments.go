@@ -54,6 +54,14 @@ import (
 // Consumer is the service's consumer name in its inbox.
 const Consumer = "payments"
 
+// notifyInterval is how often, at most, this process's inbox and outbox
+// wake idle workers with a NOTIFY. Every transaction that notifies holds
+// PostgreSQL's single notification lock from its commit until its WAL is
+// flushed, so several busy processes notifying every 10ms (the default)
+// make the whole database's commits queue on that lock. One wake-up per
+// 100ms is plenty; polling finds anything one missed.
+const notifyInterval = 100 * time.Millisecond
+
 // Config configures the service.
 type Config struct {
 	// GatewayURL is the payment gateway's base URL. Required.
@@ -118,10 +126,10 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, gateway: newGatewayClient(cfg.GatewayURL, cfg.Name)}
 	var err error
-	if s.inbox, err = inbox.New(cfg.Pool, inbox.Config{Consumer: Consumer, MaxAttempts: 10, Schema: cfg.Schema}); err != nil {
+	if s.inbox, err = inbox.New(cfg.Pool, inbox.Config{Consumer: Consumer, MaxAttempts: 10, NotifyInterval: notifyInterval, Schema: cfg.Schema}); err != nil {
 		return nil, err
 	}
-	if s.outbox, err = outbox.New(cfg.Pool, outbox.Config{Schema: cfg.Schema}); err != nil {
+	if s.outbox, err = outbox.New(cfg.Pool, outbox.Config{NotifyInterval: notifyInterval, Schema: cfg.Schema}); err != nil {
 		return nil, err
 	}
 	s.dispatcher, err = dispatcher.New(cfg.Pool, dispatcher.Config{
