@@ -292,41 +292,33 @@ func perOrderQuery(effects string, o *Once) query {
 // print writes the report: the hops, then the verdict.
 func (r *Report) print(out io.Writer) {
 	fmt.Fprintln(out)
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	row := func(cells ...any) {
-		for i, c := range cells {
-			if i > 0 {
-				fmt.Fprint(w, "\t")
-			}
-			fmt.Fprint(w, c)
-		}
-		fmt.Fprintln(w, "\t")
+	row := func(hop string, received, applied, absorbed any, how string) {
+		fmt.Fprintf(out, "  %-26s %9v %8v %9v  %s\n", hop, received, applied, absorbed, how)
 	}
 	c := r.Client
-	row("hop", "received", "applied", "absorbed", "")
+	row("hop", "received", "applied", "absorbed", "by")
 	row("client → orders API", c.Requests, r.OrdersAccepted, c.Requests-int64(r.OrdersAccepted),
 		fmt.Sprintf("Idempotency-Key: %d replayed, %d answered 409 while the first ran, %d cut off by the client, %d 5xx retried", c.Replayed, c.InProgress, c.Cancelled, c.ServerErrors))
 	h := r.PaymentsHop
 	row("orders → payments", h.Deliveries, h.Stored, h.Deliveries-h.Stored,
-		fmt.Sprintf("inbox, same message id: %d duplicated by the subscriber, the rest by relays and the broker", h.Injected))
-	row("  OrderPlaced, new id", r.Republished, 0, r.IgnoredByNaturalKey, "re-published by hand: payments' primary key (order_id)")
+		fmt.Sprintf("inbox, same message id (%d duplicated by the subscriber, the rest by relays and the broker)", h.Injected))
+	row("  OrderPlaced, new id", r.Republished, 0, r.IgnoredByNaturalKey, "payments' primary key, order_id (re-published by hand)")
 	g := r.Gateway
 	row("payments → gateway", g.Requests, g.Applied, g.Replayed,
-		fmt.Sprintf("gateway Idempotency-Key replayed the first charge; %d 503s and %d lost answers injected", g.Unavailable, g.Lost))
+		fmt.Sprintf("gateway Idempotency-Key: first charge replayed (%d 503s and %d lost answers injected)", g.Unavailable, g.Lost))
 	h = r.NotificationsHop
 	row("payments → notifications", h.Deliveries, h.Stored, h.Deliveries-h.Stored,
-		fmt.Sprintf("inbox, same message id: %d duplicated by the subscriber, the rest by relays and the broker", h.Injected))
+		fmt.Sprintf("inbox, same message id (%d duplicated by the subscriber, the rest by relays and the broker)", h.Injected))
 	m := r.MailSink
 	row("notifications → mail", m.Requests, m.Applied, m.Replayed,
-		fmt.Sprintf("mail Idempotency-Key replayed the first send; %d 503s and %d lost answers injected", m.Unavailable, m.Lost))
-	_ = w.Flush()
+		fmt.Sprintf("mail Idempotency-Key: first send replayed (%d 503s and %d lost answers injected)", m.Unavailable, m.Lost))
 
 	fmt.Fprintln(out)
 	if r.Kill.Done {
 		fmt.Fprintf(out, "SIGKILL: payments-1 (pid %d) was killed with %d gateway calls in flight; %d of its messages were taken over after their lease.\n\n",
 			r.Kill.PID, r.Kill.ChargesInFlight, r.Rescued)
 	}
-	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	verdict := func(label string, got, want int, detail string) {
 		fmt.Fprintf(w, "  %s\t%d/%d\t%s\n", label, got, want, detail)
 	}
