@@ -149,5 +149,8 @@ func runOrders(t *testing.T, brokerURL string, orders int) {
 	require.Greater(t, report.PaymentsHop.Deliveries, report.PaymentsHop.Stored, "the payments inbox absorbed duplicates")
 	require.Greater(t, report.NotificationsHop.Deliveries, report.NotificationsHop.Stored, "the notifications inbox absorbed duplicates")
 	require.Equal(t, report.Republished, report.IgnoredByNaturalKey, "re-published orders were absorbed by the payments table's key")
-	require.Positive(t, report.Gateway.Replayed, "the gateway saw repeated keys and did not charge again")
+	// Every answer the gateway dropped on purpose was followed by a
+	// repeat with the same key, answered from the key: no second charge.
+	require.GreaterOrEqual(t, report.Gateway.Replayed, report.Gateway.Lost, "lost answers were retried with their key")
+	require.GreaterOrEqual(t, report.MailSink.Replayed, report.MailSink.Lost, "lost answers were retried with their key")
 }
