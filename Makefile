@@ -1,5 +1,5 @@
 # pgbox developer entry points. Two commands on a fresh machine:
-#   make demo   run the example end to end on a local PostgreSQL
+#   make demo   run the orders example end to end on a local PostgreSQL
 #   make test   vet and run every test against a real PostgreSQL
 #
 # Both use DATABASE_URL when it is set; otherwise they start the throwaway
@@ -22,7 +22,7 @@ BROKER = $${NATS_URL:-$$($(NATS) up)}
 FUZZ := FuzzReceive:./inbox FuzzWrite:./outbox FuzzHandler:./watermillinbox
 FUZZTIME ?= 5s
 
-.PHONY: test chaos bench demo pg-up pg-down nats-up nats-down down
+.PHONY: test chaos bench demo demo-quickstart pg-up pg-down nats-up nats-down down
 
 test:
 	@url=$(DB); nats=$(BROKER); \
@@ -49,7 +49,17 @@ bench:
 	@url=$(DB); nats=$(BROKER); \
 	DATABASE_URL="$$url" NATS_URL="$$nats" go run ./cmd/pgbox-bench $(BENCHFLAGS)
 
+# The orders example (examples/orders): three services and two stand-in
+# providers as separate processes, under load, duplicate deliveries and a
+# SIGKILL, then verified from the database. It fails unless every order was
+# charged once and mailed once. DEMO_FLAGS passes flags on, for instance
+# DEMO_FLAGS="-broker nats://127.0.0.1:4222 -orders 5000".
+DEMO_FLAGS ?=
 demo:
+	@url=$(DB); DATABASE_URL="$$url" go run ./examples/orders demo $(DEMO_FLAGS)
+
+# The smaller, single-process example: an inbox and a dispatcher.
+demo-quickstart:
 	@url=$(DB); DATABASE_URL="$$url" go run ./examples/quickstart
 
 pg-up:

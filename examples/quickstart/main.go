@@ -1,5 +1,5 @@
 // Command quickstart runs pgbox's inbox and dispatcher end to end on a real
-// PostgreSQL and checks the result: `make demo` runs it.
+// PostgreSQL and checks the result: `make demo-quickstart` runs it.
 //
 // It plays a broker that delivers 400 orders at least once (about half of
 // them two or three times, from eight goroutines at once), a payments
@@ -63,7 +63,7 @@ func run(orders, poison int, schema string, timeout time.Duration, out io.Writer
 	defer cancel()
 	url := os.Getenv("DATABASE_URL")
 	if url == "" {
-		return errors.New("DATABASE_URL is not set: run `make demo`, which starts a local PostgreSQL")
+		return errors.New("DATABASE_URL is not set: run `make demo-quickstart`, which starts a local PostgreSQL")
 	}
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {

@@ -1,0 +1,134 @@
+// Package faults injects the duplicate deliveries the demo must survive, and
+// records what each consumer was delivered so that the demo can show how many
+// duplicates each hop absorbed.
+//
+// None of this belongs in a real service. Brokers, relays and networks
+// produce duplicates on their own (a relay that dies between publishing and
+// recording, a subscriber killed before it acknowledges, a lost ack); the
+// demo makes them frequent enough to see in a short run.
+package faults
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// injectedKey marks, in a message's context, a delivery that Redeliver made
+// up.
+type injectedKey struct{}
+
+// Redeliver returns a handler that passes each message to next and then,
+// for a fraction rate of them, passes it again, as a broker does when an
+// acknowledgement is lost. The second delivery is a copy with the same UUID,
+// metadata and payload, marked as injected for DeliveryLog.
+func Redeliver(rate float64, next message.NoPublishHandlerFunc) message.NoPublishHandlerFunc {
+	if rate <= 0 {
+		return next
+	}
+	return func(m *message.Message) error {
+		if err := next(m); err != nil {
+			return err
+		}
+		if rand.Float64() >= rate {
+			return nil
+		}
+		again := m.Copy()
+		again.SetContext(context.WithValue(m.Context(), injectedKey{}, true))
+		return next(again)
+	}
+}
+
+// DuplicatingPublisher publishes every message, then publishes a fraction
+// rate of them a second time under the same UUID: what a relay does when it
+// dies after publishing a batch and before recording it (pgbox's relay then
+// publishes the batch again once its lease expires).
+type DuplicatingPublisher struct {
+	message.Publisher
+	// Rate is the fraction of messages published twice.
+	Rate float64
+}
+
+// Publish publishes msgs, and some of them again.
+func (p DuplicatingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if err := p.Publisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	var again []*message.Message
+	for _, m := range msgs {
+		if rand.Float64() < p.Rate {
+			again = append(again, m.Copy())
+		}
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	return p.Publisher.Publish(topic, again...)
+}
+
+// DeliveriesTableSQL creates the table DeliveryLog writes, in the consumer
+// service's schema (its pool's search_path).
+const DeliveriesTableSQL = `
+CREATE TABLE IF NOT EXISTS deliveries (
+    seq          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    message_id   text        NOT NULL,
+    injected     boolean     NOT NULL,
+    process      text        NOT NULL,
+    delivered_at timestamptz NOT NULL DEFAULT now()
+)`
+
+// DeliveryLog records every delivery a consumer acknowledged, one row each,
+// so that deliveries minus the messages its inbox stored is the number of
+// duplicates the inbox absorbed.
+//
+// A row is written after the inbox has stored (or recognised) the message
+// and before the broker is acknowledged. If the process dies in between,
+// the broker delivers the message again and that delivery is logged, so every
+// stored message has at least one logged delivery and the count of absorbed
+// duplicates is never overstated.
+type DeliveryLog struct {
+	pool    *pgxpool.Pool
+	process string
+}
+
+// NewDeliveryLog returns a log that names process as the receiver. It
+// writes through a small pool of its own, configured like cfg but with
+// synchronous_commit off: the log is instrumentation, and losing its last
+// rows to a PostgreSQL crash would cost nothing but a count. That makes a
+// row cost one round trip and no disk flush, so the log hardly slows the
+// hop it measures (a Watermill subscription handles its messages one at a
+// time). Close it when done.
+func NewDeliveryLog(ctx context.Context, cfg *pgxpool.Config, process string) (*DeliveryLog, error) {
+	cfg = cfg.Copy()
+	cfg.MaxConns = 2
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &DeliveryLog{pool: pool, process: process}, nil
+}
+
+// Close closes the log's pool.
+func (l *DeliveryLog) Close() { l.pool.Close() }
+
+// Wrap returns a handler that runs next and, when next succeeded (the
+// broker will be acknowledged), logs the delivery.
+func (l *DeliveryLog) Wrap(next message.NoPublishHandlerFunc) message.NoPublishHandlerFunc {
+	return func(m *message.Message) error {
+		if err := next(m); err != nil {
+			return err
+		}
+		injected, _ := m.Context().Value(injectedKey{}).(bool)
+		_, err := l.pool.Exec(m.Context(), "INSERT INTO deliveries (message_id, injected, process) VALUES ($1, $2, $3)", m.UUID, injected, l.process)
+		if err != nil {
+			// Nack: the broker delivers the message again, and the inbox
+			// recognises it.
+			return fmt.Errorf("log delivery: %w", err)
+		}
+		return nil
+	}
+}

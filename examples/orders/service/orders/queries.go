@@ -1,0 +1,27 @@
+package orders
+
+// The service's SQL. Table names are unqualified: the service's pool sets
+// search_path to its schema.
+
+// ordersTableSQL creates the orders table. cart is the client's reference
+// and is deliberately not unique: the Idempotency-Key is what keeps a
+// retried request from placing a second order, and the demo checks that
+// every cart has exactly one order.
+const ordersTableSQL = `
+CREATE TABLE IF NOT EXISTS orders (
+    id        uuid        PRIMARY KEY,
+    customer  text        NOT NULL,
+    cart      text        NOT NULL,
+    email     text        NOT NULL,
+    cents     bigint      NOT NULL CHECK (cents > 0),
+    placed_at timestamptz NOT NULL DEFAULT now()
+)`
+
+const insertOrderSQL = `
+INSERT INTO orders (id, customer, cart, email, cents) VALUES ($1, $2, $3, $4, $5)
+RETURNING placed_at`
+
+// selectOrderSQL finds an order of one customer: another customer's order
+// is as good as missing.
+const selectOrderSQL = `
+SELECT customer, cart, email, cents, placed_at FROM orders WHERE id = $1 AND customer = $2`
