@@ -23,7 +23,7 @@ CREATE INDEX IF NOT EXISTS inbox_done_idx ON inbox (processed_at)
 -- Failures and replays: dead, discarded and failing (pending after a
 -- failure) rows, by arrival. inboxctl failures groups them, replay walks
 -- them by seq; both would otherwise read every done row too.
-CREATE INDEX IF NOT EXISTS inbox_failed_idx ON inbox (consumer, seq)
+CREATE INDEX IF NOT EXISTS inbox_failed_idx ON inbox (seq)
     WHERE status IN ('dead', 'discarded') OR (status = 'pending' AND last_error IS NOT NULL);
 
 -- Retention of conflict records, oldest first.
