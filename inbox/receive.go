@@ -119,12 +119,14 @@ func (in *Inbox) Process(ctx context.Context, msg Message, fn func(ctx context.C
 	}
 	switch res[0].Outcome {
 	case Duplicate:
+		in.tel.Count(ctx, 0, 1, 0)
 		return Duplicate, nil // nothing was written: the deferred rollback ends it
 	case Conflict:
 		// The transaction holds only the conflict's record: keep it.
 		if err := tx.Commit(ctx); err != nil {
 			return Conflict, fmt.Errorf("inbox: record conflict of message %q: %w", msg.ID, err)
 		}
+		in.tel.Count(ctx, 0, 0, 1)
 		return Conflict, res[0].Err
 	}
 	if err := fn(ctx, tx); err != nil {
@@ -133,6 +135,7 @@ func (in *Inbox) Process(ctx context.Context, msg Message, fn func(ctx context.C
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("inbox: commit message %q: %w", msg.ID, err)
 	}
+	in.tel.Count(ctx, 1, 0, 0)
 	return Accepted, nil
 }
 
@@ -232,6 +235,9 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 		if _, err := db.Exec(ctx, in.q.logConflicts, in.cfg.Consumer, conflicts.ids, conflicts.hashes, conflicts.payloads); err != nil {
 			return nil, in.dbError(ctx, "record conflicts", err)
 		}
+	}
+	if status == statusPending { // Process counts once it has committed
+		in.count(ctx, results)
 	}
 	return results, nil
 }

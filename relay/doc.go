@@ -29,4 +29,10 @@
 //   - New rows wake an idle relay through LISTEN/NOTIFY; polling remains the
 //     source of truth. Published rows are deleted after Config.Retention;
 //     dead ones never.
+//
+// Each published message gets a span (Config.TracerProvider), the child of
+// the producer's trace found in its metadata, whose context replaces the
+// producer's in the message, so the consumer's handler continues the trace
+// from the publish. Config.MeterProvider receives messages published,
+// publish failures, and the outbox's backlog and lag.
 package relay

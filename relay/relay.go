@@ -11,10 +11,14 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/backoff"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/telemetry"
 	"github.com/pgbox/pgbox/internal/workloop"
 )
 
@@ -55,6 +59,12 @@ type Config struct {
 	// the default, retries for ever: a broker outage must not lose messages.
 	MaxAttempts int
 
+	// MeterProvider receives the relay's metrics (messages published,
+	// publish failures, and the outbox backlog and lag gauges; see
+	// docs/operations.md). Defaults to OpenTelemetry's global provider,
+	// which does nothing until one is installed.
+	MeterProvider metric.MeterProvider
+
 	// PollInterval is how often an idle relay looks for rows when no
 	// notification wakes it. Defaults to PollIntervalDefault (one second).
 	PollInterval time.Duration
@@ -62,6 +72,13 @@ type Config struct {
 	// PruneInterval is how often published rows older than Retention are
 	// deleted, in batches. Defaults to PruneIntervalDefault (one minute).
 	PruneInterval time.Duration
+
+	// Propagator reads the trace context the producer left in a row's
+	// metadata (outbox.Write puts it there) to make each publish span its
+	// child, and writes the publish span's context into the published
+	// message in its place. Defaults to W3C Trace Context (traceparent,
+	// tracestate), as outbox.Config.Propagator does.
+	Propagator propagation.TextMapPropagator
 
 	// Publisher is where rows are published: any Watermill publisher
 	// (watermill-sql, NATS JetStream, Kafka). Required.
@@ -80,6 +97,12 @@ type Config struct {
 	// Schema is the PostgreSQL schema holding pgbox's tables. Defaults to
 	// pgbox.DefaultSchema.
 	Schema string
+
+	// TracerProvider receives a span per published message, a child of the
+	// producer's trace and the parent of the consumer's. Defaults to
+	// OpenTelemetry's global provider, which does nothing until one is
+	// installed.
+	TracerProvider trace.TracerProvider
 
 	// Workers is how many batches are published at once. Defaults to
 	// WorkersDefault (2).
@@ -103,6 +126,9 @@ func (c Config) WithDefaults() Config {
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
 	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	if c.Propagator == nil {
+		c.Propagator = propagation.TraceContext{}
+	}
 	if c.RetryBackoffFunc == nil {
 		c.RetryBackoffFunc = DefaultRetryBackoff
 	}
@@ -150,10 +176,12 @@ func (c Config) validate() error {
 // Relay publishes committed outbox rows. Several relays, in one process or
 // many, may run against the same schema.
 type Relay struct {
-	cfg  Config
-	loop *workloop.Service
-	pool *pgxpool.Pool
-	q    queries
+	cfg    Config
+	gauges telemetry.Registration
+	loop   *workloop.Service
+	pool   *pgxpool.Pool
+	q      queries
+	tel    *telemetry.Relay
 }
 
 type queries struct {
@@ -178,6 +206,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 			complete: ident.Render(completeSQL, cfg.Schema),
 			prune:    ident.Render(pruneSQL, cfg.Schema),
 		},
+		tel: telemetry.NewRelay(cfg.MeterProvider, cfg.TracerProvider, cfg.Propagator),
 	}
 	var periodic []workloop.Periodic
 	if cfg.Retention > 0 {
@@ -204,6 +233,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		if err := pgbox.CheckSchema(ctx, r.pool, r.cfg.Schema); err != nil {
 			return fmt.Errorf("relay: %w", err)
 		}
+		r.gauges.Watch(func() func() { return r.tel.WatchLag(r.pool, r.cfg.Schema) })
 		return nil
 	})
 }
@@ -213,7 +243,10 @@ func (r *Relay) Start(ctx context.Context) error {
 // to pending at once; a Publish call already under way cannot be
 // interrupted (Watermill's Publish takes no context), so Stop waits for it.
 // Stop may be called more than once, and before Start.
-func (r *Relay) Stop(ctx context.Context) error { return r.loop.Stop(ctx) }
+func (r *Relay) Stop(ctx context.Context) error {
+	defer r.gauges.Unwatch()
+	return r.loop.Stop(ctx)
+}
 
 // Stopped returns a channel closed when Stop has finished.
 func (r *Relay) Stopped() <-chan struct{} { return r.loop.Stopped() }
