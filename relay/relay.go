@@ -29,10 +29,16 @@ const (
 	LeaseDefault = time.Minute
 	// PollIntervalDefault is the default Config.PollInterval.
 	PollIntervalDefault = time.Second
-	// PruneIntervalDefault is the default Config.PruneInterval.
+	// PruneIntervalDefault is Config.PruneInterval when only Config.Retention
+	// is set.
+	//
+	// Deprecated: package maintenance prunes the outbox.
 	PruneIntervalDefault = time.Minute
-	// RetentionDefault is the default Config.Retention: longer than any
-	// consumer's redelivery window is likely to be.
+	// RetentionDefault is Config.Retention when only Config.PruneInterval is
+	// set: longer than any consumer's redelivery window is likely to be.
+	//
+	// Deprecated: package maintenance prunes the outbox
+	// (maintenance.Config.OutboxRetention).
 	RetentionDefault = 7 * 24 * time.Hour
 	// WorkersDefault is the default Config.Workers.
 	WorkersDefault = 2
@@ -69,8 +75,14 @@ type Config struct {
 	// notification wakes it. Defaults to PollIntervalDefault (one second).
 	PollInterval time.Duration
 
-	// PruneInterval is how often published rows older than Retention are
-	// deleted, in batches. Defaults to PruneIntervalDefault (one minute).
+	// PruneInterval, with Retention, makes this relay delete published rows
+	// older than Retention itself, in batches, this often. Setting either
+	// turns that on (the other then defaults to PruneIntervalDefault or
+	// RetentionDefault); by default the relay prunes nothing.
+	//
+	// Deprecated: run package maintenance instead. It prunes the outbox
+	// (and the inbox) once per interval for the whole deployment, on the
+	// process River elects, rather than once per relay.
 	PruneInterval time.Duration
 
 	// Propagator reads the trace context the producer left in a row's
@@ -84,9 +96,12 @@ type Config struct {
 	// (watermill-sql, NATS JetStream, Kafka). Required.
 	Publisher message.Publisher
 
-	// Retention is how long published rows are kept. Defaults to
-	// RetentionDefault (7 days); -1 keeps them for ever. Dead rows are never
-	// deleted.
+	// Retention, when positive, is how long this relay keeps published rows
+	// before deleting them itself (see PruneInterval). Zero, the default,
+	// and -1 leave them to package maintenance. Dead rows are never deleted.
+	//
+	// Deprecated: set maintenance.Config.OutboxRetention and run package
+	// maintenance instead.
 	Retention time.Duration
 
 	// RetryBackoffFunc returns how long to wait before publishing a row
@@ -124,8 +139,10 @@ func (c Config) WithDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
-	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
-	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	if c.PruneInterval > 0 || c.Retention > 0 { // the relay's own, deprecated pruning
+		c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
+		c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	}
 	if c.Propagator == nil {
 		c.Propagator = propagation.TraceContext{}
 	}
@@ -158,7 +175,7 @@ func (c Config) validate() error {
 	if c.PollInterval < time.Millisecond {
 		add("Config.PollInterval is %s: it must be at least 1ms", c.PollInterval)
 	}
-	if c.PruneInterval < time.Millisecond {
+	if c.PruneInterval < 0 || (c.Retention > 0 && c.PruneInterval < time.Millisecond) {
 		add("Config.PruneInterval is %s: it must be at least 1ms", c.PruneInterval)
 	}
 	if c.Retention < 0 && c.Retention != -1 {
