@@ -24,6 +24,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"encoding/binary"
 	"errors"
@@ -91,9 +92,8 @@ const RiverSince = 4
 // Migrator applies and rolls back pgbox's migrations in one schema.
 // Close it when done.
 type Migrator struct {
-	db       *sql.DB
+	db       *sql.DB // goose's connections, one of which holds the migration lock
 	lockID   int64
-	own      *pgxpool.Pool // holds the migration lock and runs River's migrations
 	pool     *pgxpool.Pool
 	provider *goose.Provider
 	river    *rivermigrate.Migrator[pgx.Tx]
@@ -138,50 +138,42 @@ func New(pool *pgxpool.Pool, opts Options) (*Migrator, error) {
 		return nil, errors.Join(fmt.Errorf("migrations: %w", err), db.Close())
 	}
 
-	// A small pool of the Migrator's own, connecting lazily: one session
-	// holds the lock while River's migrator uses the other, whatever the
-	// size of the caller's pool.
-	ownConfig := pool.Config()
-	ownConfig.MaxConns = 2
-	ownConfig.MinConns = 0
-	own, err := pgxpool.NewWithConfig(context.Background(), ownConfig)
+	// River's migrator uses the caller's pool: no connection of that pool is
+	// held while waiting for the lock (that is one of goose's), so migrators
+	// queueing on the lock cannot starve the one holding it.
+	river, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger, Schema: schema})
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("migrations: %w", err), provider.Close())
-	}
-	river, err := rivermigrate.New(riverpgxv5.New(own), &rivermigrate.Config{Logger: logger, Schema: schema})
-	if err != nil {
-		own.Close()
 		return nil, errors.Join(fmt.Errorf("migrations: river: %w", err), provider.Close())
 	}
-	return &Migrator{db: db, lockID: lockID(schema), own: own, pool: pool, provider: provider, river: river, schema: schema}, nil
+	return &Migrator{db: db, lockID: lockID(schema), pool: pool, provider: provider, river: river, schema: schema}, nil
 }
 
 // Close releases the Migrator's connections.
 func (m *Migrator) Close() error {
-	m.own.Close()
 	return m.provider.Close()
 }
 
 // locked runs fn holding the schema's migration lock: a session-level
 // advisory lock, waited for in the server, so that the next migrator goes the
 // moment it is free. goose's own Postgres locker polls at intervals of a
-// second or more, and could not cover River's migrations.
+// second or more, and could not cover River's migrations. The lock is held
+// on one of goose's two connections; goose migrates on the other.
 func (m *Migrator) locked(ctx context.Context, fn func() error) error {
-	conn, err := m.own.Acquire(ctx)
+	conn, err := m.db.Conn(ctx)
 	if err != nil {
 		return m.explain(fmt.Errorf("connect: %w", err))
 	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", m.lockID); err != nil {
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", m.lockID); err != nil {
 		return m.explain(fmt.Errorf("wait for the migration lock: %w", err))
 	}
 	fnErr := fn()
 	// Unlock even when ctx has ended; if that fails, the session's end
-	// releases the lock, so close the connection rather than reuse it.
+	// releases the lock, so discard the connection rather than reuse it.
 	unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := conn.Exec(unlockCtx, "SELECT pg_advisory_unlock($1)", m.lockID); err != nil {
-		_ = conn.Conn().Close(unlockCtx)
+	if _, err := conn.ExecContext(unlockCtx, "SELECT pg_advisory_unlock($1)", m.lockID); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		return errors.Join(fnErr, m.explain(fmt.Errorf("release the migration lock: %w", err)))
 	}
 	return fnErr
