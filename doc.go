@@ -24,7 +24,11 @@
 //   - package pgboxtest helps services' own tests: throwaway schemas, a wait
 //     for the dispatcher and relay to drain, and a check that a consumer is
 //     idempotent.
-//   - package migrations creates and upgrades the tables.
+//   - package maintenance deletes what retention allows and runs scheduled
+//     replays, as River periodic jobs that one elected process enqueues.
+//   - package health is a health check to expose over HTTP.
+//   - package admin is what operators need (inboxctl is built on it).
+//   - package migrations creates and upgrades the tables, River's included.
 //
 // This root package holds what they share: the default schema name, the
 // schema version check and the metadata keys the relay and the subscriber

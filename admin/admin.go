@@ -67,6 +67,9 @@ func New(pool *pgxpool.Pool, schema string) (*Admin, error) {
 		"replay": replayBatchSQL, "discard": discardBatchSQL, "idStatus": idStatusSQL, "purge": purgeBatchSQL,
 		"countPurgeable": countPurgeableSQL, "failures": failuresSQL, "stats": statsSQL, "outboxStats": outboxStatsSQL,
 		"outboxList": outboxListSQL, "outboxShow": outboxShowSQL, "outboxRetry": outboxRetrySQL,
+		"scheduleReplay": scheduleReplaySQL, "scheduledReplays": scheduledReplaysSQL, "cancelReplay": cancelReplaySQL,
+		"claimDueReplay": claimDueReplaySQL, "advanceReplay": advanceReplaySQL, "failReplay": failReplaySQL,
+		"countScheduled": countScheduledSQL,
 	} {
 		q[name] = ident.Render(sql, schema)
 	}
@@ -82,31 +85,32 @@ func (a *Admin) Check(ctx context.Context) error {
 	return pgbox.CheckSchema(ctx, a.pool, a.schema)
 }
 
-// Filter selects inbox messages. Zero fields select everything.
+// Filter selects inbox messages. Zero fields select everything. It encodes
+// as JSON (a scheduled replay stores its filter), leaving out zero fields.
 type Filter struct {
 	// Consumer keeps one consumer's messages.
-	Consumer string
+	Consumer string `json:"consumer,omitzero"`
 	// ErrorContains keeps messages whose last error contains this text,
 	// ignoring case.
-	ErrorContains string
+	ErrorContains string `json:"error_contains,omitzero"`
 	// ErrorMatches keeps messages whose last error matches this
 	// (PostgreSQL, case-insensitive) regular expression.
-	ErrorMatches string
+	ErrorMatches string `json:"error_matches,omitzero"`
 	// EventType keeps one event type.
-	EventType string
+	EventType string `json:"event_type,omitzero"`
 	// Fingerprint keeps one failure group (see Failures).
-	Fingerprint string
+	Fingerprint string `json:"fingerprint,omitzero"`
 	// IDs keeps these message ids.
-	IDs []string
+	IDs []string `json:"ids,omitzero"`
 	// ReplayableOnly keeps the messages Replay may touch: dead, discarded,
 	// or pending after a failure.
-	ReplayableOnly bool
+	ReplayableOnly bool `json:"replayable_only,omitzero"`
 	// Since keeps messages received at or after it.
-	Since time.Time
+	Since time.Time `json:"since,omitzero"`
 	// Statuses keeps messages in these statuses.
-	Statuses []string
+	Statuses []string `json:"statuses,omitzero"`
 	// Until keeps messages received before it.
-	Until time.Time
+	Until time.Time `json:"until,omitzero"`
 }
 
 // Validate reports a filter that cannot match anything sensible.

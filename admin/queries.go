@@ -231,3 +231,73 @@ UPDATE /* schema */outbox AS o SET
 FROM batch AS b
 WHERE o.id = b.id
 RETURNING o.id`
+
+// scheduledReplayColumns are the columns of a ScheduledReplay, in scan
+// order.
+const scheduledReplayColumns = `r.id, r.run_at, r.filter, coalesce(r.note, ''), r.state, r.replayed,
+    r.created_at, r.started_at, r.finished_at, r.last_error`
+
+// scheduleReplaySQL records a replay to run at $1 of the messages matching
+// the filter $2 (JSON), with the operator's note $3.
+const scheduleReplaySQL = `
+INSERT INTO /* schema */scheduled_replays AS r (run_at, filter, note)
+VALUES ($1, $2::jsonb, nullif($3, ''))
+RETURNING ` + scheduledReplayColumns
+
+// scheduledReplaysSQL lists scheduled replays: those not finished first, by
+// due time, then the finished ones, newest first; up to $1 of them.
+const scheduledReplaysSQL = `
+SELECT ` + scheduledReplayColumns + `
+FROM /* schema */scheduled_replays AS r
+ORDER BY r.state IN ('scheduled', 'running') DESC,
+         CASE WHEN r.state IN ('scheduled', 'running') THEN r.run_at END,
+         r.id DESC
+LIMIT $1`
+
+// countScheduledSQL counts the replays waiting for their time or under way.
+const countScheduledSQL = `
+SELECT count(*) FROM /* schema */scheduled_replays WHERE state IN ('scheduled', 'running')`
+
+// cancelReplaySQL cancels scheduled replay $1 if it has not started, and
+// returns its state either way (no row: no such replay).
+const cancelReplaySQL = `
+WITH target AS (
+    SELECT id, state FROM /* schema */scheduled_replays WHERE id = $1 FOR UPDATE
+),
+cancelled AS (
+    UPDATE /* schema */scheduled_replays AS r SET state = 'cancelled', finished_at = now()
+    FROM target AS t
+    WHERE r.id = t.id AND t.state = 'scheduled'
+    RETURNING r.id
+)
+SELECT t.state, EXISTS (SELECT 1 FROM cancelled) FROM target AS t`
+
+// claimDueReplaySQL locks the scheduled replay that is due first (by the
+// database clock), skipping one that another maintenance worker holds, for
+// the length of one batch's transaction.
+const claimDueReplaySQL = `
+SELECT r.id, r.filter, coalesce(r.note, ''), r.cursor_seq
+FROM /* schema */scheduled_replays AS r
+WHERE r.state IN ('scheduled', 'running') AND r.run_at <= now()
+ORDER BY r.run_at, r.id
+LIMIT 1
+FOR UPDATE SKIP LOCKED`
+
+// advanceReplaySQL records one batch of scheduled replay $1, in the batch's
+// transaction: $2 messages replayed, up to seq $3; a batch shorter than the
+// batch size ($4 is true) ends it.
+const advanceReplaySQL = `
+UPDATE /* schema */scheduled_replays SET
+    state       = CASE WHEN $4 THEN 'done' ELSE 'running' END,
+    replayed    = replayed + $2,
+    cursor_seq  = greatest(cursor_seq, $3),
+    started_at  = coalesce(started_at, now()),
+    finished_at = CASE WHEN $4 THEN now() END
+WHERE id = $1`
+
+// failReplaySQL ends scheduled replay $1 with the error $2: its filter can
+// never run (an invalid regular expression, say).
+const failReplaySQL = `
+UPDATE /* schema */scheduled_replays SET
+    state = 'failed', last_error = $2, started_at = coalesce(started_at, now()), finished_at = now()
+WHERE id = $1`

@@ -53,6 +53,8 @@ type outcome struct {
 	refund bool // give the attempt back (snooze, shutdown)
 	status string
 	trace  string
+
+	eventType string // for metrics only
 }
 
 // runBatch claims one batch and handles it. It returns how many messages
@@ -128,6 +130,9 @@ func (d *Dispatcher) claim(token int64, mayRescue bool) (batch []*claimed, n int
 		}
 		rescued = rescued || rescue
 		m.Consumer = d.cfg.Consumer
+		if rescue { // the lost attempt failed; a claim that marked it dead ended it
+			d.tel.Outcome(ctx, m.EventType, status, true)
+		}
 		if status == "dead" {
 			d.cfg.Logger.Error("dispatcher: message is dead: its last attempt never finished (lease expired)",
 				d.attrs(m, slog.Int("attempts", m.Attempt))...)
@@ -231,6 +236,7 @@ func (d *Dispatcher) runTx(ctx context.Context, token int64, batch []*claimed) (
 		// say) cannot be told, so each attempt counts as failed.
 		return d.failAll(held, fmt.Errorf("commit: %w", err)), err
 	}
+	d.observe(ctx, outcomes)
 	return nil, nil
 }
 
@@ -330,6 +336,8 @@ func (d *Dispatcher) record(ctx context.Context, token int64, outcomes []outcome
 		// outcome is the one that counts.
 		d.cfg.Logger.Warn("dispatcher: an outcome was not recorded because another worker had taken the message over (lease expired)",
 			slog.String("consumer", d.cfg.Consumer), slog.Int("outcomes", len(outcomes)), slog.Int("recorded", n))
+	default:
+		d.observe(ctx, outcomes)
 	}
 }
 
@@ -339,6 +347,8 @@ func (d *Dispatcher) call(m *Message, fn func(ctx context.Context) error) (err e
 	ctx, cancel := context.WithTimeout(d.loop.WorkContext(), d.cfg.HandlerTimeout)
 	defer cancel()
 	ctx = d.cfg.Propagator.Extract(ctx, propagation.MapCarrier(m.Metadata))
+	ctx, end := d.tel.Handling(ctx, m.ID, m.EventType, m.Attempt)
+	defer func() { end(err) }() // after the recover below, so a panic counts as an error
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v", r)
@@ -348,7 +358,9 @@ func (d *Dispatcher) call(m *Message, fn func(ctx context.Context) error) (err e
 	return fn(ctx), ""
 }
 
-func done(c *claimed) outcome { return outcome{id: c.msg.ID, status: "done"} }
+func done(c *claimed) outcome {
+	return outcome{id: c.msg.ID, eventType: c.msg.EventType, status: "done"}
+}
 
 // released gives the message back: pending now, the attempt refunded.
 func released(c *claimed) outcome {
@@ -387,7 +399,7 @@ func (d *Dispatcher) failed(c *claimed, err error, trace string) outcome {
 		// Stop cancelled the handler: not the message's fault.
 		return released(c)
 	}
-	o := outcome{id: m.ID, err: pgtext.Clean(err.Error(), maxErrorBytes), trace: pgtext.Clean(trace, maxTraceBytes)}
+	o := outcome{id: m.ID, eventType: m.EventType, err: pgtext.Clean(err.Error(), maxErrorBytes), trace: pgtext.Clean(trace, maxTraceBytes)}
 	switch {
 	case isPermanent:
 		o.status = "dead"

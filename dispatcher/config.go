@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/backoff"
@@ -70,6 +72,12 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 
+	// MeterProvider receives the dispatcher's metrics (processed, failed,
+	// dead, handler duration, and the consumer's backlog gauges; see
+	// docs/operations.md). Defaults to OpenTelemetry's global provider,
+	// which does nothing until one is installed.
+	MeterProvider metric.MeterProvider
+
 	// PollInterval is how often an idle worker looks for due work when no
 	// notification wakes it. Notifications make new messages start at once;
 	// polling finds retries whose backoff has passed, expired leases, and
@@ -90,6 +98,12 @@ type Config struct {
 	// Schema is the PostgreSQL schema holding pgbox's tables. Defaults to
 	// pgbox.DefaultSchema.
 	Schema string
+
+	// TracerProvider receives a span per handler call, a child of the
+	// trace context found in the message's metadata (see Propagator).
+	// Defaults to OpenTelemetry's global provider, which does nothing until
+	// one is installed.
+	TracerProvider trace.TracerProvider
 
 	// Workers is how many batches are handled at once. Each worker holds
 	// one connection of the pool while it handles a batch, so the pool needs

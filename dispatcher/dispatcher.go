@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/telemetry"
 	"github.com/pgbox/pgbox/internal/workloop"
 )
 
@@ -17,11 +18,13 @@ import (
 // workers. Create it with New, then Start it and Stop it once.
 type Dispatcher struct {
 	cfg      Config
+	gauges   telemetry.Registration
 	hooks    testHooks
 	loop     *workloop.Service
 	pool     *pgxpool.Pool
 	q        queries
 	rescuing atomic.Bool // a worker is handling a rescued message
+	tel      *telemetry.Dispatcher
 }
 
 type queries struct {
@@ -53,6 +56,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 			lockClaimed: ident.Render(lockClaimedSQL, cfg.Schema),
 			renewLease:  ident.Render(renewLeaseSQL, cfg.Schema),
 		},
+		tel: telemetry.NewDispatcher(cfg.MeterProvider, cfg.TracerProvider, cfg.Consumer),
 	}
 	d.loop = workloop.New(workloop.Config{
 		Batch:        d.runBatch,
@@ -76,6 +80,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		if err := pgbox.CheckSchema(ctx, d.pool, d.cfg.Schema); err != nil {
 			return fmt.Errorf("dispatcher: %w", err)
 		}
+		d.gauges.Watch(func() func() { return d.tel.WatchBacklog(d.pool, d.cfg.Schema) })
 		return nil
 	})
 }
@@ -87,7 +92,10 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 // Handlers must honour their context for Stop to return promptly.
 //
 // Stop may be called more than once, and before Start.
-func (d *Dispatcher) Stop(ctx context.Context) error { return d.loop.Stop(ctx) }
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	defer d.gauges.Unwatch()
+	return d.loop.Stop(ctx)
+}
 
 // Stopped returns a channel closed when Stop has finished.
 func (d *Dispatcher) Stopped() <-chan struct{} { return d.loop.Stopped() }

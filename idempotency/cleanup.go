@@ -11,11 +11,11 @@ import (
 // long, and it loops until a batch comes back short. A key whose request
 // still holds its lease is kept.
 //
-// Nothing calls it on its own: expired keys are already treated as new, so
-// deleting them only reclaims space. Call it periodically, from any one
-// process or several (they skip each other's rows); pgbox's maintenance
-// jobs will schedule it with River (issue 8). If ctx ends, it returns what
-// it deleted so far with ctx's error.
+// Expired keys are already treated as new, so deleting them only reclaims
+// space. Package maintenance calls it once per interval for the whole
+// deployment (its retention job); call it yourself only without that, from
+// any one process or several (they skip each other's rows). If ctx ends,
+// it returns what it deleted so far with ctx's error.
 func (m *Middleware) DeleteExpired(ctx context.Context) (int, error) {
 	total := 0
 	for {

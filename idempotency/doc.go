@@ -46,7 +46,7 @@
 // and to a caller (Config.ScopeFunc): the same key on two routes, or from two
 // callers, is two independent keys. A key is remembered for Config.Expiry (24
 // hours by default) after its first use; after that it is new again, and
-// DeleteExpired removes it.
+// DeleteExpired (which package maintenance runs) removes it.
 //
 // # Crashes and leases
 //

@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/notify"
 	"github.com/pgbox/pgbox/internal/recent"
+	"github.com/pgbox/pgbox/internal/telemetry"
 )
 
 const (
@@ -35,6 +37,12 @@ type Config struct {
 	// marking it dead. It is stored with each message when received.
 	// Defaults to MaxAttemptsDefault (25).
 	MaxAttempts int
+
+	// MeterProvider receives the inbox's metrics: messages received,
+	// duplicates and conflicts (see docs/operations.md). Defaults to
+	// OpenTelemetry's global provider, which does nothing until one is
+	// installed.
+	MeterProvider metric.MeterProvider
 
 	// NotifyInterval is how often, at most, this Inbox wakes idle
 	// dispatchers with a NOTIFY in a receiving transaction: one per
@@ -106,6 +114,7 @@ type Inbox struct {
 	pool     *pgxpool.Pool
 	q        queries
 	recent   *recent.Set // committed ids, answered without a round trip
+	tel      *telemetry.Inbox
 }
 
 type queries struct {
@@ -138,6 +147,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 			receive:      ident.Render(receiveSQL, cfg.Schema),
 			seqName:      ident.Render("/* schema */inbox_seq", cfg.Schema),
 		},
+		tel: telemetry.NewInbox(cfg.MeterProvider, cfg.Consumer),
 	}, nil
 }
 

@@ -124,12 +124,14 @@ func (in *Inbox) Process(ctx context.Context, msg Message, fn func(ctx context.C
 		// row was committed by another transaction (this one wrote
 		// nothing before), so it can be remembered.
 		in.recent.Add(msg.ID, sha256.Sum256(msg.Payload))
+		in.tel.Count(ctx, 0, 1, 0)
 		return Duplicate, nil
 	case Conflict:
 		// The transaction holds only the conflict's record: keep it.
 		if err := tx.Commit(ctx); err != nil {
 			return Conflict, fmt.Errorf("inbox: record conflict of message %q: %w", msg.ID, err)
 		}
+		in.tel.Count(ctx, 0, 0, 1)
 		return Conflict, res[0].Err
 	}
 	if err := fn(ctx, tx); err != nil {
@@ -139,6 +141,7 @@ func (in *Inbox) Process(ctx context.Context, msg Message, fn func(ctx context.C
 		return 0, fmt.Errorf("inbox: commit message %q: %w", msg.ID, err)
 	}
 	in.recent.Add(msg.ID, sha256.Sum256(msg.Payload))
+	in.tel.Count(ctx, 1, 0, 0)
 	return Accepted, nil
 }
 
@@ -187,7 +190,10 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 		first[m.ID] = len(b.ids)
 		b.add(m, sum[:], in.cfg.MaxAttempts, i)
 	}
-	if len(b.ids) == 0 {
+	if len(b.ids) == 0 { // nothing new to ask: invalid, repeated or remembered
+		if status == statusPending {
+			in.count(ctx, results)
+		}
 		return results, nil
 	}
 
@@ -257,6 +263,9 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 				in.recent.Add(id, recent.Hash(b.hashes[k]))
 			}
 		}
+	}
+	if status == statusPending { // Process counts once it has committed
+		in.count(ctx, results)
 	}
 	return results, nil
 }

@@ -7,6 +7,15 @@
 // lock, one per schema, lets one run at a time, and the others then find
 // nothing left to do.
 //
+// Migration 4 also installs River's tables (river_job, river_leader, …) in
+// the same schema, with River's own migrator (rivermigrate): package
+// maintenance runs pgbox's background jobs on River, with River's leader
+// election. They are applied right after pgbox's migrations, under the same
+// lock, and removed when the schema is rolled back below version 4. Give
+// pgbox a schema of its own (the default, "pgbox"): River's tables in it
+// belong to pgbox's maintenance, and a River of the service's own that
+// shared them would compete with it for leadership.
+//
 // Most services call Migrate once at start-up; operators use
 // `inboxctl migrate`, which drives a Migrator.
 package migrations
@@ -15,6 +24,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"encoding/binary"
 	"errors"
@@ -24,10 +34,13 @@ import (
 	"path"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/ident"
@@ -71,12 +84,19 @@ type Status struct {
 	Version int64
 }
 
+// RiverSince is the pgbox migration from which River's tables are part of
+// the schema: Up installs them once the schema reaches it, and rolling back
+// below it removes them.
+const RiverSince = 4
+
 // Migrator applies and rolls back pgbox's migrations in one schema.
 // Close it when done.
 type Migrator struct {
-	db       *sql.DB
+	db       *sql.DB // goose's connections, one of which holds the migration lock
+	lockID   int64
 	pool     *pgxpool.Pool
 	provider *goose.Provider
+	river    *rivermigrate.Migrator[pgx.Tx]
 	schema   string
 }
 
@@ -107,16 +127,25 @@ func New(pool *pgxpool.Pool, opts Options) (*Migrator, error) {
 	db := stdlib.OpenDB(*connConfig)
 	db.SetMaxOpenConns(2)
 
+	// No goose session locker: the Migrator takes the lock itself, so that
+	// River's migrations run under it too (see locked).
 	provider, err := goose.NewProvider(goose.DialectPostgres, db, Files(),
 		goose.WithDisableGlobalRegistry(true),
-		goose.WithSessionLocker(advisoryLocker{id: lockID(schema)}),
 		goose.WithSlog(logger),
 		goose.WithTableName(pgbox.MigrationsTable),
 	)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("migrations: %w", err), db.Close())
 	}
-	return &Migrator{db: db, pool: pool, provider: provider, schema: schema}, nil
+
+	// River's migrator uses the caller's pool: no connection of that pool is
+	// held while waiting for the lock (that is one of goose's), so migrators
+	// queueing on the lock cannot starve the one holding it.
+	river, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger, Schema: schema})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("migrations: river: %w", err), provider.Close())
+	}
+	return &Migrator{db: db, lockID: lockID(schema), pool: pool, provider: provider, river: river, schema: schema}, nil
 }
 
 // Close releases the Migrator's connections.
@@ -124,43 +153,149 @@ func (m *Migrator) Close() error {
 	return m.provider.Close()
 }
 
-// Up creates the schema if needed and applies every pending migration. It
-// returns the migrations it applied: none when the schema was up to date.
+// locked runs fn holding the schema's migration lock: a session-level
+// advisory lock, waited for in the server, so that the next migrator goes the
+// moment it is free. goose's own Postgres locker polls at intervals of a
+// second or more, and could not cover River's migrations. The lock is held
+// on one of goose's two connections; goose migrates on the other.
+func (m *Migrator) locked(ctx context.Context, fn func() error) error {
+	conn, err := m.db.Conn(ctx)
+	if err != nil {
+		return m.explain(fmt.Errorf("connect: %w", err))
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", m.lockID); err != nil {
+		return m.explain(fmt.Errorf("wait for the migration lock: %w", err))
+	}
+	fnErr := fn()
+	// Unlock even when ctx has ended; if that fails, the session's end
+	// releases the lock, so discard the connection rather than reuse it.
+	unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := conn.ExecContext(unlockCtx, "SELECT pg_advisory_unlock($1)", m.lockID); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		return errors.Join(fnErr, m.explain(fmt.Errorf("release the migration lock: %w", err)))
+	}
+	return fnErr
+}
+
+// Up creates the schema if needed and applies every pending migration,
+// then River's (see RiverSince). It returns pgbox's migrations it applied:
+// none when the schema was up to date. River's are logged, and
+// RiverVersion reports where they stand.
 func (m *Migrator) Up(ctx context.Context) ([]Result, error) {
 	if err := m.createSchema(ctx); err != nil {
 		return nil, err
 	}
-	res, err := m.provider.Up(ctx)
-	if err != nil {
-		return results(res), m.explain(err)
-	}
-	return results(res), nil
+	var out []Result
+	err := m.locked(ctx, func() error {
+		res, err := m.provider.Up(ctx)
+		out = results(res)
+		if err != nil {
+			return m.explain(err)
+		}
+		return m.riverUp(ctx)
+	})
+	return out, err
 }
 
 // Down rolls back the newest applied migration. It is an error when none is
 // applied.
 func (m *Migrator) Down(ctx context.Context) (Result, error) {
-	res, err := m.provider.Down(ctx)
-	if errors.Is(err, goose.ErrNoNextVersion) {
-		return Result{}, fmt.Errorf("migrations: schema %s has no applied migration to roll back", m.schema)
-	}
-	if err != nil {
-		return Result{}, m.explain(err)
-	}
-	return results([]*goose.MigrationResult{res})[0], nil
+	var out Result
+	err := m.locked(ctx, func() error {
+		current, err := m.Version(ctx)
+		if err != nil {
+			return err
+		}
+		if current == 0 {
+			return fmt.Errorf("migrations: schema %s has no applied migration to roll back", m.schema)
+		}
+		if err := m.riverDownBelow(ctx, current-1); err != nil {
+			return err
+		}
+		res, err := m.provider.Down(ctx)
+		if errors.Is(err, goose.ErrNoNextVersion) {
+			return fmt.Errorf("migrations: schema %s has no applied migration to roll back", m.schema)
+		}
+		if err != nil {
+			return m.explain(err)
+		}
+		out = results([]*goose.MigrationResult{res})[0]
+		return nil
+	})
+	return out, err
 }
 
 // DownTo rolls back every applied migration newer than version, newest
-// first. DownTo(ctx, 0) removes all of pgbox's tables (and their data).
+// first, River's tables with migration RiverSince. DownTo(ctx, 0) removes
+// all of pgbox's tables (and their data).
 func (m *Migrator) DownTo(ctx context.Context, version int64) ([]Result, error) {
 	if version < 0 || version > pgbox.SchemaVersion {
 		return nil, fmt.Errorf("migrations: version %d is out of range: this build knows versions 0 to %d", version, pgbox.SchemaVersion)
 	}
-	res, err := m.provider.DownTo(ctx, version)
+	var out []Result
+	err := m.locked(ctx, func() error {
+		if err := m.riverDownBelow(ctx, version); err != nil {
+			return err
+		}
+		res, err := m.provider.DownTo(ctx, version)
+		out = results(res)
+		if err != nil {
+			return m.explain(err)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// RiverVersion returns the newest River migration applied to the schema (0
+// when River's tables are not there) and the newest this build carries,
+// which Up applies. It changes nothing.
+func (m *Migrator) RiverVersion(ctx context.Context) (have, want int, err error) {
+	all := m.river.AllVersions()
+	want = all[len(all)-1].Version
+	existing, err := m.river.ExistingVersions(ctx)
 	if err != nil {
-		return results(res), m.explain(err)
+		return 0, want, m.explain(fmt.Errorf("river: %w", err))
 	}
-	return results(res), nil
+	if len(existing) > 0 {
+		have = existing[len(existing)-1].Version
+	}
+	return have, want, nil
+}
+
+// riverUp applies River's pending migrations, once the schema has reached
+// RiverSince. River runs each in its own transaction; a rerun applies only
+// what is missing.
+func (m *Migrator) riverUp(ctx context.Context) error {
+	v, err := m.Version(ctx)
+	if err != nil || v < RiverSince {
+		return err
+	}
+	if _, err := m.river.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return m.explain(fmt.Errorf("river: %w", err))
+	}
+	return nil
+}
+
+// riverDownBelow removes River's tables when the schema is about to go
+// below RiverSince, before pgbox's migrations are rolled back.
+func (m *Migrator) riverDownBelow(ctx context.Context, target int64) error {
+	if target >= RiverSince {
+		return nil
+	}
+	existing, err := m.river.ExistingVersions(ctx)
+	if err != nil {
+		return m.explain(fmt.Errorf("river: %w", err))
+	}
+	if len(existing) == 0 {
+		return nil
+	}
+	if _, err := m.river.Migrate(ctx, rivermigrate.DirectionDown, &rivermigrate.MigrateOpts{TargetVersion: -1}); err != nil {
+		return m.explain(fmt.Errorf("river: %w", err))
+	}
+	return nil
 }
 
 // Version returns the schema's current migration version: 0 when it has
@@ -269,28 +404,6 @@ func isUndefined(err error) bool {
 func lockID(schema string) int64 {
 	sum := sha256.Sum256([]byte("pgbox migrations " + schema))
 	return int64(binary.BigEndian.Uint64(sum[:8]))
-}
-
-// advisoryLocker is a goose.SessionLocker that waits on a PostgreSQL
-// session-level advisory lock. goose's own Postgres locker polls with
-// pg_try_advisory_lock at intervals of a second or more; waiting in the
-// server lets the next migrator go the moment the lock is free.
-type advisoryLocker struct {
-	id int64
-}
-
-func (l advisoryLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", l.id); err != nil {
-		return fmt.Errorf("wait for the migration lock: %w", err)
-	}
-	return nil
-}
-
-func (l advisoryLocker) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", l.id); err != nil {
-		return fmt.Errorf("release the migration lock: %w", err)
-	}
-	return nil
 }
 
 // Files returns the embedded migration files, named NNNNN_name.sql, for

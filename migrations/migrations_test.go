@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -144,6 +145,16 @@ func TestConcurrentMigratorsAreSerialized(t *testing.T) {
 		"SELECT count(*) FROM /* schema */"+pgbox.MigrationsTable+" WHERE version_id > 0", schema)).Scan(&applied)
 	require.NoError(t, err)
 	require.Equal(t, pgbox.SchemaVersion, applied, "each migration must be applied exactly once")
+
+	m, err := migrations.New(pgtest.Pool(t), migrations.Options{Schema: schema})
+	require.NoError(t, err)
+	defer m.Close()
+	_, want, err := m.RiverVersion(ctx)
+	require.NoError(t, err)
+	var riverApplied int
+	err = pgtest.Pool(t).QueryRow(ctx, ident.Render("SELECT count(*) FROM /* schema */river_migration", schema)).Scan(&riverApplied)
+	require.NoError(t, err)
+	require.Equal(t, want, riverApplied, "each of River's migrations must be applied exactly once")
 }
 
 func TestCheckSchema(t *testing.T) {
@@ -275,4 +286,75 @@ func TestEveryMigrationHasDown(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
+}
+
+// riverTables lists River's tables in schema.
+func riverTables(t *testing.T, pool *pgxpool.Pool, schema string) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(),
+		"SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = $1 AND tablename LIKE 'river%' ORDER BY 1", schema)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return names
+}
+
+// River's tables come with migration 4, in pgbox's schema, and go when the
+// schema is rolled back below it; the rest of the schema is untouched.
+func TestRiverTablesFollowMigrationFour(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+
+	m, err := migrations.New(pool, migrations.Options{Schema: schema})
+	require.NoError(t, err)
+	defer m.Close()
+
+	have, want, err := m.RiverVersion(ctx)
+	require.NoError(t, err)
+	require.Positive(t, want)
+	require.Equal(t, want, have, "Up applies every River migration this build carries")
+	require.Subset(t, riverTables(t, pool, schema), []string{"river_job", "river_leader", "river_migration", "river_queue"})
+	require.Empty(t, riverTables(t, pool, "public"), "River's tables must land in pgbox's schema")
+	require.True(t, tableIn(t, pool, schema, "scheduled_replays"))
+
+	down, err := m.DownTo(ctx, migrations.RiverSince-1)
+	require.NoError(t, err)
+	require.Len(t, down, pgbox.SchemaVersion-migrations.RiverSince+1, "River's migrations are not pgbox's results")
+	require.Empty(t, riverTables(t, pool, schema))
+	require.False(t, tableIn(t, pool, schema, "scheduled_replays"))
+	require.True(t, tableIn(t, pool, schema, "inbox"), "the rest of the schema stays")
+	have, _, err = m.RiverVersion(ctx)
+	require.NoError(t, err)
+	require.Zero(t, have)
+
+	_, err = m.Up(ctx)
+	require.NoError(t, err)
+	have, _, err = m.RiverVersion(ctx)
+	require.NoError(t, err)
+	require.Equal(t, want, have)
+
+	// Down one step from 4 takes River's tables too.
+	res, err := m.Down(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, pgbox.SchemaVersion, res.Version)
+	if pgbox.SchemaVersion == migrations.RiverSince {
+		require.Empty(t, riverTables(t, pool, schema))
+	}
+}
+
+// A schema never migrated has no River version, and asking creates nothing.
+func TestRiverVersionOfAnEmptySchema(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.EmptySchema(t)
+	m, err := migrations.New(pool, migrations.Options{Schema: schema})
+	require.NoError(t, err)
+	defer m.Close()
+	have, want, err := m.RiverVersion(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, have)
+	require.Positive(t, want)
+	require.False(t, schemaExists(t, pool, schema))
 }

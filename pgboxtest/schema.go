@@ -52,11 +52,12 @@ func EmptySchema(tb testing.TB, pool *pgxpool.Pool) string {
 var unsafeChars = regexp.MustCompile(`[^a-z0-9]+`)
 
 // schemaName is "t_", the end of the test's name in lower case letters and
-// digits, and a random suffix: unique, and within the 63-byte limit.
+// digits, and a random suffix: unique, and at most 46 bytes, which River's
+// client (package maintenance) accepts as well as PostgreSQL.
 func schemaName(test string) string {
 	base := unsafeChars.ReplaceAllString(strings.ToLower(test), "_")
-	if len(base) > 40 {
-		base = base[len(base)-40:]
+	if len(base) > 35 {
+		base = base[len(base)-35:]
 	}
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])

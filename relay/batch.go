@@ -67,7 +67,10 @@ func (r *Relay) runBatch() (int, error) {
 			}
 			continue
 		}
-		err := r.cfg.Publisher.Publish(group[0].topic, toMessages(group)...)
+		msgs := toMessages(group)
+		end := r.tel.Publishing(group[0].topic, msgs)
+		err := r.cfg.Publisher.Publish(group[0].topic, msgs...)
+		end(err)
 		for _, rw := range group {
 			if err == nil {
 				outcomes = append(outcomes, outcome{id: rw.id, status: "published"})

@@ -27,6 +27,17 @@
 //     for ever unless Config.MaxAttempts says otherwise; a row out of
 //     attempts is dead, for an operator to retry. Nothing is dropped.
 //   - New rows wake an idle relay through LISTEN/NOTIFY; polling remains the
-//     source of truth. Published rows are deleted after Config.Retention;
-//     dead ones never.
+//     source of truth.
+//
+// Published rows are deleted by package maintenance after its
+// OutboxRetention (7 days by default), once per interval for the whole
+// deployment; dead rows never are. The relay's own pruning
+// (Config.Retention, Config.PruneInterval) is deprecated and off unless one
+// of them is set.
+//
+// Each published message gets a span (Config.TracerProvider), the child of
+// the producer's trace found in its metadata, whose context replaces the
+// producer's in the message, so the consumer's handler continues the trace
+// from the publish. Config.MeterProvider receives messages published,
+// publish failures, and the outbox's backlog and lag.
 package relay

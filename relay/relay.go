@@ -11,10 +11,14 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/backoff"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/telemetry"
 	"github.com/pgbox/pgbox/internal/workloop"
 )
 
@@ -25,10 +29,16 @@ const (
 	LeaseDefault = time.Minute
 	// PollIntervalDefault is the default Config.PollInterval.
 	PollIntervalDefault = time.Second
-	// PruneIntervalDefault is the default Config.PruneInterval.
+	// PruneIntervalDefault is Config.PruneInterval when only Config.Retention
+	// is set.
+	//
+	// Deprecated: package maintenance prunes the outbox.
 	PruneIntervalDefault = time.Minute
-	// RetentionDefault is the default Config.Retention: longer than any
-	// consumer's redelivery window is likely to be.
+	// RetentionDefault is Config.Retention when only Config.PruneInterval is
+	// set: longer than any consumer's redelivery window is likely to be.
+	//
+	// Deprecated: package maintenance prunes the outbox
+	// (maintenance.Config.OutboxRetention).
 	RetentionDefault = 7 * 24 * time.Hour
 	// WorkersDefault is the default Config.Workers.
 	WorkersDefault = 2
@@ -55,21 +65,43 @@ type Config struct {
 	// the default, retries for ever: a broker outage must not lose messages.
 	MaxAttempts int
 
+	// MeterProvider receives the relay's metrics (messages published,
+	// publish failures, and the outbox backlog and lag gauges; see
+	// docs/operations.md). Defaults to OpenTelemetry's global provider,
+	// which does nothing until one is installed.
+	MeterProvider metric.MeterProvider
+
 	// PollInterval is how often an idle relay looks for rows when no
 	// notification wakes it. Defaults to PollIntervalDefault (one second).
 	PollInterval time.Duration
 
-	// PruneInterval is how often published rows older than Retention are
-	// deleted, in batches. Defaults to PruneIntervalDefault (one minute).
+	// PruneInterval, with Retention, makes this relay delete published rows
+	// older than Retention itself, in batches, this often. Setting either
+	// turns that on (the other then defaults to PruneIntervalDefault or
+	// RetentionDefault); by default the relay prunes nothing.
+	//
+	// Deprecated: run package maintenance instead. It prunes the outbox
+	// (and the inbox) once per interval for the whole deployment, on the
+	// process River elects, rather than once per relay.
 	PruneInterval time.Duration
+
+	// Propagator reads the trace context the producer left in a row's
+	// metadata (outbox.Write puts it there) to make each publish span its
+	// child, and writes the publish span's context into the published
+	// message in its place. Defaults to W3C Trace Context (traceparent,
+	// tracestate), as outbox.Config.Propagator does.
+	Propagator propagation.TextMapPropagator
 
 	// Publisher is where rows are published: any Watermill publisher
 	// (watermill-sql, NATS JetStream, Kafka). Required.
 	Publisher message.Publisher
 
-	// Retention is how long published rows are kept. Defaults to
-	// RetentionDefault (7 days); -1 keeps them for ever. Dead rows are never
-	// deleted.
+	// Retention, when positive, is how long this relay keeps published rows
+	// before deleting them itself (see PruneInterval). Zero, the default,
+	// and -1 leave them to package maintenance. Dead rows are never deleted.
+	//
+	// Deprecated: set maintenance.Config.OutboxRetention and run package
+	// maintenance instead.
 	Retention time.Duration
 
 	// RetryBackoffFunc returns how long to wait before publishing a row
@@ -80,6 +112,12 @@ type Config struct {
 	// Schema is the PostgreSQL schema holding pgbox's tables. Defaults to
 	// pgbox.DefaultSchema.
 	Schema string
+
+	// TracerProvider receives a span per published message, a child of the
+	// producer's trace and the parent of the consumer's. Defaults to
+	// OpenTelemetry's global provider, which does nothing until one is
+	// installed.
+	TracerProvider trace.TracerProvider
 
 	// Workers is how many batches are published at once. Defaults to
 	// WorkersDefault (2).
@@ -101,8 +139,13 @@ func (c Config) WithDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
-	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
-	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	if c.PruneInterval > 0 || c.Retention > 0 { // the relay's own, deprecated pruning
+		c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
+		c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	}
+	if c.Propagator == nil {
+		c.Propagator = propagation.TraceContext{}
+	}
 	if c.RetryBackoffFunc == nil {
 		c.RetryBackoffFunc = DefaultRetryBackoff
 	}
@@ -132,7 +175,7 @@ func (c Config) validate() error {
 	if c.PollInterval < time.Millisecond {
 		add("Config.PollInterval is %s: it must be at least 1ms", c.PollInterval)
 	}
-	if c.PruneInterval < time.Millisecond {
+	if c.PruneInterval < 0 || (c.Retention > 0 && c.PruneInterval < time.Millisecond) {
 		add("Config.PruneInterval is %s: it must be at least 1ms", c.PruneInterval)
 	}
 	if c.Retention < 0 && c.Retention != -1 {
@@ -150,10 +193,12 @@ func (c Config) validate() error {
 // Relay publishes committed outbox rows. Several relays, in one process or
 // many, may run against the same schema.
 type Relay struct {
-	cfg  Config
-	loop *workloop.Service
-	pool *pgxpool.Pool
-	q    queries
+	cfg    Config
+	gauges telemetry.Registration
+	loop   *workloop.Service
+	pool   *pgxpool.Pool
+	q      queries
+	tel    *telemetry.Relay
 }
 
 type queries struct {
@@ -178,6 +223,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 			complete: ident.Render(completeSQL, cfg.Schema),
 			prune:    ident.Render(pruneSQL, cfg.Schema),
 		},
+		tel: telemetry.NewRelay(cfg.MeterProvider, cfg.TracerProvider, cfg.Propagator),
 	}
 	var periodic []workloop.Periodic
 	if cfg.Retention > 0 {
@@ -204,6 +250,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		if err := pgbox.CheckSchema(ctx, r.pool, r.cfg.Schema); err != nil {
 			return fmt.Errorf("relay: %w", err)
 		}
+		r.gauges.Watch(func() func() { return r.tel.WatchLag(r.pool, r.cfg.Schema) })
 		return nil
 	})
 }
@@ -213,7 +260,10 @@ func (r *Relay) Start(ctx context.Context) error {
 // to pending at once; a Publish call already under way cannot be
 // interrupted (Watermill's Publish takes no context), so Stop waits for it.
 // Stop may be called more than once, and before Start.
-func (r *Relay) Stop(ctx context.Context) error { return r.loop.Stop(ctx) }
+func (r *Relay) Stop(ctx context.Context) error {
+	defer r.gauges.Unwatch()
+	return r.loop.Stop(ctx)
+}
 
 // Stopped returns a channel closed when Stop has finished.
 func (r *Relay) Stopped() <-chan struct{} { return r.loop.Stopped() }

@@ -102,6 +102,9 @@ func (c *Child) Kill() {
 	<-c.done
 }
 
+// Signal sends sig to the child, such as SIGTERM for a clean stop.
+func (c *Child) Signal(sig os.Signal) error { return c.cmd.Process.Signal(sig) }
+
 // Wait waits for the child to exit by itself, up to ctx, and returns its
 // exit error.
 func (c *Child) Wait(ctx context.Context) error {

@@ -164,6 +164,14 @@ func (s *Service) Stop(ctx context.Context) error {
 // Stopped returns a channel closed when Stop has finished.
 func (s *Service) Stopped() <-chan struct{} { return s.stopped }
 
+// Running reports whether Start has succeeded and Stop has not begun.
+func (s *Service) Running() bool {
+	s.mu.Lock()
+	started := s.started
+	s.mu.Unlock()
+	return started && !s.Stopping()
+}
+
 // Stopping reports whether Stop has begun: claim nothing more.
 func (s *Service) Stopping() bool {
 	select {

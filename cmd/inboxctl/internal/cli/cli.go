@@ -106,7 +106,7 @@ Exit codes: 0 ok, 1 failure, 2 usage error, 3 not found.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
 		a.statsCommand(), a.listCommand(), a.showCommand(), a.failuresCommand(),
-		a.replayCommand(), a.discardCommand(), a.purgeCommand(),
+		a.replayCommand(), a.scheduledCommand(), a.discardCommand(), a.purgeCommand(),
 		a.outboxCommand(), a.migrateCommand(),
 	)
 	for _, c := range root.Commands() {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbox/pgbox/admin"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
@@ -352,12 +353,16 @@ func TestMigrate(t *testing.T) {
 	golden(t, "migrate_status_empty", schema, inboxctl(t, schema, "", "migrate", "status").ok(t).stdout)
 	up := inboxctl(t, schema, "", "migrate", "up").ok(t).stdout
 	require.Contains(t, up, "applied 00001_inbox.sql")
+	require.Contains(t, up, "applied 00004_maintenance.sql")
+	require.Regexp(t, `River's job tables \(for package maintenance\): at River migration \d+, up to date`, up)
 	require.Contains(t, inboxctl(t, schema, "", "migrate", "up").ok(t).stdout, "is up to date")
+	require.Contains(t, inboxctl(t, schema, "", "migrate", "status").ok(t).stdout, "up to date")
 	require.Contains(t, inboxctl(t, schema, "", "stats").ok(t).stdout, "(no messages)")
 
 	declined := inboxctl(t, schema, "", "migrate", "down")
 	require.Equal(t, ExitFailure, declined.code)
 	require.Contains(t, declined.stderr, "dropping tables and their data? Type yes to continue")
+	require.Contains(t, declined.stderr, "(River's job tables included)")
 	require.Contains(t, inboxctl(t, schema, "", "migrate", "down", "--to", "0", "--yes").ok(t).stdout, "is at version 0")
 
 	unmigrated := inboxctl(t, schema, "", "stats")
@@ -411,4 +416,58 @@ func TestPasswordIsNeverPrinted(t *testing.T) {
 	require.Equal(t, ExitFailure, unreachable.code)
 	require.Contains(t, unreachable.stderr, "cannot reach PostgreSQL at 127.0.0.1:1 (database pgbox, user ops)")
 	require.Contains(t, unreachable.stderr, "check --dsn (or DATABASE_URL) and that the server is running")
+}
+
+// replay --at records a replay for the maintenance job, changes nothing
+// now, and shows in scheduled and stats until it is cancelled or done.
+func TestReplayAt(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+
+	scheduled := inboxctl(t, schema, "", "replay", "--status", "dead", "--at", "2099-01-01T00:00:00Z", "--note", "after the gateway's upgrade", "--yes").ok(t).stdout
+	require.Contains(t, scheduled, "Scheduled replay 1 for 2099-01-01 00:00:00 UTC (3 messages are replayable now)")
+	status, _, _ := state(t, schema, "payments", "order-2/placed")
+	require.Equal(t, "dead", status, "nothing changes before the time")
+
+	byID := inboxctl(t, schema, "", "replay", "order-2/placed", "--consumer", "payments", "--at", "2099-01-02T00:00:00Z").ok(t).stdout
+	require.Contains(t, byID, "Scheduled replay 2 for 2099-01-02 00:00:00 UTC (1 message is replayable now)")
+	require.Equal(t, ExitNotFound, inboxctl(t, schema, "", "replay", "order-404", "--consumer", "payments", "--at", "1h").code)
+
+	golden(t, "scheduled", schema, inboxctl(t, schema, "", "scheduled").ok(t).stdout)
+	require.Contains(t, inboxctl(t, schema, "", "scheduled", "-o", "json").ok(t).stdout, `"run_at": "2099-01-01T00:00:00Z"`)
+	require.Contains(t, inboxctl(t, schema, "", "stats").ok(t).stdout, "2 scheduled replays waiting or under way: 'inboxctl scheduled' lists them.")
+
+	require.Contains(t, inboxctl(t, schema, "", "replay", "--status", "dead", "--at", "2h", "--dry-run").ok(t).stdout,
+		"Would schedule a replay for ")
+	past := inboxctl(t, schema, "", "replay", "--all", "--at", "2001-01-01T00:00:00Z", "--yes")
+	require.Equal(t, ExitUsage, past.code)
+	require.Contains(t, past.stderr, "is in the past: leave --at out to replay now")
+	declined := inboxctl(t, schema, "no\n", "replay", "--all", "--at", "1h")
+	require.Equal(t, ExitFailure, declined.code)
+	require.Contains(t, declined.stderr, "nothing was scheduled")
+
+	require.Contains(t, inboxctl(t, schema, "", "scheduled", "cancel", "2").ok(t).stdout, "Cancelled scheduled replay 2.")
+	again := inboxctl(t, schema, "", "scheduled", "cancel", "2")
+	require.Equal(t, ExitFailure, again.code)
+	require.Contains(t, again.stderr, "scheduled replay 2 is cancelled")
+	require.Equal(t, ExitNotFound, inboxctl(t, schema, "", "scheduled", "cancel", "99").code)
+	require.Equal(t, ExitUsage, inboxctl(t, schema, "", "scheduled", "cancel", "two").code)
+
+	// Due now: the maintenance job (here, admin's RunDueReplays, which it
+	// calls) replays it once, and scheduled shows what it did.
+	inboxctl(t, schema, "", "replay", "--group", failureGroup(t, schema), "--at", "0s", "--yes").ok(t)
+	adm, err := admin.New(pgtest.Pool(t), schema)
+	require.NoError(t, err)
+	n, err := adm.RunDueReplays(context.Background(), 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	list := inboxctl(t, schema, "", "scheduled").ok(t).stdout
+	require.Regexp(t, `3\s+\S+ \S+\s+done\s+2\s+group=[0-9a-f]{12}`, list)
+}
+
+// failureGroup returns the fixture's two-message gateway-timeout group.
+func failureGroup(t *testing.T, schema string) string {
+	t.Helper()
+	out := inboxctl(t, schema, "", "failures").ok(t).stdout
+	return regexp.MustCompile(`2\s+2\s+0\s+payments\s+ChargeCard\s+([0-9a-f]{12})`).FindStringSubmatch(out)[1]
 }

@@ -44,6 +44,10 @@ outbox's backlog with the age of its oldest unpublished message.`,
 				if err != nil {
 					return err
 				}
+				scheduled, err := a.admin.CountScheduledReplays(ctx)
+				if err != nil {
+					return err
+				}
 				if watch && frame > 0 {
 					if isTerminal(a.out) {
 						fmt.Fprint(a.out, "\033[H\033[2J") // redraw in place
@@ -57,6 +61,9 @@ outbox's backlog with the age of its oldest unpublished message.`,
 					}
 				} else {
 					a.printStats(st)
+					if scheduled > 0 {
+						fmt.Fprintf(a.out, "%s waiting or under way: 'inboxctl scheduled' lists them.\n", plural(scheduled, "scheduled replay"))
+					}
 				}
 				if !watch {
 					return nil

@@ -43,27 +43,37 @@ func (c *changeFlags) add(cmd *cobra.Command, withStatus bool) {
 	cmd.Flags().BoolVarP(&c.yes, "yes", "y", false, "do not ask for confirmation")
 }
 
-// apply runs ch on the messages named by ids, or selected by the flags.
-func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []string) error {
+// selection is the filter that ids, or the flags, select, and whether it
+// is a bulk (filter) selection.
+func (a *app) selection(flags changeFlags, ids []string) (admin.Filter, bool, error) {
 	filter, err := flags.f.filter(a.now())
 	if err != nil {
-		return err
+		return filter, false, err
 	}
 	if flags.batchSize < 1 {
-		return usagef("--batch-size %d: use 1 or more", flags.batchSize)
+		return filter, false, usagef("--batch-size %d: use 1 or more", flags.batchSize)
 	}
 	bulk := len(ids) == 0
 	if bulk && !flags.f.any() && !flags.all {
-		return usagef("name message ids, or select messages with filters (--consumer, --status, --type, --error-contains, --group …), or pass --all")
+		return filter, false, usagef("name message ids, or select messages with filters (--consumer, --status, --type, --error-contains, --group …), or pass --all")
 	}
 	if !bulk {
 		if flags.f.consumer == "" {
-			return usagef("message ids need --consumer: ids are unique per consumer")
+			return filter, false, usagef("message ids need --consumer: ids are unique per consumer")
 		}
 		if flags.f.narrows() {
-			return usagef("give either message ids (with --consumer) or filters, not both")
+			return filter, false, usagef("give either message ids (with --consumer) or filters, not both")
 		}
 		filter = admin.Filter{Consumer: flags.f.consumer, IDs: ids}
+	}
+	return filter, bulk, nil
+}
+
+// apply runs ch on the messages named by ids, or selected by the flags.
+func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []string) error {
+	filter, bulk, err := a.selection(flags, ids)
+	if err != nil {
+		return err
 	}
 	if err := a.open(ctx); err != nil {
 		return err
@@ -128,6 +138,7 @@ func capitalize(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
 
 func (a *app) replayCommand() *cobra.Command {
 	var (
+		at    string
 		flags changeFlags
 		note  string
 	)
@@ -143,12 +154,23 @@ replay counter goes up.
 
 Select messages by id (with --consumer) or by filter. A filter replay asks for
 confirmation (or --yes) and runs in batches of --batch-size, each its own short
-statement, so a million-message replay never holds one giant lock.`,
+statement, so a million-message replay never holds one giant lock.
+
+--at schedules the replay for later instead (after a fix is deployed, when a
+partner's outage window ends): a time, or a duration from now. Nothing changes
+until then; the maintenance job (package maintenance, running in the
+service) then replays the selected messages that are still replayable, in
+batches, exactly once. 'inboxctl scheduled' lists scheduled replays.`,
 		Example: `  inboxctl replay order-17/placed --consumer payments
   inboxctl replay --group 3f2a9c1d0b7e --note "gateway fixed"
   inboxctl replay --consumer payments --status dead --error-contains timeout --dry-run
-  inboxctl replay --consumer payments --status dead --yes`,
+  inboxctl replay --consumer payments --status dead --yes
+  inboxctl replay --group 3f2a9c1d0b7e --at 2026-11-23T03:00:00Z --note "after the gateway's maintenance"
+  inboxctl replay --consumer payments --status dead --at 2h --yes`,
 		RunE: func(cmd *cobra.Command, ids []string) error {
+			if at != "" {
+				return a.scheduleReplay(cmd.Context(), flags, ids, note, at)
+			}
 			return a.apply(cmd.Context(), change{
 				verb: "replay", past: "replayed",
 				eligible: []string{admin.StatusDead, admin.StatusDiscarded, admin.StatusPending},
@@ -165,6 +187,7 @@ statement, so a million-message replay never holds one giant lock.`,
 	}
 	flags.add(cmd, true)
 	cmd.Flags().StringVar(&note, "note", "", "a note kept in each replayed message's history")
+	cmd.Flags().StringVar(&at, "at", "", "replay later, at this time (2026-11-23T03:00:00Z) or after this long (90m, 2h, 1d)")
 	return cmd
 }
 

@@ -57,7 +57,7 @@ func (a *app) migrateUpCommand() *cobra.Command {
 			} else {
 				fmt.Fprintf(a.out, "schema %q is at version %d\n", a.schema, pgbox.SchemaVersion)
 			}
-			return nil
+			return a.printRiver(cmd, m)
 		},
 	}
 }
@@ -94,6 +94,9 @@ confirmation unless --yes.`,
 				return fmt.Errorf("schema %q is at version %d: nothing to roll back to version %d", a.schema, current, max(target, 0))
 			}
 			question := fmt.Sprintf("Roll schema %q back from version %d to %d, dropping tables and their data?", a.schema, current, target)
+			if current >= migrations.RiverSince && target < migrations.RiverSince {
+				question = fmt.Sprintf("Roll schema %q back from version %d to %d (River's job tables included), dropping tables and their data?", a.schema, current, target)
+			}
 			if !yes && !a.confirm(question) {
 				return fmt.Errorf("not confirmed: nothing was rolled back")
 			}
@@ -141,7 +144,11 @@ func (a *app) migrateStatusCommand() *cobra.Command {
 				}
 				fmt.Fprintf(t, "%d\t%s\t%s\n", s.Version, s.Name, applied)
 			}
-			return t.Flush()
+			if err := t.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintln(a.out)
+			return a.printRiver(cmd, m)
 		},
 	}
 	outputFlag(cmd, &output, formatTable, formatJSON)
@@ -167,4 +174,22 @@ func (a *app) migrateVersionCommand() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// printRiver says where River's migrations stand: migration RiverSince
+// installs River's tables, which package maintenance runs its jobs on.
+func (a *app) printRiver(cmd *cobra.Command, m *migrations.Migrator) error {
+	have, want, err := m.RiverVersion(cmd.Context())
+	if err != nil {
+		return err
+	}
+	switch {
+	case have == 0:
+		fmt.Fprintf(a.out, "River's job tables (for package maintenance): not installed; migration %d installs them\n", migrations.RiverSince)
+	case have == want:
+		fmt.Fprintf(a.out, "River's job tables (for package maintenance): at River migration %d, up to date\n", have)
+	default:
+		fmt.Fprintf(a.out, "River's job tables (for package maintenance): at River migration %d of %d: run inboxctl migrate up\n", have, want)
+	}
+	return nil
 }

@@ -1,0 +1,150 @@
+package admin_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox/admin"
+	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/pgtest"
+)
+
+// deadMessages stores n dead messages of consumer "payments", and one done.
+func deadMessages(t *testing.T, schema string, n int) {
+	t.Helper()
+	_, err := pgtest.Pool(t).Exec(context.Background(), ident.Render(`
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
+		SELECT 'payments', 'order-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea, 'gateway timeout'
+		FROM generate_series(1, $1) AS g
+		UNION ALL
+		SELECT 'payments', 'done-1', 'ChargeCard', 'done', 1, 3, '\x00'::bytea, ''::bytea, NULL`, schema), n)
+	require.NoError(t, err)
+}
+
+func countStatus(t *testing.T, schema, status string) (n int) {
+	t.Helper()
+	err := pgtest.Pool(t).QueryRow(context.Background(), ident.Render(
+		"SELECT count(*) FROM /* schema */inbox WHERE status = $1", schema), status).Scan(&n)
+	require.NoError(t, err)
+	return n
+}
+
+// A scheduled replay changes nothing until its time, by the database clock,
+// then replays what its filter selects, once, however many runners call.
+func TestScheduledReplayRunsOnceWhenDue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	deadMessages(t, schema, 25)
+	adm, err := admin.New(pgtest.Pool(t), schema)
+	require.NoError(t, err)
+
+	later, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments"}, "gateway fixed", time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, admin.ReplayScheduled, later.State)
+	require.True(t, later.Filter.ReplayableOnly, "a scheduled replay only ever touches replayable messages")
+	due, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments", Statuses: []string{"dead"}}, "", time.Now().Add(-time.Second))
+	require.NoError(t, err)
+
+	n, err := adm.CountScheduledReplays(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+
+	// Four runners at once, in batches of 10: each message is replayed once.
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total int64
+	)
+	for range 4 {
+		wg.Go(func() {
+			n, err := adm.RunDueReplays(ctx, 10)
+			require.NoError(t, err)
+			mu.Lock()
+			total += n
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, 25, total)
+	require.Equal(t, 25, countStatus(t, schema, "pending"))
+	require.Equal(t, 1, countStatus(t, schema, "done"), "a done message is never replayed")
+
+	var replays, entries int
+	err = pgtest.Pool(t).QueryRow(ctx, ident.Render(`
+		SELECT sum(replays), count(*) FILTER (WHERE errors->-1->>'note' = 'scheduled replay ' || $1::bigint)
+		FROM /* schema */inbox WHERE status = 'pending'`, schema), due.ID).Scan(&replays, &entries)
+	require.NoError(t, err)
+	require.Equal(t, 25, replays, "each message replayed exactly once")
+	require.Equal(t, 25, entries, "the history names the scheduled replay")
+
+	list, err := adm.ScheduledReplays(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	require.Equal(t, later.ID, list[0].ID, "waiting replays first")
+	require.Equal(t, admin.ReplayScheduled, list[0].State)
+	require.Equal(t, due.ID, list[1].ID)
+	require.Equal(t, admin.ReplayDone, list[1].State)
+	require.EqualValues(t, 25, list[1].Replayed)
+	require.NotNil(t, list[1].FinishedAt)
+
+	// Nothing else is due: another run replays nothing.
+	again, err := adm.RunDueReplays(ctx, 10)
+	require.NoError(t, err)
+	require.Zero(t, again)
+}
+
+func TestCancelScheduledReplay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	deadMessages(t, schema, 3)
+	adm, err := admin.New(pgtest.Pool(t), schema)
+	require.NoError(t, err)
+
+	r, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments"}, "", time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	require.NoError(t, adm.CancelScheduledReplay(ctx, r.ID))
+	n, err := adm.RunDueReplays(ctx, 0)
+	require.NoError(t, err)
+	require.Zero(t, n, "a cancelled replay never runs")
+	require.Equal(t, 3, countStatus(t, schema, "dead"))
+
+	require.ErrorContains(t, adm.CancelScheduledReplay(ctx, r.ID), "is cancelled: only a replay that has not started can be cancelled")
+	require.ErrorIs(t, adm.CancelScheduledReplay(ctx, r.ID+100), admin.ErrNotFound)
+}
+
+// A filter that can never run (an invalid regular expression stored behind
+// the API's back) fails its replay, with the reason, instead of failing the
+// maintenance job for ever.
+func TestScheduledReplayWithABadFilterFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	deadMessages(t, schema, 2)
+	adm, err := admin.New(pgtest.Pool(t), schema)
+	require.NoError(t, err)
+
+	bad, err := adm.ScheduleReplay(ctx, admin.Filter{ErrorMatches: "("}, "", time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	good, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments"}, "", time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+
+	n, err := adm.RunDueReplays(ctx, 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n, "the bad one does not hold up the good one")
+
+	list, err := adm.ScheduledReplays(ctx, 0)
+	require.NoError(t, err)
+	states := map[int64]admin.ScheduledReplay{}
+	for _, r := range list {
+		states[r.ID] = r
+	}
+	require.Equal(t, admin.ReplayFailed, states[bad.ID].State)
+	require.Contains(t, states[bad.ID].Error, "not a valid regular expression")
+	require.Equal(t, admin.ReplayDone, states[good.ID].State)
+}

@@ -1,0 +1,118 @@
+package telemetry
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/pgbox/pgbox/internal/ident"
+)
+
+// Querier is the part of a pgx pool the gauges need.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// gaugeTimeout bounds one gauge query, so a slow database cannot stall a
+// metrics scrape for long.
+const gaugeTimeout = 5 * time.Second
+
+// inboxBacklogSQL reads consumer $1's backlog: its pending messages, and
+// how long the oldest claimable one has waited since it became due. A
+// message held behind a dead message of its ordering key is counted but
+// not aged: it waits for an operator, not for a worker. It reads the
+// consumer's pending rows through inbox_pending_idx, so it costs in
+// proportion to the backlog, not to the table.
+const inboxBacklogSQL = `
+SELECT count(*),
+       coalesce(extract(epoch FROM now() - min(i.available_at) FILTER (
+           WHERE i.available_at <= now()
+             AND NOT (i.ordering_key IS NOT NULL AND EXISTS (
+                 SELECT 1 FROM /* schema */inbox AS d
+                 WHERE d.consumer = i.consumer AND d.ordering_key = i.ordering_key
+                   AND d.status = 'dead' AND d.seq < i.seq)))), 0)::float8
+FROM /* schema */inbox AS i
+WHERE i.consumer = $1 AND i.status = 'pending'`
+
+// outboxBacklogSQL reads the outbox's backlog: rows not yet published
+// (pending or being published), and how long the oldest publishable one has
+// waited since it became due, with the same exception for rows held behind
+// a dead row of their key.
+const outboxBacklogSQL = `
+SELECT count(*),
+       coalesce(extract(epoch FROM now() - min(o.available_at) FILTER (
+           WHERE o.status = 'pending' AND o.available_at <= now()
+             AND NOT (o.ordering_key IS NOT NULL AND EXISTS (
+                 SELECT 1 FROM /* schema */outbox AS d
+                 WHERE d.ordering_key = o.ordering_key AND d.status = 'dead' AND d.seq < o.seq)))), 0)::float8
+FROM /* schema */outbox AS o
+WHERE o.status IN ('pending', 'running')`
+
+func render(query, schema string) string { return ident.Render(query, schema) }
+
+// queryBacklog runs a backlog query: how many rows wait, and the oldest's
+// wait in seconds.
+func queryBacklog(ctx context.Context, db Querier, query string, args ...any) (n int64, age float64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, gaugeTimeout)
+	defer cancel()
+	err = db.QueryRow(ctx, query, args...).Scan(&n, &age)
+	return n, age, err
+}
+
+// ReadInboxBacklog reads consumer's backlog from db: how many messages are
+// pending, and how long the oldest claimable one has waited since it became
+// due. The health check uses it too.
+func ReadInboxBacklog(ctx context.Context, db Querier, schema, consumer string) (int64, time.Duration, error) {
+	n, age, err := queryBacklog(ctx, db, render(inboxBacklogSQL, schema), consumer)
+	return n, time.Duration(age * float64(time.Second)), err
+}
+
+// ReadOutboxBacklog reads the outbox's backlog from db, like ReadInboxBacklog.
+func ReadOutboxBacklog(ctx context.Context, db Querier, schema string) (int64, time.Duration, error) {
+	n, age, err := queryBacklog(ctx, db, render(outboxBacklogSQL, schema))
+	return n, time.Duration(age * float64(time.Second)), err
+}
+
+// unregister turns a callback registration into a stop function.
+func unregister(reg metric.Registration, err error) func() {
+	if err != nil {
+		otel.Handle(err)
+		return func() {}
+	}
+	return func() {
+		if err := reg.Unregister(); err != nil {
+			otel.Handle(err)
+		}
+	}
+}
+
+// Registration holds a component's observable gauges from Start to Stop.
+// The zero value is ready; it is safe for concurrent use.
+type Registration struct {
+	mu   sync.Mutex
+	stop func()
+}
+
+// Watch registers the gauges with register, unless they are registered
+// already or were unregistered for good.
+func (g *Registration) Watch(register func() (unregister func())) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stop == nil {
+		g.stop = register()
+	}
+}
+
+// Unwatch unregisters the gauges, for good.
+func (g *Registration) Unwatch() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stop != nil {
+		g.stop()
+	}
+	g.stop = func() {}
+}

@@ -1,0 +1,99 @@
+package telemetry_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/pgtest"
+	"github.com/pgbox/pgbox/internal/telemetry"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// gauge reads a gauge's single value.
+func gauge(t *testing.T, rm metricdata.ResourceMetrics, name string) float64 {
+	t.Helper()
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			switch data := m.Data.(type) {
+			case metricdata.Gauge[int64]:
+				require.Len(t, data.DataPoints, 1)
+				return float64(data.DataPoints[0].Value)
+			case metricdata.Gauge[float64]:
+				require.Len(t, data.DataPoints, 1)
+				return data.DataPoints[0].Value
+			}
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
+}
+
+// The backlog counts every pending message; the age is that of the oldest
+// claimable one, since it became due: a message backing off, or held
+// behind a dead message of its key, is not aged.
+func TestBacklogGauges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	_, err := pool.Exec(ctx, ident.Render(`
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, max_attempts, payload_hash, payload, ordering_key, available_at)
+		VALUES ('c', 'due-1h', 'T', 'pending', 3, '\x00', '', NULL, now() - interval '1 hour'),
+		       ('c', 'due-now', 'T', 'pending', 3, '\x00', '', NULL, now()),
+		       ('c', 'backoff', 'T', 'pending', 3, '\x00', '', NULL, now() + interval '1 hour'),
+		       ('c', 'head', 'T', 'dead', 3, '\x00', '', 'k', now() - interval '3 hours'),
+		       ('c', 'behind-dead', 'T', 'pending', 3, '\x00', '', 'k', now() - interval '2 hours'),
+		       ('other', 'x', 'T', 'pending', 3, '\x00', '', NULL, now() - interval '5 hours');
+		INSERT INTO /* schema */outbox (id, topic, event_type, payload, status, available_at)
+		VALUES (gen_random_uuid(), 't', 'T', '', 'pending', now() - interval '10 minutes'),
+		       (gen_random_uuid(), 't', 'T', '', 'running', now() + interval '1 minute'),
+		       (gen_random_uuid(), 't', 'T', '', 'published', now() - interval '1 day')`, schema))
+	require.NoError(t, err)
+
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	stopInbox := telemetry.NewDispatcher(mp, nil, "c").WatchBacklog(pool, schema)
+	stopOutbox := telemetry.NewRelay(mp, nil, propagation.TraceContext{}).WatchLag(pool, schema)
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	require.EqualValues(t, 4, gauge(t, rm, telemetry.InboxBacklog))
+	age := gauge(t, rm, telemetry.InboxOldestPendingAge)
+	require.GreaterOrEqual(t, age, time.Hour.Seconds())
+	require.Less(t, age, (time.Hour + time.Minute).Seconds(), "the message behind a dead head is not aged")
+	require.EqualValues(t, 2, gauge(t, rm, telemetry.OutboxBacklog))
+	lag := gauge(t, rm, telemetry.RelayLag)
+	require.GreaterOrEqual(t, lag, (10 * time.Minute).Seconds())
+	require.Less(t, lag, (11 * time.Minute).Seconds())
+
+	n, wait, err := telemetry.ReadInboxBacklog(ctx, pool, schema, "c")
+	require.NoError(t, err)
+	require.EqualValues(t, 4, n)
+	require.GreaterOrEqual(t, wait, time.Hour)
+
+	stopInbox()
+	stopOutbox()
+	rm = metricdata.ResourceMetrics{}
+	require.NoError(t, reader.Collect(ctx, &rm))
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch data := m.Data.(type) {
+			case metricdata.Gauge[int64]:
+				require.Empty(t, data.DataPoints, m.Name)
+			case metricdata.Gauge[float64]:
+				require.Empty(t, data.DataPoints, m.Name)
+			}
+		}
+	}
+}

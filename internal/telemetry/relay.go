@@ -1,0 +1,100 @@
+package telemetry
+
+import (
+	"context"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Relay holds a relay's instruments and tracer.
+type Relay struct {
+	failures   metric.Int64Counter
+	meter      metric.Meter
+	propagator propagation.TextMapPropagator
+	published  metric.Int64Counter
+	tracer     trace.Tracer
+}
+
+// NewRelay returns a relay's instruments. propagator reads the producer's
+// trace context from each message's metadata and writes the publish span's
+// in its place.
+func NewRelay(mp metric.MeterProvider, tp trace.TracerProvider, propagator propagation.TextMapPropagator) *Relay {
+	m := Meter(mp)
+	return &Relay{
+		failures: must(m.Int64Counter(RelayPublishFailures, metric.WithUnit("{message}"),
+			metric.WithDescription("Messages whose publish failed (each is retried after a backoff, or dead after Config.MaxAttempts)."))),
+		meter:      m,
+		propagator: propagator,
+		published: must(m.Int64Counter(RelayPublished, metric.WithUnit("{message}"),
+			metric.WithDescription("Messages the publisher accepted."))),
+		tracer: Tracer(tp),
+	}
+}
+
+// Publishing starts a span per message about to be published to topic.
+// Each continues the trace in the message's metadata (the producer's, put
+// there by outbox.Write) and replaces it with its own, so the consumer's
+// handler becomes a child of the publish. Call end with Publish's error,
+// once.
+func (r *Relay) Publishing(topic string, msgs []*message.Message) (end func(error)) {
+	spans := make([]trace.Span, len(msgs))
+	for i, m := range msgs {
+		carrier := propagation.MapCarrier(m.Metadata)
+		ctx := r.propagator.Extract(context.Background(), carrier)
+		ctx, spans[i] = r.tracer.Start(ctx, "send "+topic,
+			trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(
+				attrMessagingSystem.String("pgbox"),
+				attrMessagingOperationType.String("send"),
+				attrMessagingOperationName.String("send"),
+				attrMessagingDestination.String(topic),
+				attrMessagingMessageID.String(m.UUID),
+				attrMessagingBatchCount.Int(len(msgs)),
+				AttrTopic.String(topic),
+			))
+		r.propagator.Inject(ctx, carrier)
+	}
+	return func(err error) {
+		ctx := context.Background()
+		attrs := metric.WithAttributeSet(attribute.NewSet(AttrTopic.String(topic)))
+		if err != nil {
+			r.failures.Add(ctx, int64(len(msgs)), attrs)
+		} else {
+			r.published.Add(ctx, int64(len(msgs)), attrs)
+		}
+		now := time.Now()
+		for _, s := range spans {
+			if err != nil {
+				s.RecordError(err)
+				s.SetStatus(codes.Error, err.Error())
+			}
+			s.End(trace.WithTimestamp(now))
+		}
+	}
+}
+
+// WatchLag registers the outbox's gauges, read from db at each collection,
+// and returns a function that unregisters them.
+func (r *Relay) WatchLag(db Querier, schema string) (stop func()) {
+	backlog := must(r.meter.Int64ObservableGauge(OutboxBacklog, metric.WithUnit("{message}"),
+		metric.WithDescription("Outbox rows not yet published (pending, backing off, or being published).")))
+	lag := must(r.meter.Float64ObservableGauge(RelayLag, metric.WithUnit("s"),
+		metric.WithDescription("How long the oldest publishable outbox row has waited since it became due; 0 when none waits.")))
+	q := render(outboxBacklogSQL, schema)
+	reg, err := r.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		n, age, err := queryBacklog(ctx, db, q)
+		if err != nil {
+			return err
+		}
+		o.ObserveInt64(backlog, n)
+		o.ObserveFloat64(lag, age)
+		return nil
+	}, backlog, lag)
+	return unregister(reg, err)
+}

@@ -1,0 +1,65 @@
+package maintenance_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/pgtest"
+	"github.com/pgbox/pgbox/maintenance"
+)
+
+// Every process of a service starts a Maintainer; River elects one of them
+// to enqueue the jobs. Here the leader's first run deletes the done
+// messages processed more than a week ago, and keeps the recent and the
+// dead ones.
+func ExampleMaintainer() {
+	ctx := context.Background()
+	db := pgtest.NewExampleDB(ctx, "example_maintenance")
+	defer db.Close()
+	_, err := db.Pool.Exec(ctx, ident.Render(`
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, processed_at)
+		VALUES ('payments', 'old-1', 'OrderPlaced', 'done', 1, 3, '\x00', '', now() - interval '8 days'),
+		       ('payments', 'old-2', 'OrderPlaced', 'done', 1, 3, '\x00', '', now() - interval '9 days'),
+		       ('payments', 'recent', 'OrderPlaced', 'done', 1, 3, '\x00', '', now() - interval '1 day'),
+		       ('payments', 'poison', 'OrderPlaced', 'dead', 3, 3, '\x00', '', NULL)`, db.Schema))
+	if err != nil {
+		panic(err)
+	}
+
+	m, err := maintenance.New(db.Pool, maintenance.Config{
+		InboxRetention: 7 * 24 * time.Hour,
+		Logger:         slog.New(slog.DiscardHandler),
+		Schema:         db.Schema,
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := m.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer m.Stop(ctx)
+
+	// Wait for the first run, as River recorded it.
+	var deleted int64
+	for deleted == 0 {
+		time.Sleep(50 * time.Millisecond)
+		_ = db.Pool.QueryRow(ctx, ident.Render(`
+			SELECT coalesce(max((metadata->'output'->'deleted'->>'inbox')::int), 0)
+			FROM /* schema */river_job WHERE kind = 'pgbox.prune' AND state = 'completed'`, db.Schema)).Scan(&deleted)
+	}
+	fmt.Println("deleted:", deleted)
+
+	rows, _ := db.Pool.Query(ctx, ident.Render("SELECT message_id, status FROM /* schema */inbox ORDER BY 1", db.Schema))
+	for rows.Next() {
+		var id, status string
+		_ = rows.Scan(&id, &status)
+		fmt.Println("kept:", id, status)
+	}
+	// Output:
+	// deleted: 2
+	// kept: poison dead
+	// kept: recent done
+}

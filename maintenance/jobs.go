@@ -1,0 +1,206 @@
+package maintenance
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/riverqueue/river"
+)
+
+const (
+	// runBudget bounds one run of a job. What is left waits for the next
+	// interval; River's rescuer, which re-runs jobs running for an hour, never
+	// mistakes a long prune for a stuck one.
+	runBudget = 10 * time.Minute
+	// statementTimeout bounds one batch's statement.
+	statementTimeout = time.Minute
+	// maxAttempts is how many times River tries a failed run; the next
+	// interval's run comes anyway.
+	maxAttempts = 3
+)
+
+// aligned is a River periodic schedule on multiples of an interval since
+// the zero time: every leader computes the same instants, so a job's
+// interval (River's ByPeriod uniqueness) is the same whoever enqueues it.
+type aligned time.Duration
+
+func (a aligned) Next(t time.Time) time.Time {
+	d := time.Duration(a)
+	return t.Truncate(d).Add(d)
+}
+
+// periodicJobs are the jobs the leader enqueues: one per interval each,
+// and one at once when a client becomes leader (unless that interval has
+// had its run).
+func (m *Maintainer) periodicJobs() []*river.PeriodicJob {
+	jobs := []*river.PeriodicJob{
+		river.NewPeriodicJob(aligned(m.cfg.PruneInterval), func() (river.JobArgs, *river.InsertOpts) {
+			return pruneArgs{
+				BatchSize:         m.cfg.BatchSize,
+				EnqueuedBy:        m.client.ID(),
+				InboxRetentionMS:  retentionMS(m.cfg.InboxRetention),
+				OutboxRetentionMS: retentionMS(m.cfg.OutboxRetention),
+			}, m.insertOpts(m.cfg.PruneInterval)
+		}, &river.PeriodicJobOpts{ID: pruneArgs{}.Kind(), RunOnStart: true}),
+	}
+	if m.cfg.ReplayInterval > 0 {
+		jobs = append(jobs, river.NewPeriodicJob(aligned(m.cfg.ReplayInterval), func() (river.JobArgs, *river.InsertOpts) {
+			return replayArgs{BatchSize: m.cfg.BatchSize, EnqueuedBy: m.client.ID()}, m.insertOpts(m.cfg.ReplayInterval)
+		}, &river.PeriodicJobOpts{ID: replayArgs{}.Kind(), RunOnStart: true}))
+	}
+	return jobs
+}
+
+func (m *Maintainer) insertOpts(interval time.Duration) *river.InsertOpts {
+	return &river.InsertOpts{
+		MaxAttempts: maxAttempts,
+		Queue:       Queue,
+		UniqueOpts:  river.UniqueOpts{ByPeriod: interval},
+	}
+}
+
+func retentionMS(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return d.Milliseconds()
+}
+
+// pruneArgs is a retention run. The leader's configuration travels in the
+// args, so every run is done, and recorded, as the leader asked.
+type pruneArgs struct {
+	BatchSize         int    `json:"batch_size"`
+	EnqueuedBy        string `json:"enqueued_by"`
+	InboxRetentionMS  int64  `json:"inbox_retention_ms"`  // -1: keep
+	OutboxRetentionMS int64  `json:"outbox_retention_ms"` // -1: keep
+}
+
+// Kind names retention runs in river_job.
+func (pruneArgs) Kind() string { return "pgbox.prune" }
+
+// pruneOutput is what a retention run did, stored in its job's
+// metadata.output.
+type pruneOutput struct {
+	Deleted    map[string]int64 `json:"deleted"`
+	Partial    bool             `json:"partial,omitzero"` // stopped before the end: the next run goes on
+	Statements int              `json:"statements"`
+}
+
+type pruneWorker struct {
+	river.WorkerDefaults[pruneArgs]
+	m *Maintainer
+}
+
+func (w *pruneWorker) Timeout(*river.Job[pruneArgs]) time.Duration { return runBudget }
+
+// Work deletes, table by table, in batches. A deadline or a stop ends the
+// run early without failing it: what is left goes with the next run.
+func (w *pruneWorker) Work(ctx context.Context, job *river.Job[pruneArgs]) error {
+	m, a := w.m, job.Args
+	out := pruneOutput{Deleted: map[string]int64{}}
+	steps := []struct {
+		table     string
+		query     string
+		retention int64
+	}{
+		{"inbox", m.q.pruneInbox, a.InboxRetentionMS},
+		{"inbox_conflicts", m.q.pruneConflicts, a.InboxRetentionMS},
+		{"outbox", m.q.pruneOutbox, a.OutboxRetentionMS},
+	}
+	var err error
+	for _, s := range steps {
+		if s.retention < 0 {
+			continue
+		}
+		if err = m.deleteInBatches(ctx, s.table, s.query, s.retention, max(a.BatchSize, 1), &out); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		var n int
+		n, err = m.keys.DeleteExpired(ctx)
+		out.Deleted["idempotency_keys"] = int64(n)
+		m.tel.Deleted(ctx, "idempotency_keys", int64(n))
+	}
+	if err != nil && ctx.Err() != nil {
+		out.Partial, err = true, nil
+	}
+	m.cfg.Logger.DebugContext(ctx, "maintenance: retention run",
+		slog.Any("deleted", out.Deleted), slog.Int("statements", out.Statements), slog.Bool("partial", out.Partial))
+	if recErr := river.RecordOutput(ctx, out); recErr != nil {
+		err = errors.Join(err, recErr)
+	}
+	if err != nil {
+		m.cfg.Logger.WarnContext(ctx, "maintenance: retention run failed; River retries it", slog.String("error", err.Error()))
+	}
+	return err
+}
+
+// deleteInBatches runs query (a prune statement: up to batch rows older
+// than retention milliseconds, from a cursor on) until a batch comes back
+// short.
+func (m *Maintainer) deleteInBatches(ctx context.Context, table, query string, retention int64, batch int, out *pruneOutput) error {
+	cursor := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	for {
+		var n int64
+		stmtCtx, cancel := context.WithTimeout(ctx, statementTimeout)
+		err := m.pool.QueryRow(stmtCtx, query, retention, batch, cursor).Scan(&n, &cursor)
+		cancel()
+		if err != nil {
+			return err
+		}
+		out.Statements++
+		out.Deleted[table] += n
+		m.tel.Deleted(ctx, table, n)
+		if hook := m.hooks.afterBatch; hook != nil {
+			hook(table, n)
+		}
+		if n < int64(batch) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// replayArgs is a look for due scheduled replays.
+type replayArgs struct {
+	BatchSize  int    `json:"batch_size"`
+	EnqueuedBy string `json:"enqueued_by"`
+}
+
+// Kind names scheduled-replay runs in river_job.
+func (replayArgs) Kind() string { return "pgbox.scheduled_replays" }
+
+type replayWorker struct {
+	river.WorkerDefaults[replayArgs]
+	m *Maintainer
+}
+
+func (w *replayWorker) Timeout(*river.Job[replayArgs]) time.Duration { return runBudget }
+
+// Work runs the due scheduled replays. Each batch commits with the
+// replay's progress, so a run cut short resumes at the next one.
+func (w *replayWorker) Work(ctx context.Context, job *river.Job[replayArgs]) error {
+	m := w.m
+	n, err := m.admin.RunDueReplays(ctx, job.Args.BatchSize)
+	m.tel.Replayed(ctx, n)
+	partial := err != nil && ctx.Err() != nil
+	if partial {
+		err = nil
+	}
+	if n > 0 {
+		m.cfg.Logger.DebugContext(ctx, "maintenance: scheduled replays run", slog.Int64("replayed", n), slog.Bool("partial", partial))
+	}
+	if recErr := river.RecordOutput(ctx, map[string]any{"replayed": n, "partial": partial}); recErr != nil {
+		err = errors.Join(err, recErr)
+	}
+	if err != nil {
+		m.cfg.Logger.WarnContext(ctx, "maintenance: scheduled replays failed; River retries the run", slog.String("error", err.Error()))
+	}
+	return err
+}

@@ -1,0 +1,330 @@
+package maintenance
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/admin"
+	"github.com/pgbox/pgbox/idempotency"
+	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/telemetry"
+)
+
+const (
+	// BatchSizeDefault is the default Config.BatchSize.
+	BatchSizeDefault = 1000
+	// InboxRetentionDefault is the default Config.InboxRetention: longer
+	// than any producer's or broker's redelivery window is likely to be.
+	InboxRetentionDefault = 7 * 24 * time.Hour
+	// IntervalMin is the shortest Config.PruneInterval and
+	// Config.ReplayInterval: River makes each job unique per interval, to the
+	// second.
+	IntervalMin = time.Second
+	// OutboxRetentionDefault is the default Config.OutboxRetention.
+	OutboxRetentionDefault = 7 * 24 * time.Hour
+	// PruneIntervalDefault is the default Config.PruneInterval.
+	PruneIntervalDefault = time.Minute
+	// Queue is the River queue the maintenance jobs run on.
+	Queue = "pgbox_maintenance"
+	// ReplayIntervalDefault is the default Config.ReplayInterval.
+	ReplayIntervalDefault = 30 * time.Second
+)
+
+// Config configures a Maintainer.
+type Config struct {
+	// BatchSize is how many rows one statement deletes (or one scheduled
+	// replay's batch replays). Defaults to BatchSizeDefault (1000).
+	BatchSize int
+
+	// ID names this process in River's leader election (river_leader's
+	// leader_id) and in the jobs it enqueues and works: a pod or host name,
+	// say. It must be unique among the processes sharing the schema.
+	// Defaults to River's: the host name and the time the client was
+	// created.
+	ID string
+
+	// InboxRetention is how long done messages are kept after they were
+	// processed: the window in which a redelivery is still recognised as a
+	// duplicate. Keep it longer than any producer's retry window. Conflict
+	// records are kept as long. Defaults to InboxRetentionDefault (7 days);
+	// -1 keeps them for ever.
+	InboxRetention time.Duration
+
+	// Logger receives the jobs' failures at warn and error, and a summary
+	// of each run at debug. River's own logs are passed on from warn up.
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// MeterProvider receives the rows each run deleted and the messages
+	// scheduled replays replayed (see docs/operations.md). Defaults to
+	// OpenTelemetry's global provider, which does nothing until one is
+	// installed.
+	MeterProvider metric.MeterProvider
+
+	// OutboxRetention is how long published outbox rows are kept. Defaults
+	// to OutboxRetentionDefault (7 days); -1 keeps them for ever.
+	OutboxRetention time.Duration
+
+	// PruneInterval is how often the retention job runs. Intervals are
+	// aligned to the clock. Defaults to PruneIntervalDefault (one minute);
+	// at least IntervalMin.
+	PruneInterval time.Duration
+
+	// ReplayInterval is how often due scheduled replays are looked for,
+	// which bounds how late one starts. Defaults to ReplayIntervalDefault
+	// (30 seconds); at least IntervalMin; -1 never runs them.
+	ReplayInterval time.Duration
+
+	// Schema is the PostgreSQL schema holding pgbox's (and River's) tables.
+	// River's client accepts letters, digits and underscores only, up to 46
+	// bytes. Defaults to pgbox.DefaultSchema.
+	Schema string
+}
+
+// WithDefaults returns a copy of c with every unset field given its default.
+func (c Config) WithDefaults() Config {
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.InboxRetention = cmp.Or(c.InboxRetention, InboxRetentionDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.OutboxRetention = cmp.Or(c.OutboxRetention, OutboxRetentionDefault)
+	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
+	c.ReplayInterval = cmp.Or(c.ReplayInterval, ReplayIntervalDefault)
+	c.Schema = cmp.Or(c.Schema, pgbox.DefaultSchema)
+	return c
+}
+
+// riverSchemaRE is what River's client accepts as a schema name, and
+// riverSchemaMax its length limit (63 bytes less the longest notification
+// topic, "river_leadership", and a dot).
+var riverSchemaRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+const riverSchemaMax = 46
+
+func (c Config) validate() error {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if c.BatchSize < 1 {
+		add("Config.BatchSize is %d: it must be at least 1", c.BatchSize)
+	}
+	if c.InboxRetention < 0 && c.InboxRetention != -1 {
+		add("Config.InboxRetention is %s: use a positive duration, 0 for the default or -1 to keep done messages", c.InboxRetention)
+	}
+	if c.OutboxRetention < 0 && c.OutboxRetention != -1 {
+		add("Config.OutboxRetention is %s: use a positive duration, 0 for the default or -1 to keep published rows", c.OutboxRetention)
+	}
+	if c.PruneInterval < IntervalMin {
+		add("Config.PruneInterval is %s: it must be at least %s", c.PruneInterval, IntervalMin)
+	}
+	if c.ReplayInterval < IntervalMin && c.ReplayInterval != -1 {
+		add("Config.ReplayInterval is %s: it must be at least %s, or -1 to run no scheduled replays", c.ReplayInterval, IntervalMin)
+	}
+	if err := ident.ValidateSchema(c.Schema); err != nil {
+		add("Config.Schema: %v", err)
+	} else if len(c.Schema) > riverSchemaMax || !riverSchemaRE.MatchString(c.Schema) {
+		add("Config.Schema %q cannot hold River's client: River accepts letters, digits and underscores, starting with a letter or underscore, up to %d bytes", c.Schema, riverSchemaMax)
+	}
+	if len(problems) > 0 {
+		return errors.New("maintenance: " + strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Maintainer runs the maintenance jobs in one process. Create it with New,
+// then Start it and Stop it once.
+type Maintainer struct {
+	admin  *admin.Admin
+	cfg    Config
+	client *river.Client[pgx.Tx]
+	hooks  testHooks
+	keys   *idempotency.Middleware
+	pool   *pgxpool.Pool
+	q      queries
+	tel    *telemetry.Maintenance
+
+	mu       sync.Mutex
+	started  bool
+	stopping bool
+	stopOnce sync.Once
+	stopped  chan struct{}
+}
+
+type queries struct {
+	pruneConflicts, pruneInbox, pruneOutbox string
+}
+
+// testHooks let tests watch a run from the inside.
+type testHooks struct {
+	afterBatch func(table string, deleted int64) // after each delete statement
+}
+
+// New returns a Maintainer. It checks the configuration but does not touch
+// the database; Start does.
+func New(pool *pgxpool.Pool, cfg Config) (*Maintainer, error) {
+	if pool == nil {
+		return nil, errors.New("maintenance: pool is nil")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	adm, err := admin.New(pool, cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("maintenance: %w", err)
+	}
+	keys, err := idempotency.New(pool, idempotency.Config{Logger: cfg.Logger, Schema: cfg.Schema})
+	if err != nil {
+		return nil, fmt.Errorf("maintenance: %w", err)
+	}
+	m := &Maintainer{
+		admin: adm,
+		cfg:   cfg,
+		keys:  keys,
+		pool:  pool,
+		q: queries{
+			pruneConflicts: ident.Render(pruneConflictsSQL, cfg.Schema),
+			pruneInbox:     ident.Render(pruneInboxSQL, cfg.Schema),
+			pruneOutbox:    ident.Render(pruneOutboxSQL, cfg.Schema),
+		},
+		stopped: make(chan struct{}),
+		tel:     telemetry.NewMaintenance(cfg.MeterProvider),
+	}
+
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &pruneWorker{m: m})
+	river.AddWorker(workers, &replayWorker{m: m})
+	m.client, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
+		ID:           cfg.ID,
+		Logger:       slog.New(levelFloor{Handler: cfg.Logger.Handler(), min: slog.LevelWarn}),
+		PeriodicJobs: m.periodicJobs(),
+		Queues:       map[string]river.QueueConfig{Queue: {MaxWorkers: 2}},
+		Schema:       cfg.Schema,
+		Workers:      workers,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("maintenance: river: %w", err)
+	}
+	return m, nil
+}
+
+// ID returns the identity of this process's River client: the leader_id
+// of river_leader while it leads, and the name in the jobs'
+// args.enqueued_by and attempted_by.
+func (m *Maintainer) ID() string { return m.client.ID() }
+
+// Start checks that the database is reachable and the schema migrated,
+// River's tables included, then joins River's leader election and starts
+// working maintenance jobs, and returns. ctx bounds only the start-up
+// checks; the Maintainer runs until Stop.
+func (m *Maintainer) Start(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.stopping:
+		return errors.New("maintenance: Start after Stop: create a new one")
+	case m.started:
+		return errors.New("maintenance: already started")
+	}
+	if err := pgbox.CheckSchema(ctx, m.pool, m.cfg.Schema); err != nil {
+		return fmt.Errorf("maintenance: %w", err)
+	}
+	migrator, err := rivermigrate.New(riverpgxv5.New(m.pool), &rivermigrate.Config{Logger: m.cfg.Logger, Schema: m.cfg.Schema})
+	if err != nil {
+		return fmt.Errorf("maintenance: river: %w", err)
+	}
+	res, err := migrator.Validate(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("maintenance: check River's tables in schema %s: %w", m.cfg.Schema, err)
+	}
+	if !res.OK {
+		return fmt.Errorf("%w: River's tables in schema %s are missing or behind (%s): run inboxctl migrate up (or call migrations.Migrate)",
+			pgbox.ErrSchemaNotMigrated, m.cfg.Schema, strings.Join(res.Messages, "; "))
+	}
+	// River stops when the context given to its Start ends; ours bounds only
+	// the checks, so River gets one that Stop alone ends.
+	if err := m.client.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("maintenance: start River: %w", err)
+	}
+	m.started = true
+	return nil
+}
+
+// stopGrace bounds how long Stop waits for jobs after cancelling them.
+const stopGrace = 10 * time.Second
+
+// Stop stops working jobs and leaves the leader election (a clean stop
+// lets another process take over at once). It waits for the job in
+// progress; if ctx ends first, it cancels it, and the job, which works in
+// batches, returns after its current statement. Stop may be called more
+// than once, and before Start.
+func (m *Maintainer) Stop(ctx context.Context) error {
+	m.mu.Lock()
+	started := m.started
+	m.stopping = true
+	m.mu.Unlock()
+	var err error
+	m.stopOnce.Do(func() {
+		defer close(m.stopped)
+		if !started {
+			return
+		}
+		if err = m.client.Stop(ctx); err != nil && ctx.Err() != nil {
+			m.cfg.Logger.WarnContext(ctx, "maintenance: stop deadline reached; cancelling the job in progress")
+			hardCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopGrace)
+			defer cancel()
+			err = m.client.StopAndCancel(hardCtx)
+		}
+		if err != nil {
+			err = fmt.Errorf("maintenance: stop: %w", err)
+		}
+	})
+	<-m.stopped
+	return err
+}
+
+// Stopped returns a channel closed when Stop has finished.
+func (m *Maintainer) Stopped() <-chan struct{} { return m.stopped }
+
+// Running reports whether Start has succeeded and Stop has not begun. A
+// health check reads it.
+func (m *Maintainer) Running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.started && !m.stopping
+}
+
+// levelFloor passes on only records at min or above: River's info-level
+// chatter (client started, leadership changes) stays out of the service's
+// logs, and its warnings and errors go in.
+type levelFloor struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h levelFloor) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h levelFloor) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return levelFloor{Handler: h.Handler.WithAttrs(attrs), min: h.min}
+}
+
+func (h levelFloor) WithGroup(name string) slog.Handler {
+	return levelFloor{Handler: h.Handler.WithGroup(name), min: h.min}
+}
