@@ -51,6 +51,12 @@ type Config struct {
 	// announced together by one NOTIFY sent an interval after the last of
 	// them. Defaults to 10ms; -1 notifies in every statement that stores
 	// something.
+	//
+	// The interval is per sender: every Inbox and Outbox in every process
+	// on the database notifies on its own, and all of them share the lock.
+	// With many senders on one busy database, raise it (the orders example
+	// uses 100ms): a longer interval costs idle workers that much latency,
+	// never a message.
 	NotifyInterval time.Duration
 
 	// MaxPayloadBytes is the largest payload accepted. Defaults to
@@ -121,6 +127,7 @@ type queries struct {
 	hash         string
 	logConflicts string
 	receive      string
+	receiveOne   string
 	seqName      string // the inbox's arrival sequence, as a quoted regclass
 }
 
@@ -145,6 +152,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 			hash:         ident.Render(hashSQL, cfg.Schema),
 			logConflicts: ident.Render(logConflictsSQL, cfg.Schema),
 			receive:      ident.Render(receiveSQL, cfg.Schema),
+			receiveOne:   ident.Render(receiveOneSQL, cfg.Schema),
 			seqName:      ident.Render("/* schema */inbox_seq", cfg.Schema),
 		},
 		tel: telemetry.NewInbox(cfg.MeterProvider, cfg.Consumer),

@@ -201,8 +201,18 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 	if status == statusPending && in.notifies.Allow() {
 		channel = &in.channel
 	}
-	rows, err := db.Query(ctx, in.q.receive, in.cfg.Consumer, b.ids, b.eventTypes, b.payloads, b.hashes,
-		b.metadata, b.keys, b.maxAttempts, status, channel, in.q.seqName)
+	var rows pgx.Rows
+	var err error
+	if len(b.ids) == 1 && b.keys[0] == nil {
+		// One message without an ordering key, the common case (a broker
+		// hands over one at a time): the same statement without arrays,
+		// key locks or sorting, which a single row does not need.
+		rows, err = db.Query(ctx, in.q.receiveOne, in.cfg.Consumer, b.ids[0], b.eventTypes[0], b.payloads[0], b.hashes[0],
+			b.metadata[0], b.maxAttempts[0], status, channel)
+	} else {
+		rows, err = db.Query(ctx, in.q.receive, in.cfg.Consumer, b.ids, b.eventTypes, b.payloads, b.hashes,
+			b.metadata, b.keys, b.maxAttempts, status, channel, in.q.seqName)
+	}
 	if err != nil {
 		return nil, in.dbError(ctx, "receive", err)
 	}
