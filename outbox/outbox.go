@@ -30,6 +30,12 @@ type Config struct {
 	// them all wait in turn on PostgreSQL's notification lock at commit.
 	// Writes in between are announced together by one NOTIFY sent an interval
 	// after the last of them. Defaults to 10ms; -1 notifies in every Write.
+	//
+	// The interval is per sender: every Inbox and Outbox in every process
+	// on the database notifies on its own, and all of them share the lock.
+	// With many senders on one busy database, raise it (the orders example
+	// uses 100ms): a longer interval costs idle workers that much latency,
+	// never a message.
 	NotifyInterval time.Duration
 
 	// Propagator writes the trace context of Write's context into each
