@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -46,9 +47,10 @@ func main() {
 func run() error {
 	cfg := bench.Config{URL: os.Getenv("DATABASE_URL"), NATSURL: os.Getenv("NATS_URL"), Progress: os.Stderr}
 	var (
-		out  = flag.String("out", "docs/benchmarks", "write the report to this path plus .md, .json and .png")
-		only = flag.String("only", "", "comma-separated scenarios to run (default all)")
-		prof = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+		out    = flag.String("out", "docs/benchmarks", "write the report to this path plus .md, .json and .png")
+		only   = flag.String("only", "", "comma-separated scenarios to run (default all)")
+		prof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+		render = flag.Bool("render", false, "measure nothing: write the report and chart again from -out's .json")
 	)
 	flag.IntVar(&cfg.Runs, "runs", 3, "timed runs per case")
 	flag.IntVar(&cfg.Backlog, "backlog", 200_000, "messages in the drain cases' backlog")
@@ -71,6 +73,13 @@ func run() error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *render {
+		rep, err := readReport(*out + ".json")
+		if err != nil {
+			return err
+		}
+		return write(rep, *out, false)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	rep, err := bench.Run(ctx, cfg)
@@ -81,19 +90,36 @@ func run() error {
 	if rep.Machine, err = bench.ReadMachine(ctx, cfg.URL); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+	return write(rep, *out, true)
+}
+
+func readReport(path string) (*bench.Report, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("-render: %w", err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return nil, fmt.Errorf("-render: %s: %w", path, err)
+	}
+	return &rep, nil
+}
+
+// write writes the report to out plus .md and .png, and .json when withJSON.
+func write(rep *bench.Report, out string, withJSON bool) error {
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	md, err := os.Create(*out + ".md")
+	md, err := os.Create(out + ".md")
 	if err != nil {
 		return err
 	}
 	defer md.Close()
-	if err := rep.WriteMarkdown(md, filepath.Base(*out)+".png"); err != nil {
+	if err := rep.WriteMarkdown(md, filepath.Base(out)+".png"); err != nil {
 		return err
 	}
 	if len(rep.Sweep) > 0 {
-		png, err := os.Create(*out + ".png")
+		png, err := os.Create(out + ".png")
 		if err != nil {
 			return err
 		}
@@ -102,7 +128,10 @@ func run() error {
 			return err
 		}
 	}
-	js, err := os.Create(*out + ".json")
+	if !withJSON {
+		return nil
+	}
+	js, err := os.Create(out + ".json")
 	if err != nil {
 		return err
 	}

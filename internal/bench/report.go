@@ -121,6 +121,7 @@ func (r *Report) WriteMarkdown(w io.Writer, chart string) error {
 	fmt.Fprintf(&b, "Each figure is the median of %d timed runs, with the minimum and maximum in brackets, taken after a warm-up "+
 		"at a tenth of the size. The systems of a case run side by side, in alternating order; **ratio** is pgbox's figure "+
 		"divided by the peer's, run by run (median, with min–max), so a noisy machine touches both sides alike.\n\n", r.Runs)
+	r.writeTargets(&b)
 	scenario := ""
 	for _, res := range r.Results {
 		if res.Scenario != scenario {

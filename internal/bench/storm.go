@@ -15,7 +15,8 @@ const stormWindow = 10_000
 type stormIDs struct {
 	mu     sync.Mutex
 	next   int
-	window []string // ids whose first delivery has returned
+	window []string // the latest ids whose first delivery has returned
+	oldest int      // once the window is full, where the next id goes
 }
 
 // pick returns an id to deliver and whether it is a redelivery: nine in
@@ -35,9 +36,10 @@ func (s *stormIDs) received(id string) {
 	defer s.mu.Unlock()
 	if len(s.window) < stormWindow {
 		s.window = append(s.window, id)
-	} else {
-		s.window[rand.IntN(stormWindow)] = id
+		return
 	}
+	s.window[s.oldest] = id
+	s.oldest = (s.oldest + 1) % stormWindow
 }
 
 // storm floods deliveries, nine in ten of them redeliveries, from 4

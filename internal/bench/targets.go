@@ -1,0 +1,81 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+)
+
+// target is one of the project's performance goals, judged from a report.
+type target struct {
+	goal string
+	// check returns the measured figure, as text, and whether it meets the
+	// goal; ok is false with an empty figure when the report lacks the case.
+	check func(r *Report) (figure string, met, ok bool)
+}
+
+// ratioTarget is met when pgbox's median ratio to peer in the case of
+// scenario whose setting starts with setting is at least min.
+func ratioTarget(goal, scenario, setting, peer string, min float64) target {
+	return target{goal: goal, check: func(r *Report) (string, bool, bool) {
+		for _, res := range r.Results {
+			if res.Scenario != scenario || !strings.HasPrefix(res.Setting, setting) {
+				continue
+			}
+			for _, q := range res.Ratios {
+				if q.Peer == peer {
+					return fmt.Sprintf("%.2f× (runs %.2f–%.2f)", q.Median, q.Min, q.Max), q.Median >= min, true
+				}
+			}
+		}
+		return "", false, false
+	}}
+}
+
+// figureTarget is met when pgbox's median figure unit in the case is at
+// most max.
+func figureTarget(goal, scenario, setting, unit string, max float64) target {
+	return target{goal: goal, check: func(r *Report) (string, bool, bool) {
+		for _, res := range r.Results {
+			if res.Scenario != scenario || !strings.HasPrefix(res.Setting, setting) {
+				continue
+			}
+			for _, s := range res.Systems {
+				if st, ok := s.Figures[unit]; ok && s.System == "pgbox" {
+					return fmt.Sprintf("%s %s (runs %s–%s)", format(st.Median), unit, format(st.Min), format(st.Max)), st.Median <= max, true
+				}
+			}
+		}
+		return "", false, false
+	}}
+}
+
+// targets are the goals the project set itself for pgbox on its 2-core
+// development machine.
+var targets = []target{
+	ratioTarget("dispatch, drain: at least 1.5× River", "dispatch-drain", "", "river", 1.5),
+	ratioTarget("dispatch, continuous: at least 1.5× River", "dispatch-continuous", "", "river", 1.5),
+	ratioTarget("ReceiveBatch 100: at least 70% of the plain batched INSERT", "ingest", "ReceiveBatch 100", "raw", 0.7),
+	ratioTarget("ReceiveBatch 1000: at least 70% of the plain batched INSERT", "ingest", "ReceiveBatch 1000", "raw", 0.7),
+	ratioTarget("Receive at 16 connections: at least 90% of the plain single-row INSERT", "ingest", "Receive, 16", "raw", 0.9),
+	figureTarget("duplicate storm: at most one round trip per 10 redeliveries", "duplicate-storm", "", "round trips/redelivery", 0.1),
+	figureTarget("latency through the inbox: p99 under 25 ms", "latency", "inbox", "p99 ms", 25),
+	figureTarget("latency through outbox, relay and inbox: p99 under 50 ms", "latency", "outbox", "p99 ms", 50),
+	figureTarget("memory flat across the drain: within 10%", "memory", "", "RSS spread %", 10),
+}
+
+// writeTargets writes the goals with what this run measured.
+func (r *Report) writeTargets(b *strings.Builder) {
+	fmt.Fprintf(b, "## Targets\n\n| goal | measured (median) | |\n|---|---|---|\n")
+	for _, t := range targets {
+		figure, met, ok := t.check(r)
+		verdict := "not met"
+		switch {
+		case !ok:
+			figure, verdict = "not measured in this run", ""
+		case met:
+			verdict = "met"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s |\n", t.goal, figure, verdict)
+	}
+	b.WriteString("\n")
+}
