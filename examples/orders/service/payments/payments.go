@@ -42,6 +42,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbox/pgbox/dispatcher"
+	"github.com/pgbox/pgbox/examples/orders/broker"
 	"github.com/pgbox/pgbox/examples/orders/events"
 	"github.com/pgbox/pgbox/examples/orders/faults"
 	"github.com/pgbox/pgbox/inbox"
@@ -107,8 +108,7 @@ type Service struct {
 	router     *message.Router
 	stats      stats
 
-	routerDone chan error
-	stopRouter context.CancelFunc
+	stopRouter func() error // set by Start
 }
 
 // stats counts what this process did since it started, for GET /stats.
@@ -212,18 +212,12 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.relay.Start(ctx); err != nil {
 		return err
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.stopRouter = cancel
-	s.routerDone = make(chan error, 1)
-	go func() { s.routerDone <- s.router.Run(runCtx) }()
-	select {
-	case <-s.router.Running():
-		return nil
-	case err := <-s.routerDone:
-		return errors.Join(errors.New("payments: subscription ended at once"), err)
-	case <-ctx.Done():
-		return ctx.Err()
+	stop, err := broker.Run(ctx, "payments", s.router)
+	if err != nil {
+		return err
 	}
+	s.stopRouter = stop
+	return nil
 }
 
 // Stop stops taking deliveries, then drains the dispatcher and the relay.
@@ -232,8 +226,7 @@ func (s *Service) Start(ctx context.Context) error {
 func (s *Service) Stop(ctx context.Context) error {
 	var errs []error
 	if s.stopRouter != nil {
-		s.stopRouter()
-		errs = append(errs, <-s.routerDone)
+		errs = append(errs, s.stopRouter())
 	}
 	errs = append(errs, s.dispatcher.Stop(ctx), s.relay.Stop(ctx))
 	s.deliveries.Close()
