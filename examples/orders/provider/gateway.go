@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgbox/pgbox/examples/orders/ddl"
 )
 
 // ChargeRequest is the body of POST /v1/charges.
@@ -68,7 +70,7 @@ func NewGateway(cfg Config) *Gateway {
 // Migrate creates the gateway's schema and tables: charges, and the log of
 // requests.
 func (g *Gateway) Migrate(ctx context.Context, schema string) error {
-	return migrate(ctx, g.s.cfg.Pool, schema, chargesTableSQL)
+	return ddl.Create(ctx, g.s.cfg.Pool, schema, requestsTableSQL, chargesTableSQL)
 }
 
 // Handler serves POST /v1/charges and GET /healthz.

@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgbox/pgbox/examples/orders/ddl"
 )
 
 // Email is the body of POST /v1/messages.
@@ -70,7 +72,7 @@ func NewMailSink(cfg Config) *MailSink {
 // Migrate creates the sink's schema and tables: messages, and the log of
 // requests.
 func (m *MailSink) Migrate(ctx context.Context, schema string) error {
-	return migrate(ctx, m.s.cfg.Pool, schema, messagesTableSQL)
+	return ddl.Create(ctx, m.s.cfg.Pool, schema, requestsTableSQL, messagesTableSQL)
 }
 
 // Handler serves POST /v1/messages and GET /healthz.

@@ -23,7 +23,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -196,23 +195,6 @@ CREATE TABLE IF NOT EXISTS requests (
     caller          text        NOT NULL,
     received_at     timestamptz NOT NULL DEFAULT now()
 )`
-
-// migrate creates the provider's schema and tables, taking turns with other
-// processes that might do the same. pool's search_path names schema.
-func migrate(ctx context.Context, pool *pgxpool.Pool, schema string, ddl ...string) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('pgbox-example:' || $1))", schema); err != nil {
-			return err
-		}
-		ddl = append([]string{"CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{schema}.Sanitize(), requestsTableSQL}, ddl...)
-		for _, q := range ddl {
-			if _, err := tx.Exec(ctx, q); err != nil {
-				return fmt.Errorf("migrate: %w", err)
-			}
-		}
-		return nil
-	})
-}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

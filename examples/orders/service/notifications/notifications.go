@@ -19,11 +19,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbox/pgbox/dispatcher"
 	"github.com/pgbox/pgbox/examples/orders/broker"
+	"github.com/pgbox/pgbox/examples/orders/ddl"
 	"github.com/pgbox/pgbox/examples/orders/events"
 	"github.com/pgbox/pgbox/examples/orders/faults"
 	"github.com/pgbox/pgbox/inbox"
@@ -128,20 +128,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if err := migrations.Migrate(ctx, pool, migrations.Options{Schema: schema}); err != nil {
 		return err
 	}
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('pgbox-example:' || $1))", schema); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "SET LOCAL search_path TO "+pgx.Identifier{schema}.Sanitize()); err != nil {
-			return err
-		}
-		for _, q := range []string{emailsTableSQL, faults.DeliveriesTableSQL} {
-			if _, err := tx.Exec(ctx, q); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return ddl.Create(ctx, pool, schema, emailsTableSQL, faults.DeliveriesTableSQL)
 }
 
 // Start starts the dispatcher and the subscription, and returns once

@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgbox/pgbox/examples/orders/ddl"
 	"github.com/pgbox/pgbox/examples/orders/events"
 	"github.com/pgbox/pgbox/idempotency"
 	"github.com/pgbox/pgbox/migrations"
@@ -119,18 +120,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if err := migrations.Migrate(ctx, pool, migrations.Options{Schema: schema}); err != nil {
 		return err
 	}
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		// Processes starting together take turns: CREATE … IF NOT EXISTS
-		// is not safe to run concurrently.
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('pgbox-example:' || $1))", schema); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "SET LOCAL search_path TO "+pgx.Identifier{schema}.Sanitize()); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, ordersTableSQL)
-		return err
-	})
+	return ddl.Create(ctx, pool, schema, ordersTableSQL)
 }
 
 // Start starts the relay.
