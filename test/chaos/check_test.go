@@ -60,6 +60,24 @@ func check(t *testing.T, pool *pgxpool.Pool) *result {
 	effects := q(`SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n IS NULL), count(*) FILTER (WHERE n > 1)
 		FROM {p}.orders AS o LEFT JOIN (SELECT order_id, count(*) AS n FROM {c}.effects GROUP BY 1) AS e ON e.order_id = o.id`)
 	require.NoError(t, pool.QueryRow(context.Background(), effects).Scan(&r.appliedOnce, &r.unapplied, &r.duplicated))
+	if r.unapplied > 0 || r.duplicated > 0 {
+		// Say which, with their inbox rows, so a failure can be traced.
+		rows, err := pool.Query(context.Background(), q(`
+			SELECT o.id, coalesce(e.n, 0), i.message_id, i.status, i.attempts, i.errors::text, i.processed_at::text
+			FROM {p}.orders AS o
+			LEFT JOIN (SELECT order_id, count(*) AS n FROM {c}.effects GROUP BY 1) AS e ON e.order_id = o.id
+			LEFT JOIN {p}.outbox AS x ON x.event_type = 'OrderPlaced' AND x.ordering_key IS NOT NULL
+			                           AND convert_from(x.payload, 'UTF8')::jsonb ->> 'order' = o.id::text
+			LEFT JOIN {c}.inbox AS i ON i.consumer = $1 AND i.message_id = x.id::text
+			WHERE coalesce(e.n, 0) <> 1`), consumerName)
+		require.NoError(t, err)
+		for rows.Next() {
+			vals, err := rows.Values()
+			require.NoError(t, err)
+			t.Logf("order applied other than once (order, effects, message, status, attempts, errors, processed_at): %v", vals)
+		}
+		require.NoError(t, rows.Err())
+	}
 	calls := q(`SELECT count(*) FILTER (WHERE n >= 1), count(*) FILTER (WHERE n IS NULL), count(*) FILTER (WHERE n > 1), count(*) FILTER (WHERE keys > 1)
 		FROM {p}.orders AS o LEFT JOIN (SELECT order_id, count(*) AS n, count(DISTINCT idempotency_key) AS keys FROM {c}.emails GROUP BY 1) AS e ON e.order_id = o.id`)
 	require.NoError(t, pool.QueryRow(context.Background(), calls).Scan(&r.called, &r.uncalled, &r.recalled, &r.keysVaried))
