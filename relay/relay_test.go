@@ -321,7 +321,9 @@ func TestSeveralRelaysShareTheWork(t *testing.T) {
 	}
 	pubs := make([]*recorder, 3)
 	for i := range pubs {
-		pubs[i] = &recorder{}
+		// A publish that takes a moment, as a broker's does, so one relay
+		// cannot drain the outbox before the others have started.
+		pubs[i] = &recorder{fail: func(string, *message.Message) error { time.Sleep(2 * time.Millisecond); return nil }}
 		cfg := relay.Config{Publisher: pubs[i], BatchSize: 10, Schema: b.schema, PollInterval: 20 * time.Millisecond}
 		r, err := relay.New(pgtest.NewPool(t, 4), cfg)
 		require.NoError(t, err)
