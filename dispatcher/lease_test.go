@@ -26,10 +26,10 @@ func TestLeasedMessagesWaitingInABatchKeepTheirLease(t *testing.T) {
 	b.start(t, dispatcher.Config{
 		BatchSize:      8,
 		Workers:        6, // idle workers ready to take over any lease that runs out
-		HandlerTimeout: 500 * time.Millisecond,
-		Lease:          time.Second, // a batch takes twice that; the heartbeat renews every third of it
+		HandlerTimeout: 2 * time.Second, // headroom for a loaded machine
+		Lease:          3 * time.Second, // a batch takes 4 s; the heartbeat renews every third of the lease
 		Handlers: map[string]dispatcher.Handler{"Leased": dispatcher.Leased(func(ctx context.Context, m *dispatcher.Message) error {
-			time.Sleep(250 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond)
 			_, err := b.pool.Exec(ctx, b.sql("INSERT INTO /* schema */effects (message_id, attempt) VALUES ($1, $2)"), m.ID, m.Attempt)
 			return err
 		})},
