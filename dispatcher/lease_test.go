@@ -25,7 +25,7 @@ func TestLeasedMessagesWaitingInABatchKeepTheirLease(t *testing.T) {
 
 	b.start(t, dispatcher.Config{
 		BatchSize:      8,
-		Workers:        6, // idle workers ready to take over any lease that runs out
+		Workers:        6,               // idle workers ready to take over any lease that runs out
 		HandlerTimeout: 2 * time.Second, // headroom for a loaded machine
 		Lease:          3 * time.Second, // a batch takes 4 s; the heartbeat renews every third of the lease
 		Handlers: map[string]dispatcher.Handler{"Leased": dispatcher.Leased(func(ctx context.Context, m *dispatcher.Message) error {
