@@ -31,9 +31,13 @@ const (
 	maxTraceBytes = 16 << 10
 )
 
-// leaseExpiredError is recorded for an attempt whose worker never reported
-// back before its lease ran out.
+// leaseExpiredError is recorded for a leased attempt whose worker never
+// reported back before its lease ran out.
 const leaseExpiredError = "lease expired before the attempt finished: the worker crashed, was killed, stalled, or lost its database connection"
+
+// lostBatchError is recorded for an in-transaction attempt whose batch
+// transaction never committed.
+const lostBatchError = "the attempt's batch transaction never committed: the worker crashed, was killed, stalled past its lease, or lost its database connection"
 
 // claimed is a message a worker holds the claim to.
 type claimed struct {
@@ -57,83 +61,108 @@ type outcome struct {
 	eventType string // for metrics only
 }
 
-// runBatch claims one batch and handles it. It returns how many messages
-// the claim returned; an error means the claim itself failed.
+// runBatch claims one batch and handles it, in one transaction: claim,
+// record the claim (counting its attempts), run the in-transaction
+// handlers, record the outcomes other than done, commit; then the leased
+// handlers, one by one. It returns how many messages the claim returned; an
+// error means the claim itself failed.
 func (d *Dispatcher) runBatch() (int, error) {
-	token := rand.Int64()
 	// One rescued message at a time per process: if it is the kind that
 	// crashes its process, the next crash takes nothing else down with it.
-	mayRescue := d.rescuing.CompareAndSwap(false, true)
-	batch, claimedN, rescued, err := d.claim(token, mayRescue)
-	if mayRescue {
-		if rescued {
-			defer d.rescuing.Store(false)
-		} else {
+	rescuing := d.rescuing.CompareAndSwap(false, true)
+	defer func() {
+		if rescuing {
 			d.rescuing.Store(false)
 		}
+	}()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.loop.WorkContext()),
+		bookkeepingTimeout+time.Duration(d.cfg.BatchSize)*d.cfg.HandlerTimeout)
+	defer cancel()
+	// The transaction holds its rows locked whatever their lease says. If
+	// this process stalls (paused, cut off by the network) with the
+	// transaction idle, the server ends it after a lease's worth of idleness,
+	// so the rows come back as if the worker had crashed. A live handler is
+	// never idle that long: HandlerTimeout is shorter than the lease.
+	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: d.q.beginBatch})
+	if err != nil {
+		return 0, fmt.Errorf("claim: begin: %w", err)
 	}
-	if err != nil || len(batch) == 0 {
-		return claimedN, err
+	defer func() { _ = tx.Rollback(ctx) }() // a no-op after Commit
+	b, err := d.claim(ctx, tx, rand.Int64(), rescuing)
+	if err != nil {
+		return 0, err
 	}
-	if hook := d.hooks.afterClaim; hook != nil {
-		ids := make([]string, 0, len(batch))
-		for _, c := range batch {
-			ids = append(ids, c.msg.ID)
-		}
-		hook(ids)
+	if rescuing && !b.rescue {
+		d.rescuing.Store(false)
+		rescuing = false
 	}
-	var inTx, leased []*claimed
-	for _, c := range batch {
-		if c.handler.leased != nil && c.problem == nil {
-			leased = append(leased, c)
-		} else {
-			inTx = append(inTx, c)
-		}
+	if b.claimed == 0 {
+		return 0, nil
 	}
-	if len(leased) > 0 {
-		hb := d.startHeartbeat(token, leased)
+	if !d.recordClaim(ctx, tx, b) {
+		return b.claimed, nil
+	}
+	d.hooks.beforeHandlers(b.inTx)
+	if !d.handleInTx(ctx, tx, b) {
+		return b.claimed, nil
+	}
+	if len(b.leased) > 0 {
+		d.hooks.beforeHandlers(b.leased)
+		// Their leases started with the transaction; if in-transaction
+		// handlers ran first, renew them at once.
+		hb := d.startHeartbeat(b.token, b.leased, len(b.run) > 0)
 		defer hb.close()
-		if len(inTx) > 0 {
-			d.handleInTx(token, inTx)
-		}
-		d.handleLeased(token, leased, hb)
-	} else {
-		d.handleInTx(token, inTx)
+		d.handleLeased(b.token, b.leased, hb)
 	}
-	return claimedN, nil
+	return b.claimed, nil
 }
 
-// claim takes a batch and returns the messages to handle, how many rows the
-// claim took, and whether it rescued an expired lease. The first two differ
-// by the messages the claim marked dead (their lease expired on their last
-// attempt), which are only logged.
-func (d *Dispatcher) claim(token int64, mayRescue bool) (batch []*claimed, n int, rescued bool, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
-	defer cancel()
-	rows, err := d.pool.Query(ctx, d.q.claim, d.cfg.Consumer, d.cfg.BatchSize, token, d.cfg.Lease.Milliseconds(), leaseExpiredError, mayRescue)
+// batch is what one claim took.
+type batch struct {
+	token   int64
+	xid     string // the batch transaction's id
+	claimed int    // rows the claim took, including those it marked dead
+	rescue  bool   // the batch is one rescued message
+	inTx    []*claimed
+	leased  []*claimed
+	// run are the inTx messages whose handler will run: those the claim
+	// record must count.
+	run []*claimed
+}
+
+func (b *batch) ids(cs []*claimed) []string {
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.msg.ID
+	}
+	return ids
+}
+
+// claim takes a batch in tx (see claimSQL). Messages the claim marked dead
+// (their lease expired on their last attempt) are only logged.
+func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescue bool) (*batch, error) {
+	rows, err := tx.Query(ctx, d.q.claim, d.cfg.Consumer, d.cfg.BatchSize, token, d.leasedTypes,
+		d.cfg.Lease.Milliseconds(), mayRescue, leaseExpiredError)
 	if err != nil {
-		return nil, 0, false, fmt.Errorf("claim: %w", err)
+		return nil, fmt.Errorf("claim: %w", err)
 	}
 	defer rows.Close()
+	b := &batch{token: token}
 	for rows.Next() {
-		n++
+		b.claimed++
 		var (
 			c        claimed
 			status   string
 			metadata []byte
-			rescue   bool
 		)
 		m := &c.msg
 		if err := rows.Scan(&m.ID, &status, &m.EventType, &m.Payload, &metadata, &m.OrderingKey,
-			&m.Attempt, &m.MaxAttempts, &m.ReceivedAt, &c.seq, &rescue); err != nil {
-			return nil, 0, false, fmt.Errorf("claim: %w", err)
+			&m.Attempt, &m.MaxAttempts, &m.ReceivedAt, &c.seq, &b.rescue, &b.xid); err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
 		}
-		rescued = rescued || rescue
 		m.Consumer = d.cfg.Consumer
-		if rescue { // the lost attempt failed; a claim that marked it dead ended it
+		if b.rescue && status == "dead" { // its lost attempt was its last
 			d.tel.Outcome(ctx, m.EventType, status, true)
-		}
-		if status == "dead" {
 			d.cfg.Logger.Error("dispatcher: message is dead: its last attempt never finished (lease expired)",
 				d.attrs(m, slog.Int("attempts", m.Attempt))...)
 			continue
@@ -145,127 +174,173 @@ func (d *Dispatcher) claim(token int64, mayRescue bool) (batch []*claimed, n int
 		if c.handler, ok = d.cfg.Handlers[m.EventType]; !ok && c.problem == nil {
 			c.problem = fmt.Errorf("no handler for event type %q in consumer %q: add one to dispatcher.Config.Handlers, or discard the message", m.EventType, m.Consumer)
 		}
-		batch = append(batch, &c)
+		switch {
+		case status == "running":
+			b.leased = append(b.leased, &c)
+		case c.problem == nil:
+			b.run = append(b.run, &c)
+			fallthrough
+		default:
+			b.inTx = append(b.inTx, &c)
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, false, fmt.Errorf("claim: %w", err)
+		return nil, fmt.Errorf("claim: %w", err)
 	}
 	// Handle in arrival order: it costs nothing and surprises nobody.
-	slices.SortFunc(batch, func(a, b *claimed) int { return cmp.Compare(a.seq, b.seq) })
-	return batch, n, rescued, nil
+	for _, cs := range [][]*claimed{b.inTx, b.run, b.leased} {
+		slices.SortFunc(cs, func(a, b *claimed) int { return cmp.Compare(a.seq, b.seq) })
+	}
+	return b, nil
 }
 
-// handleInTx runs a batch's in-transaction handlers in one transaction,
-// each in a savepoint, and records every outcome in the same transaction.
-func (d *Dispatcher) handleInTx(token int64, batch []*claimed) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.loop.WorkContext()), bookkeepingTimeout+time.Duration(len(batch))*d.cfg.HandlerTimeout)
+// recordClaim records b's claim from another session before its handlers
+// run (see recordClaimSQL), when it has handlers to run in tx; leased
+// messages are counted by the batch's commit, before they are called. It
+// reports whether the batch may go on. When it may not, nothing has run
+// and tx is to be rolled back: the claim is tried again.
+func (d *Dispatcher) recordClaim(ctx context.Context, tx pgx.Tx, b *batch) bool {
+	if len(b.run) == 0 {
+		return true
+	}
+	var recorded, stale bool
+	err := d.records.QueryRow(ctx, d.q.recordClaim, d.cfg.Consumer, b.xid, b.ids(b.run)).Scan(&recorded, &stale)
+	switch {
+	case err != nil:
+		d.cfg.Logger.Error("dispatcher: could not record a claim; its messages will be claimed again",
+			slog.String("consumer", d.cfg.Consumer), slog.String("error", err.Error()))
+	case stale:
+		// A lost batch's attempts are still to be counted, and its
+		// messages may be in this one: count them first.
+		_ = tx.Rollback(ctx)
+		d.reconcile(ctx)
+	case !recorded:
+		d.cfg.Logger.Warn("dispatcher: the batch transaction ended before its handlers ran (stalled past the lease, or cut off); its messages will be claimed again",
+			slog.String("consumer", d.cfg.Consumer), slog.Int("messages", b.claimed))
+	}
+	return err == nil && recorded
+}
+
+// reconcile counts the attempts of lost batches (see reconcileSQL). If it
+// fails, the next claim tries again: until then no batch of this consumer
+// runs its handlers.
+func (d *Dispatcher) reconcile(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
 	defer cancel()
-	fallback, err := d.runTx(ctx, token, batch)
-	if err == nil {
+	rows, err := d.pool.Query(ctx, d.q.reconcile, d.cfg.Consumer, lostBatchError, leaseExpiredError)
+	if err != nil {
+		d.cfg.Logger.Error("dispatcher: could not count the attempts of a lost batch; will try again",
+			slog.String("consumer", d.cfg.Consumer), slog.String("error", err.Error()))
 		return
+	}
+	defer rows.Close()
+	var m Message
+	var status string
+	for rows.Next() {
+		if err := rows.Scan(&m.ID, &m.EventType, &m.Attempt, &status); err != nil {
+			break
+		}
+		d.tel.Outcome(ctx, m.EventType, status, true)
+		if status == "dead" {
+			d.cfg.Logger.Error("dispatcher: message is dead: its last attempt never finished (its batch was lost)", d.attrs(&m)...)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		d.cfg.Logger.Error("dispatcher: could not count the attempts of a lost batch; will try again",
+			slog.String("consumer", d.cfg.Consumer), slog.String("error", err.Error()))
+	}
+}
+
+// handleInTx runs b's in-transaction handlers in tx, each in a savepoint,
+// records every outcome but done in the same transaction, and commits. It
+// reports whether the batch committed: if not, its leased messages were
+// never handed their lease and run again later.
+func (d *Dispatcher) handleInTx(ctx context.Context, tx pgx.Tx, b *batch) bool {
+	fallback, err := d.runTx(ctx, tx, b)
+	if err == nil {
+		return true
 	}
 	d.cfg.Logger.Error("dispatcher: batch transaction failed",
-		slog.String("consumer", d.cfg.Consumer), slog.Int("messages", len(batch)), slog.String("error", err.Error()))
-	if len(fallback) == 0 {
-		return
+		slog.String("consumer", d.cfg.Consumer), slog.Int("messages", len(b.inTx)), slog.String("error", err.Error()))
+	// The transaction is gone, and with it every write of this batch: its
+	// messages are as before the claim. Record the failed attempts on a
+	// fresh deadline (the transaction may have failed on running out of its
+	// own). If that fails too, the claim record stays behind and the next
+	// claim counts the batch as lost.
+	_ = tx.Rollback(ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
+	defer cancel()
+	if len(b.run) > 0 && b.rescue {
+		// A rescued message's earlier lost attempt is recorded with its
+		// reconciliation.
+		d.reconcile(ctx)
+		return false
 	}
-	// The transaction is gone, and with it every write of this batch.
-	// Record what happened on a fresh connection, with a fresh deadline (the
-	// transaction may have failed on running out of its own); if that fails
-	// too, the lease will expire and the messages will be claimed again.
-	d.record(context.WithoutCancel(d.loop.WorkContext()), token, fallback)
+	if err := d.settle(ctx, b, fallback); err != nil {
+		d.cfg.Logger.Error("dispatcher: could not record the failed batch's attempts; they will be counted as lost",
+			slog.String("consumer", d.cfg.Consumer), slog.String("error", err.Error()))
+	}
+	return false
 }
 
 // runTx is handleInTx's transaction. When it fails as a whole it returns
-// the outcomes to record outside it.
-func (d *Dispatcher) runTx(ctx context.Context, token int64, batch []*claimed) ([]outcome, error) {
-	// The transaction holds its rows locked whatever their lease says. If
-	// this process stalls (paused, cut off by the network) with the
-	// transaction idle, the server ends it after a lease's worth of idleness,
-	// so the rows come back as if the worker had crashed. A live handler is
-	// never idle that long: HandlerTimeout is shorter than the lease.
-	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: d.q.beginBatch})
-	if err != nil {
-		return d.releaseAll(batch), fmt.Errorf("begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }() // a no-op after Commit
-
-	held, err := d.lockClaimed(ctx, tx, token, batch)
-	if err != nil {
-		return d.releaseAll(batch), fmt.Errorf("lock claimed messages: %w", err)
-	}
-	outcomes := make([]outcome, 0, len(held))
-	for i, c := range held {
+// the failed attempts to record outside it.
+func (d *Dispatcher) runTx(ctx context.Context, tx pgx.Tx, b *batch) ([]outcome, error) {
+	outcomes := make([]outcome, 0, len(b.inTx))
+	for _, c := range b.inTx {
 		if d.loop.Stopping() {
 			outcomes = append(outcomes, released(c))
 			continue
 		}
 		o, broken := d.runInSavepoint(ctx, tx, c)
+		outcomes = append(outcomes, o)
 		if broken != nil {
 			// The connection is lost or unusable, so the transaction and
 			// every neighbour's writes are gone. The culprit's attempt and
-			// its neighbours' failures stand; the neighbours that had
-			// succeeded lose nothing and run again.
-			fallback := append(outcomes, o)
-			for j, prev := range fallback {
-				if prev.status == "done" {
-					fallback[j] = released(held[j])
-				}
-			}
-			return append(fallback, d.releaseAll(held[i+1:])...), broken
+			// its neighbours' failures stand; the others run again.
+			return failures(outcomes), broken
 		}
-		outcomes = append(outcomes, o)
 	}
-	if len(outcomes) == 0 {
-		return nil, nil
-	}
-	n, err := d.complete(ctx, tx, token, outcomes)
-	if err != nil {
-		return d.failAll(held, fmt.Errorf("record outcomes: %w", err)), err
-	}
-	if n != len(outcomes) {
-		// Unreachable while the rows are locked, unless a handler changed
-		// its own message's row. Whatever the cause, a done mark that
-		// matches fewer rows than it should means a claim was lost: roll
-		// everything back, business writes included. The messages still
-		// ours are claimed again when their lease expires.
-		return nil, fmt.Errorf("claim lost: %d of %d outcomes matched their row; the whole batch was rolled back", n, len(outcomes))
+	// The claim marked every message done already: only the others are
+	// written, usually none.
+	if rest := slices.DeleteFunc(slices.Clone(outcomes), isDone); len(rest) > 0 {
+		n, err := d.complete(ctx, tx, b.token, rest)
+		if err != nil {
+			return failures(d.failAll(b.inTx, fmt.Errorf("record outcomes: %w", err))), err
+		}
+		if n != len(rest) {
+			// Unreachable while the rows are locked, unless a handler
+			// changed its own message's row. Whatever the cause, roll
+			// everything back, business writes included.
+			return nil, fmt.Errorf("claim lost: %d of %d outcomes matched their row; the whole batch was rolled back", n, len(rest))
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		// Which message's writes failed at commit (a deferred constraint,
 		// say) cannot be told, so each attempt counts as failed.
-		return d.failAll(held, fmt.Errorf("commit: %w", err)), err
+		return failures(d.failAll(b.inTx, fmt.Errorf("commit: %w", err))), err
 	}
 	d.observe(ctx, outcomes)
 	return nil, nil
 }
 
-// lockClaimed locks the batch's rows whose claim is still this worker's and
-// returns those messages. The others were taken over after our lease
-// expired; they are logged and left alone.
-func (d *Dispatcher) lockClaimed(ctx context.Context, tx pgx.Tx, token int64, batch []*claimed) ([]*claimed, error) {
-	ids := make([]string, len(batch))
-	for i, c := range batch {
-		ids[i] = c.msg.ID
+// settle records the failed attempts of a batch whose transaction failed
+// (see settleSQL).
+func (d *Dispatcher) settle(ctx context.Context, b *batch, failed []outcome) error {
+	if len(b.run) == 0 {
+		return nil // nothing was recorded, so nothing ran: the batch runs again
 	}
-	rows, err := tx.Query(ctx, d.q.lockClaimed, d.cfg.Consumer, ids, token)
-	if err != nil {
-		return nil, err
-	}
-	ours, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, err
-	}
-	held := make([]*claimed, 0, len(batch))
-	for _, c := range batch {
-		if slices.Contains(ours, c.msg.ID) {
-			held = append(held, c)
-		} else {
-			d.cfg.Logger.Warn("dispatcher: claim lost before the handler ran (lease expired); another worker has the message",
-				d.attrs(&c.msg)...)
+	n := len(failed)
+	ids, statuses, delays := make([]string, n), make([]string, n), make([]int64, n)
+	errs, traces := make([]string, n), make([]*string, n)
+	for i, o := range failed {
+		ids[i], statuses[i], delays[i], errs[i] = o.id, o.status, o.delay.Milliseconds(), o.err
+		if o.trace != "" {
+			traces[i] = &failed[i].trace
 		}
 	}
-	return held, nil
+	_, err := d.pool.Exec(ctx, d.q.settle, d.cfg.Consumer, b.xid, ids, statuses, delays, errs, traces)
+	return err
 }
 
 // runInSavepoint runs one message's handler in a savepoint of tx (see
@@ -357,6 +432,14 @@ func (d *Dispatcher) call(m *Message, fn func(ctx context.Context) error) (err e
 	}()
 	return fn(ctx), ""
 }
+
+// failures keeps the outcomes that are failed attempts: not done, not
+// given back.
+func failures(outcomes []outcome) []outcome {
+	return slices.DeleteFunc(outcomes, func(o outcome) bool { return isDone(o) || o.refund })
+}
+
+func isDone(o outcome) bool { return o.status == "done" }
 
 func done(c *claimed) outcome {
 	return outcome{id: c.msg.ID, eventType: c.msg.EventType, status: "done"}

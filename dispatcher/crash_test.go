@@ -199,9 +199,9 @@ func TestSIGKILLDuringInTxHandlingLosesAndDuplicatesNothing(t *testing.T) {
 		waitLine(t, child, "handling ")
 	}
 	child.Kill() // inside a handler: it just printed
-	var running int
-	b.scalar(t, &running, "SELECT count(*) FROM /* schema */inbox WHERE status = 'running'")
-	require.Positive(t, running, "the kill must leave claimed messages behind, or this test proves nothing")
+	var lost int
+	b.scalar(t, &lost, "SELECT count(*) FROM /* schema */inbox_claims WHERE pg_xact_status(xid) <> 'committed'")
+	require.Positive(t, lost, "the kill must leave a claimed batch behind, or this test proves nothing")
 
 	b.rescue(t, map[string]dispatcher.Handler{"InTx": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
 		_, err := tx.Exec(ctx, b.sql("INSERT INTO /* schema */effects (message_id, attempt, proc) VALUES ($1, $2, 'rescuer')"), m.ID, m.Attempt)
@@ -216,8 +216,10 @@ func TestSIGKILLDuringInTxHandlingLosesAndDuplicatesNothing(t *testing.T) {
 	}
 	var recovered int
 	b.scalar(t, &recovered, `SELECT count(*) FROM /* schema */inbox
-		WHERE attempts = 2 AND errors->0->>'error' LIKE 'lease expired%'`)
-	require.Positive(t, recovered, "messages in flight at the kill are retried after their lease")
+		WHERE attempts = 2 AND errors->0->>'error' LIKE '%batch transaction never committed%'`)
+	require.Positive(t, recovered, "messages in flight at the kill have their lost attempt counted and are retried")
+	b.scalar(t, &lost, "SELECT count(*) FROM /* schema */inbox_claims WHERE pg_xact_status(xid) = 'aborted'")
+	require.Zero(t, lost, "every lost batch is reconciled")
 }
 
 // A child is SIGKILLed after a leased handler's outside call and before
@@ -308,7 +310,7 @@ func TestMessageThatCrashesItsProcessEndsDead(t *testing.T) {
 	require.Len(t, r.Errors, 3)
 	for i, e := range r.Errors {
 		require.Equal(t, i+1, e.Attempt)
-		require.Contains(t, e.Error, "lease expired before the attempt finished")
+		require.Contains(t, e.Error, "batch transaction never committed")
 	}
 	effects := b.effects(t)
 	for _, id := range good {

@@ -17,23 +17,42 @@ import (
 // Dispatcher runs handlers for one consumer's inbox messages with a pool of
 // workers. Create it with New, then Start it and Stop it once.
 type Dispatcher struct {
-	cfg      Config
-	gauges   telemetry.Registration
-	hooks    testHooks
-	loop     *workloop.Service
-	pool     *pgxpool.Pool
-	q        queries
+	cfg         Config
+	gauges      telemetry.Registration
+	hooks       testHooks
+	leasedTypes []string // event types with a Leased handler
+	loop        *workloop.Service
+	pool        *pgxpool.Pool
+	q           queries
+	// records is a small pool of the dispatcher's own for recording
+	// claims: a worker records its claim while its batch transaction holds
+	// a connection, and two connections taken from one shared pool could
+	// deadlock it when every worker holds one and waits for another.
+	records  *pgxpool.Pool
 	rescuing atomic.Bool // a worker is handling a rescued message
 	tel      *telemetry.Dispatcher
 }
 
 type queries struct {
-	beginBatch, claim, complete, lockClaimed, renewLease string
+	beginBatch, claim, complete, reconcile, recordClaim, renewLease, settle string
 }
 
 // testHooks let tests stop a worker at the exact moment a race needs.
 type testHooks struct {
-	afterClaim func(ids []string) // between a claim's commit and its handlers
+	afterClaim func(ids []string) // between a claim and its handlers
+}
+
+// beforeHandlers calls the afterClaim hook, if any, with the messages whose
+// handlers are about to run.
+func (h testHooks) beforeHandlers(batch []*claimed) {
+	if h.afterClaim == nil || len(batch) == 0 {
+		return
+	}
+	ids := make([]string, len(batch))
+	for i, c := range batch {
+		ids[i] = c.msg.ID
+	}
+	h.afterClaim(ids)
 }
 
 // New returns a Dispatcher for cfg.Consumer. It checks the configuration
@@ -53,10 +72,17 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 			beginBatch:  fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d", cfg.Lease.Milliseconds()),
 			claim:       ident.Render(claimSQL, cfg.Schema),
 			complete:    ident.Render(completeSQL, cfg.Schema),
-			lockClaimed: ident.Render(lockClaimedSQL, cfg.Schema),
+			reconcile:   ident.Render(reconcileSQL, cfg.Schema),
+			recordClaim: ident.Render(recordClaimSQL, cfg.Schema),
 			renewLease:  ident.Render(renewLeaseSQL, cfg.Schema),
+			settle:      ident.Render(settleSQL, cfg.Schema),
 		},
 		tel: telemetry.NewDispatcher(cfg.MeterProvider, cfg.TracerProvider, cfg.Consumer),
+	}
+	for eventType, h := range cfg.Handlers {
+		if h.leased != nil {
+			d.leasedTypes = append(d.leasedTypes, eventType)
+		}
 	}
 	d.loop = workloop.New(workloop.Config{
 		Batch:        d.runBatch,
@@ -80,6 +106,13 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		if err := pgbox.CheckSchema(ctx, d.pool, d.cfg.Schema); err != nil {
 			return fmt.Errorf("dispatcher: %w", err)
 		}
+		cfg := d.pool.Config() // a copy
+		cfg.MaxConns, cfg.MinConns = int32(d.cfg.Workers), 0
+		records, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("dispatcher: open the claim-recording pool: %w", err)
+		}
+		d.records = records
 		d.gauges.Watch(func() func() { return d.tel.WatchBacklog(d.pool, d.cfg.Schema) })
 		return nil
 	})
@@ -94,7 +127,11 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 // Stop may be called more than once, and before Start.
 func (d *Dispatcher) Stop(ctx context.Context) error {
 	defer d.gauges.Unwatch()
-	return d.loop.Stop(ctx)
+	err := d.loop.Stop(ctx)
+	if d.records != nil {
+		d.records.Close()
+	}
+	return err
 }
 
 // Stopped returns a channel closed when Stop has finished.

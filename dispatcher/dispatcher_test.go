@@ -219,7 +219,7 @@ func TestBackoffIsJudgedByTheDatabaseClock(t *testing.T) {
 		})},
 	})
 	<-handled
-	b.waitFor(t, "SELECT status = 'pending' FROM /* schema */inbox WHERE message_id = 'm'")
+	b.waitFor(t, "SELECT status = 'pending' AND attempts = 1 FROM /* schema */inbox WHERE message_id = 'm'")
 
 	r := b.row(t, "m")
 	require.Len(t, r.Errors, 1)
@@ -230,7 +230,10 @@ func TestBackoffIsJudgedByTheDatabaseClock(t *testing.T) {
 }
 
 // The attempt is committed before the handler runs: another session sees
-// it while the handler is still going.
+// it while the handler is still going. A leased message is running, its
+// attempt counted on the row; an in-transaction message is still pending
+// to others (its batch transaction has not committed), and its attempt is
+// counted by its batch's claim record, which outlives the transaction.
 func TestAttemptIsCommittedBeforeTheHandlerRuns(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -239,12 +242,16 @@ func TestAttemptIsCommittedBeforeTheHandlerRuns(t *testing.T) {
 	seen := make(chan string, 2)
 	observe := func(ctx context.Context, m *dispatcher.Message) error {
 		var (
-			status   string
-			attempts int
+			status          string
+			attempts, claim int
 		)
 		// b.pool is another session: it sees only committed state.
-		require.NoError(t, b.pool.QueryRow(ctx, b.sql("SELECT status, attempts FROM /* schema */inbox WHERE message_id = $1"), m.ID).Scan(&status, &attempts))
-		seen <- fmt.Sprintf("%s %s %d", m.ID, status, attempts)
+		require.NoError(t, b.pool.QueryRow(ctx, b.sql(`
+			SELECT status, attempts,
+			       (SELECT count(*) FROM /* schema */inbox_claims AS c
+			        WHERE i.message_id = ANY(c.message_ids) AND pg_xact_status(c.xid) = 'in progress')
+			FROM /* schema */inbox AS i WHERE message_id = $1`), m.ID).Scan(&status, &attempts, &claim))
+		seen <- fmt.Sprintf("%s %s %d, claimed %d", m.ID, status, attempts, claim)
 		return nil
 	}
 	b.start(t, dispatcher.Config{
@@ -254,27 +261,35 @@ func TestAttemptIsCommittedBeforeTheHandlerRuns(t *testing.T) {
 		},
 	})
 	got := []string{<-seen, <-seen}
-	require.ElementsMatch(t, []string{"tx running 1", "leased running 1"}, got)
+	require.ElementsMatch(t, []string{"tx pending 0, claimed 1", "leased running 1, claimed 0"}, got)
+	b.waitSettled(t)
+	require.Equal(t, 1, b.row(t, "tx").Attempts)
+	require.Equal(t, 1, b.row(t, "leased").Attempts)
 }
 
-// A handler that finds its done mark fenced off (here it steals its own
-// claim, as a worker that lost it would find) loses its whole transaction,
-// business writes included; the message runs again after the lease.
-func TestLostClaimRollsBackTheWholeTransaction(t *testing.T) {
+// A worker that loses its batch transaction in the middle of a handler
+// (here the server ends its session, as after a network cut or an
+// operator's pg_terminate_backend) loses every write of the batch, business
+// writes and done marks alike. The culprit's attempt is counted and
+// recorded as failed; its neighbour simply runs again, its attempt given
+// back.
+func TestLostTransactionRollsBackTheWholeBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.receive(t, "m")
+	b.receive(t, "m", "n")
 
 	b.start(t, dispatcher.Config{
-		BatchSize:      1,
-		HandlerTimeout: 200 * time.Millisecond,
-		Lease:          500 * time.Millisecond,
+		BatchSize: 2,
+		Workers:   1, // no other worker to count the lost batch first (as lost, both attempts)
 		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
 			if err := b.recordEffect(ctx, tx, m); err != nil {
 				return err
 			}
-			if m.Attempt == 1 {
-				_, err := tx.Exec(ctx, b.sql("UPDATE /* schema */inbox SET claim_token = claim_token + 1 WHERE message_id = $1"), m.ID)
+			if m.ID == "n" && m.Attempt == 1 {
+				pid := tx.Conn().PgConn().PID()
+				_, err := b.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
+				require.NoError(t, err)
+				_, err = tx.Exec(ctx, "SELECT 1")
 				return err
 			}
 			return nil
@@ -282,22 +297,28 @@ func TestLostClaimRollsBackTheWholeTransaction(t *testing.T) {
 	})
 	b.waitSettled(t)
 
-	r := b.row(t, "m")
-	require.Equal(t, "done", r.Status)
-	require.Equal(t, 2, r.Attempts)
-	require.Len(t, r.Errors, 1)
-	require.Contains(t, r.Errors[0].Error, "lease expired before the attempt finished")
-	var attempts []int
-	rows, err := b.pool.Query(context.Background(), b.sql("SELECT attempt FROM /* schema */effects"))
+	m, n := b.row(t, "m"), b.row(t, "n")
+	require.Equal(t, []string{"done", "done"}, []string{m.Status, n.Status})
+	require.Equal(t, 1, m.Attempts, "the neighbour's attempt is given back")
+	require.Empty(t, m.Errors)
+	require.Equal(t, 2, n.Attempts)
+	require.Len(t, n.Errors, 1)
+	require.Contains(t, n.Errors[0].Error, "terminating connection")
+	rows, err := b.pool.Query(context.Background(), b.sql("SELECT message_id || ' ' || attempt FROM /* schema */effects ORDER BY 1"))
 	require.NoError(t, err)
-	attempts, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	effects, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Equal(t, []int{2}, attempts, "attempt 1's effect must have been rolled back with its fenced-off done mark")
+	require.Equal(t, []string{"m 1", "n 2"}, effects, "each effect once: the lost transaction's writes are gone")
+	var left int
+	b.scalar(t, &left, "SELECT count(*) FROM /* schema */inbox_claims WHERE pg_xact_status(xid) = 'aborted'")
+	require.Zero(t, left, "the worker takes back its lost batch's claim record")
 }
 
 // A worker paused between its claim and its handlers past its lease (a
-// zombie) finds its claim taken and runs nothing; the worker that took the
-// message over runs it once.
+// zombie) loses the message to another worker, which runs it once. A
+// leased zombie finds its claim taken and calls nothing; an in-transaction
+// zombie's transaction was ended by the server, so whatever its handler
+// does cannot commit.
 func TestZombieWorkerRunsNothing(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"InTx", "Leased"} {
@@ -333,7 +354,11 @@ func TestZombieWorkerRunsNothing(t *testing.T) {
 			})
 			require.NoError(t, zombie.Start(context.Background()))
 			<-paused
-			b.waitFor(t, "SELECT available_at < now() FROM /* schema */inbox WHERE message_id = 'm'")
+			if kind == "Leased" {
+				b.waitFor(t, "SELECT status = 'running' AND available_at < now() FROM /* schema */inbox WHERE message_id = 'm'")
+			} else {
+				b.waitFor(t, "SELECT EXISTS (SELECT 1 FROM /* schema */inbox_claims WHERE pg_xact_status(xid) = 'aborted')")
+			}
 
 			rescuerCfg := lease
 			rescuerCfg.Handlers = handlers("rescuer")
@@ -345,8 +370,10 @@ func TestZombieWorkerRunsNothing(t *testing.T) {
 			defer cancel()
 			require.NoError(t, zombie.Stop(ctx)) // returns once the zombie's batch is over
 
-			_, zombieRan := calls.Load("zombie")
-			require.False(t, zombieRan, "the zombie must not run a handler for a message it lost")
+			if kind == "Leased" {
+				_, zombieRan := calls.Load("zombie")
+				require.False(t, zombieRan, "the zombie must not call out for a message it lost")
+			}
 			rescued, _ := calls.Load("rescuer")
 			require.Equal(t, 2, rescued)
 			require.Equal(t, map[string]int{"m": 1}, b.effects(t))

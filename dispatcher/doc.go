@@ -46,22 +46,28 @@
 //
 // # Guarantees, and how they are kept
 //
-// The attempt is counted by the claim, which commits before any handler
-// runs: a message that crashes its whole process (os.Exit, an OOM kill, a
-// panic in a goroutine it spawned) still uses up its attempts and ends dead
-// rather than crash-looping. A claim whose lease expires is recorded as a
-// failed attempt when the message is claimed again, and such a message is
-// claimed alone, one per process at a time, so that a message that keeps
-// crashing its process takes nothing else down after the first time. While
-// a worker lives, the leases of the messages waiting their turn in its
-// batch are renewed; a batch transaction that sits idle for a whole lease
-// (a stalled or cut-off process) is ended by the server.
+// A worker claims a batch inside the transaction that handles it: one
+// UPDATE locks the messages, counts the attempt, marks in-transaction
+// messages done (a failure overwrites that before the commit) and gives
+// leased ones their lease. Until that transaction commits, other sessions
+// see its in-transaction messages as pending (and locked); if it never
+// commits, the done marks and the handlers' writes vanish together. Leased
+// messages are called after the commit.
 //
-// Each claim carries a random token. A worker's handler transaction starts
-// by locking the rows whose token is still its own, so a worker paused past
-// its lease (a zombie) finds the rows taken over and runs nothing; the done
-// mark is fenced by the same token, and if it ever matches fewer rows than
-// expected the whole transaction, business writes included, rolls back.
+// The attempt counts before any handler runs: the worker records the batch
+// (its transaction's id and messages) in inbox_claims from a second
+// session first. If the transaction then dies with its process, the next
+// claim finds the record of an aborted transaction and counts the lost
+// attempts before any batch runs, so a message that crashes its whole
+// process (os.Exit, an OOM kill, a panic in a goroutine it spawned) still
+// uses up its attempts and ends dead rather than crash-looping. Such a
+// message, and one whose lease expired, is then claimed alone, one per
+// process at a time, so that a message that keeps crashing its process
+// takes nothing else down after the first time. While a worker lives, the
+// leases of the messages waiting their turn in its batch are renewed; a
+// batch transaction that sits idle for a whole lease (a stalled or cut-off
+// process) is ended by the server, and a worker whose transaction was ended
+// runs no handler.
 //
 // In-transaction handlers of a batch share one transaction, each in its
 // own savepoint: a failing handler's writes are rolled back and its

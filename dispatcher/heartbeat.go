@@ -25,18 +25,21 @@ type heartbeat struct {
 }
 
 // startHeartbeat begins renewing the leases of batch every third of the
-// lease. Call close when the batch is over.
-func (d *Dispatcher) startHeartbeat(token int64, batch []*claimed) *heartbeat {
+// lease, and at once if now is set. Call close when the batch is over.
+func (d *Dispatcher) startHeartbeat(token int64, batch []*claimed, now bool) *heartbeat {
 	h := &heartbeat{d: d, done: make(chan struct{}), stop: make(chan struct{}), token: token}
 	for _, c := range batch {
 		h.waiting = append(h.waiting, c.msg.ID)
 	}
-	go h.run()
+	go h.run(now)
 	return h
 }
 
-func (h *heartbeat) run() {
+func (h *heartbeat) run(now bool) {
 	defer close(h.done)
+	if now {
+		h.renew()
+	}
 	ticker := time.NewTicker(h.d.cfg.Lease / 3)
 	defer ticker.Stop()
 	for {
@@ -44,20 +47,24 @@ func (h *heartbeat) run() {
 		case <-h.stop:
 			return
 		case <-ticker.C:
-			h.mu.Lock()
-			ids := slices.Clone(h.waiting)
-			h.mu.Unlock()
-			if len(ids) == 0 {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
-			_, err := h.d.pool.Exec(ctx, h.d.q.renewLease, h.d.cfg.Consumer, ids, h.token, h.d.cfg.Lease.Milliseconds())
-			cancel()
-			if err != nil {
-				h.d.cfg.Logger.Warn("dispatcher: could not renew the leases of waiting messages; they may be taken over",
-					slog.String("consumer", h.d.cfg.Consumer), slog.Int("messages", len(ids)), slog.String("error", err.Error()))
-			}
+			h.renew()
 		}
+	}
+}
+
+// renew renews the leases of the messages still waiting.
+func (h *heartbeat) renew() {
+	h.mu.Lock()
+	ids := slices.Clone(h.waiting)
+	h.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
+	defer cancel()
+	if _, err := h.d.pool.Exec(ctx, h.d.q.renewLease, h.d.cfg.Consumer, ids, h.token, h.d.cfg.Lease.Milliseconds()); err != nil {
+		h.d.cfg.Logger.Warn("dispatcher: could not renew the leases of waiting messages; they may be taken over",
+			slog.String("consumer", h.d.cfg.Consumer), slog.Int("messages", len(ids)), slog.String("error", err.Error()))
 	}
 }
 

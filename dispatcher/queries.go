@@ -2,41 +2,54 @@ package dispatcher
 
 // The dispatcher's SQL. "/* schema */" is replaced by the quoted schema
 // name when a Dispatcher is created (ident.Render).
-
-// claimSQL takes up to $2 claimable messages of consumer $1 for a worker,
-// in one autocommitted statement, so the attempt is counted before any
-// handler runs: a message that crashes its process still uses up its
-// attempts and ends dead instead of crash-looping.
 //
-// A message whose lease expired (its worker died, or was paused or cut off
-// past the lease) is rescued alone, before any fresh work, and only when $6
-// says this process is not already handling a rescued message: its worker
-// may have died handling it, and a message that crashes its process must
-// not take innocent neighbours down with it each time. The rescue records
-// the lost attempt in the history; if it was the last attempt, the message
-// is marked dead instead of claimed.
+// A batch is claimed inside the transaction that handles it. claimSQL
+// locks the messages and, in the same row write, marks in-transaction
+// messages done and hands leased ones a lease: one write per message, the
+// least a queue can do. Nobody else sees that until the transaction
+// commits; its row locks keep every other worker off the messages until
+// then, and if the transaction dies (the process crashed, the connection
+// was cut, the server ended a stalled transaction) the marks die with it
+// and the messages are claimable again at once. The handlers' writes and
+// the done mark commit together or not at all: the transaction is the
+// claim's fence.
+//
+// What must outlive such a death is the attempt, counted before any
+// handler runs, so a message that crashes its process ends dead instead of
+// crash-looping. recordClaimSQL does that from another session, one row
+// per batch in inbox_claims; reconcileSQL turns the rows of transactions
+// that aborted into counted, recorded, lost attempts.
+
+// claimSQL claims up to $2 messages of consumer $1 in the calling (batch)
+// transaction, and returns them with the transaction's id.
+//
+// A message whose lease expired (a leased handler's worker died, or a batch
+// was lost and reconciled, see reconcileSQL) is rescued alone, before any
+// fresh work, and only when $6 says this process is not already handling a
+// rescued message: its worker may have died handling it, and a message that
+// crashes its process must not take innocent neighbours down with it each
+// time. A rescued leased attempt was never recorded (its claim_token is
+// still set): the rescue records it as lost, and if it was the last
+// attempt, marks the message dead instead of claiming it.
 //
 // Fresh work is pending and due. A keyed message is claimable only at the
 // head of its key: no earlier message of the key may be pending, running or
 // dead. That keeps one message per key in flight across every worker and
 // process, in seq order; a retrying or dead head holds up only its own key.
+// A head being handled is still pending to everyone else until its batch
+// commits, so its successor waits.
 //
 // FOR UPDATE SKIP LOCKED lets many workers claim at once without waiting on
-// each other; rows another worker is locking are simply someone else's. The
-// claim token fences every later write to the rows: a worker that lost its
-// claim matches nothing.
+// each other; rows another worker is locking are simply someone else's.
 //
-// The claim commits asynchronously (synchronous_commit off for this
-// statement's transaction alone): it is visible to every session at once,
-// survives the death of this process, and is made durable by the batch's
-// own synchronous commit, whose WAL flush covers it. Only a crash of the
-// database server itself between the claim and that commit can lose it, and
-// then the handlers' writes are lost with it: the message is simply claimed
-// again, with one attempt fewer counted. That saves a WAL flush, the
-// costliest step, on every batch.
+// Messages of the event types in $4 are leased: they become running under
+// the claim token $3 with a lease of $5 ms, and are called after the batch
+// commits. Every other message is marked done, in anticipation: a handler
+// that fails has its outcome written over it before the commit.
 const claimSQL = `
 WITH rescued AS (
-    SELECT i.consumer, i.message_id
+    SELECT i.consumer, i.message_id, i.event_type, i.claim_token IS NOT NULL AS unrecorded,
+           i.attempts >= i.max_attempts AS spent
     FROM /* schema */inbox AS i
     WHERE $6 AND i.consumer = $1 AND i.status = 'running' AND i.available_at <= now()
     ORDER BY i.available_at
@@ -44,7 +57,7 @@ WITH rescued AS (
     FOR UPDATE SKIP LOCKED
 ),
 fresh AS (
-    SELECT i.consumer, i.message_id
+    SELECT i.consumer, i.message_id, i.event_type, false AS unrecorded, false AS spent
     FROM /* schema */inbox AS i
     WHERE i.consumer = $1
       AND i.status = 'pending'
@@ -61,43 +74,110 @@ fresh AS (
     FOR UPDATE SKIP LOCKED
 ),
 claimable AS (
-    SELECT r.*, true AS rescue FROM rescued AS r
-    UNION ALL
-    SELECT f.*, false AS rescue FROM fresh AS f
+    SELECT c.consumer, c.message_id, c.rescue, c.unrecorded,
+           CASE WHEN c.spent THEN 'dead'
+                WHEN c.event_type = ANY($4::text[]) THEN 'running'
+                ELSE 'done' END AS next
+    FROM (SELECT r.*, true AS rescue FROM rescued AS r
+          UNION ALL
+          SELECT f.*, false AS rescue FROM fresh AS f) AS c
+)
+UPDATE /* schema */inbox AS i SET
+    status       = c.next,
+    attempts     = CASE WHEN c.next = 'dead' THEN i.attempts ELSE i.attempts + 1 END,
+    claim_token  = $3,
+    available_at = CASE WHEN c.next = 'running' THEN now() + $5 * interval '1 millisecond' ELSE i.available_at END,
+    processed_at = CASE WHEN c.next = 'done' THEN now() ELSE i.processed_at END,
+    last_error   = CASE WHEN c.unrecorded THEN $7 ELSE i.last_error END,
+    errors       = CASE WHEN c.unrecorded
+                        THEN i.errors || jsonb_build_array(jsonb_build_object('attempt', i.attempts, 'at', now(), 'error', $7::text))
+                        ELSE i.errors END
+FROM claimable AS c
+WHERE i.consumer = c.consumer AND i.message_id = c.message_id
+RETURNING i.message_id, i.status, i.event_type, i.payload, i.metadata, coalesce(i.ordering_key, ''),
+          i.attempts, i.max_attempts, i.received_at, i.seq, c.rescue, pg_current_xact_id()::text`
+
+// recordClaimSQL records that batch transaction $2 of consumer $1 claimed
+// messages $3 and is about to run their handlers. It runs in a session of
+// its own, committing before any handler runs, and returns whether it
+// recorded the claim and whether a lost batch is waiting to be reconciled.
+//
+// It refuses, recording nothing, when a claim of this consumer whose
+// transaction aborted has not been reconciled yet: its messages may be in
+// this very batch, pending again with their lost attempt uncounted, and
+// would otherwise run with neighbours instead of alone. It refuses too when
+// $2 is no longer running: the batch's transaction was ended under the
+// worker (say, by the server after a stall), and its handlers must not run.
+//
+// On the way it sweeps away the claims of batches that committed (a
+// transaction too old for its status to be known did too: an aborted one
+// is reconciled long before). It skips rows another worker is sweeping, so
+// it never waits.
+//
+// The record commits asynchronously, like a claim of River's: it is
+// visible to every session at once and survives the death of this process;
+// only a server crash can lose it, and that loses the batch transaction
+// (and its handlers' writes) too.
+const recordClaimSQL = `
+WITH stale AS (
+    SELECT 1 FROM /* schema */inbox_claims
+    WHERE consumer = $1 AND pg_xact_status(xid) = 'aborted'
+    LIMIT 1
+),
+finished AS (
+    DELETE FROM /* schema */inbox_claims
+    WHERE ctid IN (SELECT ctid FROM /* schema */inbox_claims
+                   WHERE consumer = $1 AND coalesce(pg_xact_status(xid), 'committed') = 'committed'
+                   FOR UPDATE SKIP LOCKED)
 ),
 async AS (
     SELECT set_config('synchronous_commit', 'off', true)
+),
+recorded AS (
+    INSERT INTO /* schema */inbox_claims (consumer, xid, message_ids)
+    SELECT $1, $2::text::xid8, $3::text[]
+    FROM async
+    WHERE NOT EXISTS (SELECT 1 FROM stale) AND pg_xact_status($2::text::xid8) = 'in progress'
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM recorded), EXISTS (SELECT 1 FROM stale)`
+
+// reconcileSQL counts the attempts of consumer $1's lost batches: claims
+// recorded by transactions that aborted. Each of their messages still
+// pending or running gets its attempt counted and recorded in its history
+// (with the leased attempt before it, if that was lost unrecorded too, see
+// claimSQL), and is then either dead, if that was its last attempt, or
+// running with an expired lease and no claim token: rescued alone by the
+// next claim, without recording anything again.
+//
+// Deleting the claim and updating its messages is one statement, so two
+// workers reconciling at once count each attempt once: the second finds
+// the claim gone.
+const reconcileSQL = `
+WITH lost_batches AS (
+    DELETE FROM /* schema */inbox_claims
+    WHERE consumer = $1 AND pg_xact_status(xid) = 'aborted'
+    RETURNING message_ids, claimed_at
+),
+lost AS (
+    SELECT DISTINCT ON (id) id, claimed_at
+    FROM lost_batches, unnest(message_ids) AS id
+    ORDER BY id, claimed_at
 )
 UPDATE /* schema */inbox AS i SET
-    status       = CASE WHEN i.status = 'running' AND i.attempts >= i.max_attempts THEN 'dead' ELSE 'running' END,
-    attempts     = CASE WHEN i.status = 'running' AND i.attempts >= i.max_attempts THEN i.attempts ELSE i.attempts + 1 END,
-    claim_token  = $3,
-    available_at = now() + $4 * interval '1 millisecond',
-    last_error   = CASE WHEN i.status = 'running' THEN $5 ELSE i.last_error END,
-    errors       = CASE WHEN i.status = 'running'
-                        THEN i.errors || jsonb_build_array(jsonb_build_object('attempt', i.attempts, 'at', now(), 'error', $5::text))
-                        ELSE i.errors END
-FROM claimable AS c CROSS JOIN async
-WHERE i.consumer = c.consumer AND i.message_id = c.message_id
-RETURNING i.message_id, i.status, i.event_type, i.payload, i.metadata, coalesce(i.ordering_key, ''),
-          i.attempts, i.max_attempts, i.received_at, i.seq, c.rescue`
-
-// lockClaimedSQL opens a batch's handler transaction by locking the rows it
-// still holds the claim to. From here to commit no other worker can take
-// them, whatever their lease says, so a handler runs only for a message
-// whose claim is still good.
-//
-// It waits for locks rather than skipping them: other workers' claim
-// statements briefly lock rows they scan and then reject, and a skipped row
-// would look lost. A row that another worker reclaimed after our lease
-// expired fails the token check once its lock is free. Rows are locked in
-// message id order, so two workers locking overlapping rows cannot
-// deadlock.
-const lockClaimedSQL = `
-SELECT message_id FROM /* schema */inbox
-WHERE consumer = $1 AND message_id = ANY($2::text[]) AND claim_token = $3 AND status = 'running'
-ORDER BY message_id
-FOR NO KEY UPDATE`
+    attempts     = i.attempts + 1,
+    status       = CASE WHEN i.attempts + 1 >= i.max_attempts THEN 'dead' ELSE 'running' END,
+    available_at = now(),
+    claim_token  = NULL,
+    last_error   = $2,
+    errors       = i.errors
+        || CASE WHEN i.status = 'running' AND i.claim_token IS NOT NULL
+                THEN jsonb_build_array(jsonb_build_object('attempt', i.attempts, 'at', l.claimed_at, 'error', $3::text))
+                ELSE '[]'::jsonb END
+        || jsonb_build_array(jsonb_build_object('attempt', i.attempts + 1, 'at', l.claimed_at, 'error', $2::text))
+FROM lost AS l
+WHERE i.consumer = $1 AND i.message_id = l.id AND i.status IN ('pending', 'running')
+RETURNING i.message_id, i.event_type, i.attempts, i.status`
 
 // renewLeaseSQL restarts the lease of claimed messages that are still
 // this worker's, and returns how many it renewed: just before a leased
@@ -107,9 +187,11 @@ const renewLeaseSQL = `
 UPDATE /* schema */inbox SET available_at = now() + $4 * interval '1 millisecond'
 WHERE consumer = $1 AND message_id = ANY($2::text[]) AND claim_token = $3 AND status = 'running'`
 
-// completeSQL records the outcome of every message a worker handled, in one
-// statement, fenced by the claim token: done; pending again after a backoff
-// (a failure) or a snooze; dead; or released (pending now, the attempt
+// completeSQL records outcomes other than the anticipated one, in one
+// statement, fenced by the claim token: in the batch transaction, for
+// in-transaction messages that failed or were given back; afterwards, for
+// leased messages. An outcome is done; pending again after a backoff (a
+// failure) or a snooze; dead; or released (pending now, the attempt
 // refunded) when the dispatcher stopped before finishing it. Each failure
 // appends {attempt, at, error, trace} to the row's history. Due times are
 // the database's now() plus a delay, never a worker's clock.
@@ -119,11 +201,36 @@ UPDATE /* schema */inbox AS i SET
     attempts     = i.attempts - o.refund,
     available_at = CASE WHEN o.status = 'pending' THEN now() + o.delay_ms * interval '1 millisecond' ELSE i.available_at END,
     processed_at = CASE WHEN o.status = 'done' THEN now() ELSE i.processed_at END,
-    claim_token  = NULL,
+    claim_token  = CASE WHEN o.status = 'pending' THEN NULL ELSE i.claim_token END,
     last_error   = coalesce(o.error, i.last_error),
     errors       = CASE WHEN o.error IS NULL THEN i.errors
                         ELSE i.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
                             'attempt', i.attempts, 'at', now(), 'error', o.error, 'trace', o.trace))) END
 FROM unnest($3::text[], $4::text[], $5::bigint[], $6::int[], $7::text[], $8::text[])
     AS o(message_id, status, delay_ms, refund, error, trace)
-WHERE i.consumer = $1 AND i.message_id = o.message_id AND i.claim_token = $2 AND i.status = 'running'`
+WHERE i.consumer = $1 AND i.message_id = o.message_id AND i.claim_token = $2 AND i.status IN ('running', 'done')`
+
+// settleSQL records the failures of a batch whose transaction failed as a
+// whole after its handlers ran (a handler broke the connection, the commit
+// failed): the transaction's writes are gone, so the messages are as
+// before the claim, pending with the attempt uncounted. It takes back the
+// batch's claim record $2, then counts each failed attempt and records it;
+// messages with no outcome here simply run again. If the record is already
+// gone (another worker reconciled it), the attempts were counted there and
+// nothing is done twice.
+const settleSQL = `
+WITH mine AS (
+    DELETE FROM /* schema */inbox_claims WHERE consumer = $1 AND xid = $2::text::xid8
+    RETURNING 1
+)
+UPDATE /* schema */inbox AS i SET
+    status       = o.status,
+    attempts     = i.attempts + 1,
+    available_at = CASE WHEN o.status = 'pending' THEN now() + o.delay_ms * interval '1 millisecond' ELSE i.available_at END,
+    claim_token  = NULL,
+    last_error   = o.error,
+    errors       = i.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+                       'attempt', i.attempts + 1, 'at', now(), 'error', o.error, 'trace', o.trace)))
+FROM unnest($3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[])
+    AS o(message_id, status, delay_ms, error, trace)
+WHERE EXISTS (SELECT 1 FROM mine) AND i.consumer = $1 AND i.message_id = o.message_id AND i.status = 'pending'`

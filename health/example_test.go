@@ -60,7 +60,7 @@ func ExampleChecker() {
 	//       "status": "ok"
 	//     },
 	//     {
-	//       "detail": "version 4",
+	//       "detail": "version 5",
 	//       "name": "schema",
 	//       "status": "ok"
 	//     },

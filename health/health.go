@@ -119,7 +119,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Checker, error) {
 
 // CheckResult is the outcome of one check.
 type CheckResult struct {
-	// Detail says what was found, for a passing check too: "version 4",
+	// Detail says what was found, for a passing check too: "version 5",
 	// "3 pending, the oldest due for 1.2s".
 	Detail string `json:"detail,omitzero"`
 	// Error says why a check failed.

@@ -3,6 +3,7 @@ package health_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/dispatcher"
 	"github.com/pgbox/pgbox/health"
 	"github.com/pgbox/pgbox/inbox"
@@ -85,7 +87,7 @@ func TestHealthyServiceThenAStoppedDispatcher(t *testing.T) {
 		require.Equal(t, health.StatusOK, ch.Status, ch.Name)
 	}
 	require.Equal(t, []string{"database", "schema", "dispatcher payments", "relay", "maintenance", "backlog payments", "outbox"}, names)
-	require.Equal(t, "version 4", byName(rep)["schema"].Detail)
+	require.Equal(t, fmt.Sprint("version ", pgbox.SchemaVersion), byName(rep)["schema"].Detail)
 	require.Equal(t, "0 pending, the oldest due for 0s", byName(rep)["backlog payments"].Detail)
 
 	require.NoError(t, d.Stop(ctx))

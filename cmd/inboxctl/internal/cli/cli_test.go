@@ -354,6 +354,7 @@ func TestMigrate(t *testing.T) {
 	up := inboxctl(t, schema, "", "migrate", "up").ok(t).stdout
 	require.Contains(t, up, "applied 00001_inbox.sql")
 	require.Contains(t, up, "applied 00004_maintenance.sql")
+	require.Contains(t, up, "applied 00005_inbox_claims.sql")
 	require.Regexp(t, `River's job tables \(for package maintenance\): at River migration \d+, up to date`, up)
 	require.Contains(t, inboxctl(t, schema, "", "migrate", "up").ok(t).stdout, "is up to date")
 	require.Contains(t, inboxctl(t, schema, "", "migrate", "status").ok(t).stdout, "up to date")
@@ -361,7 +362,10 @@ func TestMigrate(t *testing.T) {
 
 	declined := inboxctl(t, schema, "", "migrate", "down")
 	require.Equal(t, ExitFailure, declined.code)
-	require.Contains(t, declined.stderr, "dropping tables and their data? Type yes to continue")
+	require.Contains(t, declined.stderr, "back from version 5 to 4, dropping tables and their data? Type yes to continue")
+	require.NotContains(t, declined.stderr, "River")
+	declined = inboxctl(t, schema, "", "migrate", "down", "--to", "3")
+	require.Equal(t, ExitFailure, declined.code)
 	require.Contains(t, declined.stderr, "(River's job tables included)")
 	require.Contains(t, inboxctl(t, schema, "", "migrate", "down", "--to", "0", "--yes").ok(t).stdout, "is at version 0")
 
