@@ -9,8 +9,9 @@ var describe = map[string]string{
 		"into the same table, one row or an `unnest` batch per statement: the ceiling.",
 	"dispatch-drain": "Draining a pre-loaded backlog with a no-op in-transaction handler: from the start of the workers until the " +
 		"last message is committed done. pgbox: 4 workers claiming batches of 100. River: `InsertMany` then a client with " +
-		"2,000 workers, tuned as River's own `river bench` is. **raw**: 4 loops of claim, then complete in a transaction, " +
-		"with the plainest SQL.",
+		"2,000 workers, tuned as River's own `river bench` is. **raw**: 4 loops of one transaction each: claim a batch of 100 " +
+		"and mark it done in one plain `UPDATE … FOR UPDATE SKIP LOCKED`, then commit (pgbox's shape without its ordering keys, " +
+		"rescues, leases and claim record).",
 	"dispatch-continuous": "Receiving and dispatching at once, like `river bench --duration`: two producers store batches of 100 " +
 		"(`ReceiveBatch`; River `InsertMany`) while the workers handle them, never more than 20,000 ahead; messages handled per second.",
 	"duplicate-storm": "Nine deliveries in ten are redeliveries of ids already received (from the last 10,000), the rest new, " +

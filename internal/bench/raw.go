@@ -28,18 +28,16 @@ SELECT $1, m.id, 'noop', m.payload, m.hash, 25
 FROM unnest($2::text[], $3::bytea[], $4::bytea[]) AS m(id, payload, hash)
 ON CONFLICT DO NOTHING`
 
-	rawClaim = `
-UPDATE bench_pgbox.inbox AS i SET status = 'running', attempts = i.attempts + 1, claim_token = $3,
-    available_at = now() + interval '1 minute'
+	// rawClaimDone claims a batch and marks it done in one statement, in
+	// the transaction that would run the handlers: the shape of pgbox's
+	// claim, without its ordering keys, rescues, leases and claim record.
+	rawClaimDone = `
+UPDATE bench_pgbox.inbox AS i SET status = 'done', attempts = i.attempts + 1, claim_token = $3, processed_at = now()
 FROM (SELECT message_id FROM bench_pgbox.inbox
       WHERE consumer = $1 AND status = 'pending' AND available_at <= now()
       ORDER BY available_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED) AS c
 WHERE i.consumer = $1 AND i.message_id = c.message_id
 RETURNING i.message_id, i.payload`
-
-	rawComplete = `
-UPDATE bench_pgbox.inbox SET status = 'done', processed_at = now(), claim_token = NULL
-WHERE consumer = $1 AND message_id = ANY($2::text[]) AND claim_token = $3`
 )
 
 var benchPayload = []byte(`{"bench":true}`)
@@ -49,8 +47,8 @@ func payloadHash() []byte {
 	return h[:]
 }
 
-// rawDrain drains a backlog of n with claim, then complete in a
-// transaction, from workers loops.
+// rawDrain drains a backlog of n from workers loops of: begin, claim and
+// mark done, commit.
 func (e *env) rawDrain(n, workers int) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
 		n := s.n(n)
@@ -78,43 +76,41 @@ func (e *env) rawDrain(n, workers int) func(context.Context, scale) (Figures, er
 
 func rawWorker(ctx context.Context, pool *pgxpool.Pool, handled *atomic.Int64, n int64) error {
 	for handled.Load() < n {
-		token := rand.Int64()
-		rows, err := pool.Query(ctx, rawClaim, consumer, batchSize, token)
+		tx, err := pool.Begin(ctx)
 		if err != nil {
 			return err
 		}
-		var ids []string
+		rows, err := tx.Query(ctx, rawClaimDone, consumer, batchSize, rand.Int64())
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		claimed := 0
 		for rows.Next() {
 			var (
 				id      string
 				payload []byte
 			)
 			if err := rows.Scan(&id, &payload); err != nil {
+				_ = tx.Rollback(ctx)
 				return err
 			}
-			ids = append(ids, id)
+			claimed++
 		}
 		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(ids) == 0 {
-			if err := sleep(ctx, time.Millisecond); err != nil {
-				return err
-			}
-			continue
-		}
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, rawComplete, consumer, ids, token); err != nil {
 			_ = tx.Rollback(ctx)
 			return err
 		}
 		if err := tx.Commit(ctx); err != nil {
 			return err
 		}
-		handled.Add(int64(len(ids)))
+		if claimed == 0 {
+			if err := sleep(ctx, time.Millisecond); err != nil {
+				return err
+			}
+			continue
+		}
+		handled.Add(int64(claimed))
 	}
 	return nil
 }

@@ -45,15 +45,22 @@ func NewDispatcher(mp metric.MeterProvider, tp trace.TracerProvider, consumer st
 	}
 }
 
-// of returns the measurement attributes of eventType.
-func (d *Dispatcher) of(eventType string) metric.MeasurementOption {
+// of returns the measurement attributes of eventType, with the handler's
+// outcome if one is given. They are built once per pair and kept, so that
+// recording a measurement allocates nothing.
+func (d *Dispatcher) of(eventType, outcome string) metric.MeasurementOption {
+	key := eventType + "\x00" + outcome
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	a, ok := d.attrs[eventType]
+	a, ok := d.attrs[key]
 	if !ok {
-		a = metric.WithAttributeSet(attribute.NewSet(AttrConsumer.String(d.consumer), AttrEventType.String(eventType)))
+		kvs := []attribute.KeyValue{AttrConsumer.String(d.consumer), AttrEventType.String(eventType)}
+		if outcome != "" {
+			kvs = append(kvs, AttrOutcome.String(outcome))
+		}
+		a = metric.WithAttributeSet(attribute.NewSet(kvs...))
 		if len(d.attrs) < 1000 { // event types are few; do not grow without bound on junk
-			d.attrs[eventType] = a
+			d.attrs[key] = a
 		}
 	}
 	return a
@@ -65,9 +72,9 @@ func (d *Dispatcher) of(eventType string) metric.MeasurementOption {
 // duration. Call end with the handler's error, once.
 func (d *Dispatcher) Handling(ctx context.Context, id, eventType string, attempt int) (_ context.Context, end func(error)) {
 	start := time.Now()
-	ctx, span := d.tracer.Start(ctx, "process "+eventType,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
+	ctx, span := d.tracer.Start(ctx, "process "+eventType, trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() { // building attributes costs: not for a span nobody keeps
+		span.SetAttributes(
 			attrMessagingSystem.String("pgbox"),
 			attrMessagingOperationType.String("process"),
 			attrMessagingOperationName.String("process"),
@@ -76,7 +83,8 @@ func (d *Dispatcher) Handling(ctx context.Context, id, eventType string, attempt
 			AttrConsumer.String(d.consumer),
 			AttrEventType.String(eventType),
 			AttrAttempt.Int(attempt),
-		))
+		)
+	}
 	return ctx, func(err error) {
 		outcome := "ok"
 		if err != nil {
@@ -84,8 +92,7 @@ func (d *Dispatcher) Handling(ctx context.Context, id, eventType string, attempt
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 		}
-		d.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(
-			AttrConsumer.String(d.consumer), AttrEventType.String(eventType), AttrOutcome.String(outcome)))
+		d.duration.Record(ctx, time.Since(start).Seconds(), d.of(eventType, outcome))
 		span.End()
 	}
 }
@@ -94,7 +101,7 @@ func (d *Dispatcher) Handling(ctx context.Context, id, eventType string, attempt
 // ("done", "pending", "dead"); failed says whether the attempt failed
 // (rather than being released or snoozed).
 func (d *Dispatcher) Outcome(ctx context.Context, eventType, status string, failed bool) {
-	attrs := d.of(eventType)
+	attrs := d.of(eventType, "")
 	if failed {
 		d.failed.Add(ctx, 1, attrs)
 	}
