@@ -105,9 +105,12 @@ func New(pool *pgxpool.Pool, cfg Config) (*Outbox, error) {
 }
 
 // sendNotify sends an owed notification on its own, outside any business
-// transaction. It is a hint: if it fails, the relays' polling finds the rows.
+// transaction and committed asynchronously, so that it does not hold
+// PostgreSQL's notification lock through a WAL flush while business
+// transactions queue behind it (see notify.SendSQL). It is a hint: if it
+// fails, the relays' polling finds the rows.
 func sendNotify(pool *pgxpool.Pool, channel string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _ = pool.Exec(ctx, "SELECT pg_notify($1, '')", channel)
+	_ = notify.Send(ctx, pool, channel, "")
 }
