@@ -20,6 +20,10 @@ const NotifyIntervalDefault = 10 * time.Millisecond
 // folding, by when the folded statements have committed. So every row is
 // announced within about an interval, unless its transaction stays open
 // longer, and then polling finds it: notifications stay a hint.
+//
+// A sender that knows when its rows have committed (an autocommitted
+// statement has returned) should call Committed instead: it keeps the
+// NOTIFY out of the sender's own transaction altogether.
 type Limiter struct {
 	flush    func()
 	interval time.Duration
@@ -27,6 +31,10 @@ type Limiter struct {
 
 	mu    sync.Mutex
 	timer *time.Timer // the owed trailing notification, when armed
+
+	sentMu sync.Mutex
+	sent   time.Time // when Committed's last notification was sent
+	due    bool      // Committed has a notification scheduled
 }
 
 // NewLimiter returns a Limiter that lets one statement per interval
@@ -55,4 +63,37 @@ func (l *Limiter) Allow() bool {
 		l.timer.Reset(l.interval) // an interval after the last folded statement
 	}
 	return false
+}
+
+// Committed announces rows that have committed: it sends a notification
+// itself, through flush on a goroutine of its own, at once unless the last
+// one it sent is less than an interval old, and then when that interval is
+// up. Calls while one is scheduled fold into it: it is sent after their
+// rows committed, so it announces them too. A negative interval sends one
+// for every call.
+//
+// Unlike a NOTIFY in the sender's statement (Allow), which PostgreSQL sends
+// at the statement's commit under a lock that every notifying transaction
+// holds through its WAL flush, this adds nothing to the sender's commit and
+// queues none of its business commits behind others: the statement
+// commits like any other, and flush (notify.Send) commits asynchronously.
+// It costs a round trip off the caller's path.
+func (l *Limiter) Committed() {
+	if l.interval < 0 {
+		go l.flush()
+		return
+	}
+	l.sentMu.Lock()
+	defer l.sentMu.Unlock()
+	if l.due {
+		return
+	}
+	l.due = true
+	time.AfterFunc(max(time.Until(l.sent.Add(l.interval)), 0), func() {
+		l.sentMu.Lock()
+		l.due = false
+		l.sent = time.Now()
+		l.sentMu.Unlock()
+		l.flush()
+	})
 }
