@@ -45,12 +45,15 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 
 	// NotifyInterval is how often, at most, this Inbox wakes idle
-	// dispatchers with a NOTIFY in a receiving transaction: one per
-	// statement would make all of the service's committing transactions wait
-	// in turn on PostgreSQL's notification lock. Statements in between are
-	// announced together by one NOTIFY sent an interval after the last of
-	// them. Defaults to 10ms; -1 notifies in every statement that stores
-	// something.
+	// dispatchers: one NOTIFY per statement would make all of the service's
+	// committing transactions wait in turn on PostgreSQL's notification
+	// lock. Receive and ReceiveBatch announce what they stored after it
+	// committed, in a notification of their own, at once or when the
+	// interval since the last one is up, for everything stored meanwhile.
+	// ReceiveTx puts a NOTIFY in the caller's transaction (delivered at its
+	// commit) at most once per interval; statements in between are
+	// announced together an interval after the last of them. Defaults to
+	// 10ms; -1 notifies for every statement that stores something.
 	//
 	// The interval is per sender: every Inbox and Outbox in every process
 	// on the database notifies on its own, and all of them share the lock.
@@ -162,10 +165,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 // Consumer returns the consumer this Inbox receives for.
 func (in *Inbox) Consumer() string { return in.cfg.Consumer }
 
-// sendNotify sends an owed notification on its own, outside any receiving
-// transaction. It is a hint: if it fails, polling finds the messages.
+// sendNotify sends a notification on its own, outside any receiving
+// transaction, committed asynchronously (see notify.SendSQL). It is a hint:
+// if it fails, polling finds the messages.
 func sendNotify(pool *pgxpool.Pool, channel, payload string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _ = pool.Exec(ctx, "SELECT pg_notify($1, $2)", channel, payload)
+	_ = notify.Send(ctx, pool, channel, payload)
 }

@@ -801,3 +801,57 @@ func TestOnlyCommittedMessagesAreRemembered(t *testing.T) {
 	}
 	require.Equal(t, before+3, counter.n.Load())
 }
+
+// An autocommitted Receive announces its message after its commit, in a
+// notification of its own, instead of inside its statement: a NOTIFY there
+// would make the receive's commit queue on PostgreSQL's notification lock
+// behind every other notifying commit. The receive statement carries no
+// channel, and the listener still hears of the message.
+func TestAutocommittedReceiveNotifiesAfterItsCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, b := setup(t, inbox.Config{})
+	var mu sync.Mutex
+	var channels []*string // the receive statements' channel argument
+	cfg := b.pool.Config()
+	cfg.ConnConfig.Tracer = queryArgs(func(sql string, args []any) {
+		if !strings.Contains(sql, "INSERT INTO") {
+			return
+		}
+		for _, a := range args {
+			if channel, ok := a.(*string); ok { // the one *string argument
+				mu.Lock()
+				channels = append(channels, channel)
+				mu.Unlock()
+			}
+		}
+	})
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	in, err := inbox.New(pool, inbox.Config{Consumer: "payments", Schema: b.schema, NotifyInterval: time.Hour})
+	require.NoError(t, err)
+	conn := listen(t, b.schema)
+
+	_, err = in.Receive(ctx, msg("a"))
+	require.NoError(t, err)
+	require.Equal(t, "payments", nextNotification(t, conn))
+	_, err = in.ReceiveBatch(ctx, []inbox.Message{msg("b"), msg("c")})
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, channels, 2)
+	for _, c := range channels {
+		require.Nil(t, c, "an autocommitted receive statement must not NOTIFY")
+	}
+}
+
+// queryArgs is a pgx tracer that reports each query's SQL and arguments.
+type queryArgs func(sql string, args []any)
+
+func (f queryArgs) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	f(data.SQL, data.Args)
+	return ctx
+}
+
+func (queryArgs) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}

@@ -197,8 +197,15 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 		return results, nil
 	}
 
+	// New pending messages wake the dispatchers. Received in the caller's
+	// transaction, they are announced by a NOTIFY in the statement, which
+	// PostgreSQL delivers at that transaction's commit. Autocommitted, they
+	// are announced once the statement has returned, out of band (see
+	// notify.Limiter.Committed): a NOTIFY in the statement would make its
+	// commit queue for PostgreSQL's notification lock behind every other
+	// notifying commit, each through its own WAL flush.
 	var channel *string // NULL: no NOTIFY
-	if status == statusPending && in.notifies.Allow() {
+	if status == statusPending && !autocommit && in.notifies.Allow() {
 		channel = &in.channel
 	}
 	var rows pgx.Rows
@@ -244,6 +251,9 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 	if err := rows.Err(); err != nil {
 		return nil, in.dbError(ctx, "receive", err)
 	}
+	if autocommit && status == statusPending && anyAccepted(results) {
+		in.notifies.Committed()
+	}
 
 	if len(unresolved) > 0 {
 		if err := in.resolve(ctx, db, unresolved, &b, first, results); err != nil {
@@ -278,6 +288,16 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 		in.count(ctx, results)
 	}
 	return results, nil
+}
+
+// anyAccepted reports whether a result is a newly stored message.
+func anyAccepted(results []Result) bool {
+	for _, r := range results {
+		if r.Outcome == Accepted && r.Err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // resolve settles duplicates whose row committed while receiveSQL ran, by
