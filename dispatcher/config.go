@@ -37,9 +37,12 @@ const (
 // Config configures a Dispatcher.
 type Config struct {
 	// BatchSize is the most messages a worker claims at once. Larger
-	// batches cost fewer round trips per message; an in-transaction batch
-	// holds its rows locked until all of it is handled. Defaults to
-	// BatchSizeDefault (32).
+	// batches spread a batch's fixed costs (its round trips and its
+	// commit's WAL flush) over more messages: a few workers taking batches
+	// of 100 to 400 drain a backlog fastest (docs/benchmarks.md). But an
+	// in-transaction batch holds its rows locked until all of it is handled,
+	// and a handler that breaks the connection makes its neighbours run
+	// again. Defaults to BatchSizeDefault (32).
 	BatchSize int
 
 	// Consumer is the consumer whose inbox messages this dispatcher handles.

@@ -8,8 +8,8 @@ var describe = map[string]string{
 		"of 100 and 1000 from 4 connections, for the case's duration. **raw** is the plain `INSERT … ON CONFLICT DO NOTHING` " +
 		"into the same table, one row or an `unnest` batch per statement: the ceiling.",
 	"dispatch-drain": "Draining a pre-loaded backlog with a no-op in-transaction handler: from the start of the workers until the " +
-		"last message is committed done. pgbox: 4 workers claiming batches of 100. River: `InsertMany` then a client with " +
-		"2,000 workers, tuned as River's own `river bench` is. **raw**: 4 loops of one transaction each: claim a batch of 100 " +
+		"last message is committed done. pgbox: 4 workers claiming batches of 200. River: `InsertMany` then a client with " +
+		"2,000 workers, tuned as River's own `river bench` is. **raw**: 4 loops of one transaction each: claim a batch of 200 " +
 		"and mark it done in one plain `UPDATE … FOR UPDATE SKIP LOCKED`, then commit (pgbox's shape without its ordering keys, " +
 		"rescues, leases and claim record).",
 	"dispatch-continuous": "Receiving and dispatching at once, like `river bench --duration`: two producers store batches of 100 " +
@@ -21,7 +21,7 @@ var describe = map[string]string{
 	"latency": "A steady rate of single messages; the time from the call that stores a message (inbox `Receive`, or the " +
 		"producer's outbox commit) until its handler has run. Workers wake on LISTEN/NOTIFY.",
 	"memory": "Resident memory of a process that does nothing but drain a backlog with 4 workers, sampled every 250 ms after the first 10% (warm-up).",
-	"sweep":  "Drain throughput against worker count (pgbox workers × batches of 100; River with 100 × as many job workers, the same number of messages in flight).",
+	"sweep":  "Drain throughput against worker count (pgbox workers × batches of 200; River with 200 × as many job workers, the same number of messages in flight).",
 }
 
 // cases lists what a run measures, in report order.

@@ -15,7 +15,7 @@ import (
 func (r *Report) WriteChart(w io.Writer) error {
 	p := plot.New()
 	p.Title.Text = "Draining a backlog: messages per second against workers"
-	p.X.Label.Text = "workers (River: job workers ÷ 100)"
+	p.X.Label.Text = "workers (River: job workers ÷ 200)"
 	p.Y.Label.Text = "messages per second"
 	p.Y.Min = 0
 	p.Legend.Top = true
