@@ -112,7 +112,10 @@ type Config struct {
 	// one connection of the pool while it handles a batch, so the pool needs
 	// more connections than Workers if handlers also use the pool (rather
 	// than the transaction they are given) or if the service shares it.
-	// Defaults to WorkersDefault (4).
+	// Besides, the dispatcher opens up to Workers connections of its own
+	// (a pool made with the same configuration) to record claims, and one
+	// to LISTEN: count them in the server's max_connections. Defaults to
+	// WorkersDefault (4).
 	Workers int
 }
 
