@@ -99,10 +99,10 @@ func (d *Dispatcher) runBatch() (int, error) {
 	if b.claimed == 0 {
 		return 0, nil
 	}
+	d.hooks.beforeHandlers(b.inTx)
 	if !d.recordClaim(ctx, tx, b) {
 		return b.claimed, nil
 	}
-	d.hooks.beforeHandlers(b.inTx)
 	if !d.handleInTx(ctx, tx, b) {
 		return b.claimed, nil
 	}
