@@ -744,10 +744,14 @@ func TestRedeliveriesOfCommittedMessagesSkipTheDatabase(t *testing.T) {
 	in, err := inbox.New(pool, inbox.Config{Consumer: "payments", Schema: schema, NotifyInterval: -1})
 	require.NoError(t, err)
 	ctx := context.Background()
+	conn := listen(t, schema)
 
 	out, err := in.Receive(ctx, msg("a"))
 	require.NoError(t, err)
 	require.Equal(t, inbox.Accepted, out)
+	// The receive announces "a" after its commit, in a statement of its
+	// own: count from when it has been sent.
+	require.Equal(t, "payments", nextNotification(t, conn))
 	before := counter.n.Load()
 	for range 10 {
 		out, err := in.Receive(ctx, msg("a"))
