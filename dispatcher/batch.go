@@ -130,7 +130,8 @@ type batch struct {
 	run []*claimed
 }
 
-func (b *batch) ids(cs []*claimed) []string {
+// ids returns the message ids of cs.
+func ids(cs []*claimed) []string {
 	ids := make([]string, len(cs))
 	for i, c := range cs {
 		ids[i] = c.msg.ID
@@ -204,7 +205,7 @@ func (d *Dispatcher) recordClaim(ctx context.Context, tx pgx.Tx, b *batch) bool 
 		return true
 	}
 	var recorded, stale bool
-	err := d.records.QueryRow(ctx, d.q.recordClaim, d.cfg.Consumer, b.xid, b.ids(b.run)).Scan(&recorded, &stale)
+	err := d.records.QueryRow(ctx, d.q.recordClaim, d.cfg.Consumer, b.xid, ids(b.run)).Scan(&recorded, &stale)
 	switch {
 	case err != nil:
 		d.cfg.Logger.Error("dispatcher: could not record a claim; its messages will be claimed again",

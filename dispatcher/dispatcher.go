@@ -45,14 +45,9 @@ type testHooks struct {
 // beforeHandlers calls the afterClaim hook, if any, with the messages whose
 // handlers are about to run.
 func (h testHooks) beforeHandlers(batch []*claimed) {
-	if h.afterClaim == nil || len(batch) == 0 {
-		return
+	if h.afterClaim != nil && len(batch) > 0 {
+		h.afterClaim(ids(batch))
 	}
-	ids := make([]string, len(batch))
-	for i, c := range batch {
-		ids[i] = c.msg.ID
-	}
-	h.afterClaim(ids)
 }
 
 // New returns a Dispatcher for cfg.Consumer. It checks the configuration

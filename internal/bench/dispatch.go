@@ -169,7 +169,13 @@ func waitCount(ctx context.Context, c *atomic.Int64, n int64) error {
 // waitInboxDone waits until the committed inbox holds no pending or
 // running message.
 func waitInboxDone(ctx context.Context, pool *pgxpool.Pool) error {
-	q := "SELECT EXISTS (SELECT 1 FROM " + pgx.Identifier{pgboxSchemaName, "inbox"}.Sanitize() + " WHERE status IN ('pending', 'running'))"
+	return waitNone(ctx, pool, "inbox", "status IN ('pending', 'running')")
+}
+
+// waitNone waits until no committed row of the bench schema's table
+// matches where.
+func waitNone(ctx context.Context, pool *pgxpool.Pool, table, where string) error {
+	q := "SELECT EXISTS (SELECT 1 FROM " + pgx.Identifier{pgboxSchemaName, table}.Sanitize() + " WHERE " + where + ")"
 	for {
 		var left bool
 		if err := pool.QueryRow(ctx, q).Scan(&left); err != nil {

@@ -36,19 +36,7 @@ func loadOutbox(ctx context.Context, pool *pgxpool.Pool, out *outbox.Outbox, top
 
 // waitOutboxDone waits until every outbox row is published.
 func waitOutboxDone(ctx context.Context, pool *pgxpool.Pool) error {
-	q := "SELECT EXISTS (SELECT 1 FROM " + pgx.Identifier{pgboxSchemaName, "outbox"}.Sanitize() + " WHERE published_at IS NULL)"
-	for {
-		var left bool
-		if err := pool.QueryRow(ctx, q).Scan(&left); err != nil {
-			return err
-		}
-		if !left {
-			return nil
-		}
-		if err := sleep(ctx, 5*time.Millisecond); err != nil {
-			return err
-		}
-	}
+	return waitNone(ctx, pool, "outbox", "published_at IS NULL")
 }
 
 // relayDrain publishes a pre-written outbox of n rows through publisher
