@@ -82,30 +82,20 @@ SELECT m.ord, (SELECT e.payload_hash FROM /* schema */inbox AS e
 FROM input AS m
 WHERE NOT EXISTS (SELECT 1 FROM inserted AS ins WHERE ins.message_id = m.message_id)`
 
-// receiveOneSQL is receiveSQL for a single message without an ordering key,
-// with scalar parameters. It returns the same rows. The arrival number comes
-// from the column's default: with no key there is no order to keep but
-// arrival's, and nothing to lock.
+// receiveOneSQL stores a single message without an ordering key, and
+// without a NOTIFY: a plain INSERT whose row count says whether it was new.
+// The arrival number comes from the column's default: with no key there is
+// no order to keep but arrival's, and nothing to lock. For a duplicate, the
+// caller reads the stored hash with hashSQL.
 const receiveOneSQL = `
-WITH inserted AS (
-    INSERT INTO /* schema */inbox AS i
-        (consumer, message_id, event_type, payload, payload_hash, metadata, max_attempts, status, attempts, processed_at)
-    VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8,
-            CASE WHEN $8 = 'done' THEN 1 ELSE 0 END, CASE WHEN $8 = 'done' THEN now() END)
-    ON CONFLICT (consumer, message_id) DO NOTHING
-    RETURNING i.message_id
-),
-notified AS (
-    SELECT pg_notify($9, $1)
-    WHERE $9::text IS NOT NULL AND EXISTS (SELECT 1 FROM inserted)
-)
-SELECT 0 AS ord, NULL::bytea AS payload_hash FROM (SELECT count(*) FROM notified) AS n
-UNION ALL
-SELECT 1, (SELECT e.payload_hash FROM /* schema */inbox AS e WHERE e.consumer = $1 AND e.message_id = $2)
-WHERE NOT EXISTS (SELECT 1 FROM inserted)`
+INSERT INTO /* schema */inbox
+    (consumer, message_id, event_type, payload, payload_hash, metadata, max_attempts, status, attempts, processed_at)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8,
+        CASE WHEN $8 = 'done' THEN 1 ELSE 0 END, CASE WHEN $8 = 'done' THEN now() END)
+ON CONFLICT (consumer, message_id) DO NOTHING`
 
-// hashSQL reads the stored payload hashes of ids, for duplicates whose row
-// committed while receiveSQL ran.
+// hashSQL reads the stored payload hashes of ids: for duplicates whose row
+// committed while receiveSQL ran, and for receiveOneSQL's duplicates.
 const hashSQL = `
 SELECT message_id, payload_hash FROM /* schema */inbox
 WHERE consumer = $1 AND message_id = ANY($2::text[])`
