@@ -5,7 +5,8 @@
 // Each case measures every system several times, interleaved (the order
 // alternates from run to run), after a warm-up at a tenth of the size, so
 // a noisy shared machine affects the systems alike. The report keeps every
-// run and compares pgbox with each peer run by run, as a ratio.
+// run and compares the first system of a case (pgbox, where it is in the
+// case) with each peer run by run, as a ratio.
 package bench
 
 import (

@@ -21,7 +21,8 @@ type Report struct {
 	Sweep    []Point   `json:"sweep,omitempty"`
 }
 
-// Result is one case: each system's figures and pgbox's ratio to each peer.
+// Result is one case: each system's figures and the first system's ratio
+// to each of the others (its peers).
 type Result struct {
 	Scenario       string         `json:"scenario"`
 	Setting        string         `json:"setting"`
@@ -45,8 +46,8 @@ type Stats struct {
 	Runs   []float64 `json:"runs"`
 }
 
-// Ratio is pgbox's main figure divided by a peer's, run by run (the runs
-// were taken side by side).
+// Ratio is the first system's main figure (pgbox's, where pgbox is in the
+// case) divided by a peer's, run by run (the runs were taken side by side).
 type Ratio struct {
 	Peer   string  `json:"peer"`
 	Median float64 `json:"median"`
@@ -82,13 +83,14 @@ func summarize(name string, runs []Figures) SystemResult {
 	return r
 }
 
+// ratios compares the case's first system with each of the others.
 func ratios(c benchCase, runs map[string][]Figures) []Ratio {
-	ours := runs["pgbox"]
+	ours := runs[c.systems[0].name]
+	if ours == nil {
+		return nil
+	}
 	var out []Ratio
-	for _, s := range c.systems {
-		if s.name == "pgbox" || ours == nil {
-			continue
-		}
+	for _, s := range c.systems[1:] {
 		var v []float64
 		for i, f := range runs[s.name] {
 			if f[c.main] != 0 {
@@ -119,8 +121,9 @@ func (r *Report) WriteMarkdown(w io.Writer, chart string) error {
 		r.Finished.Sub(r.Started).Round(time.Second))
 	fmt.Fprintf(&b, "Machine: %s.\n\n", r.Machine)
 	fmt.Fprintf(&b, "Each figure is the median of %d timed runs, with the minimum and maximum in brackets, taken after a warm-up "+
-		"at a tenth of the size. The systems of a case run side by side, in alternating order; **ratio** is pgbox's figure "+
-		"divided by the peer's, run by run (median, with min–max), so a noisy machine touches both sides alike.\n\n", r.Runs)
+		"at a tenth of the size. The systems of a case run side by side, in alternating order; **ratio** is the first "+
+		"system's figure (pgbox's, where pgbox is in the case) divided by the peer's, run by run (median, with min–max), "+
+		"so a noisy machine touches both sides alike.\n\n", r.Runs)
 	r.writeTargets(&b)
 	scenario := ""
 	for _, res := range r.Results {
@@ -129,7 +132,7 @@ func (r *Report) WriteMarkdown(w io.Writer, chart string) error {
 			fmt.Fprintf(&b, "\n## %s\n\n%s\n\n", scenario, describe[scenario])
 			fmt.Fprintf(&b, "| setting | system | %s | other figures | ratio |\n|---|---|---|---|---|\n", res.Unit)
 		}
-		for _, s := range res.Systems {
+		for i, s := range res.Systems {
 			main := s.Figures[res.Unit]
 			var other []string
 			for _, unit := range slices.Sorted(maps.Keys(s.Figures)) {
@@ -138,7 +141,7 @@ func (r *Report) WriteMarkdown(w io.Writer, chart string) error {
 				}
 			}
 			ratio := ""
-			if s.System == "pgbox" {
+			if i == 0 {
 				for _, q := range res.Ratios {
 					ratio += fmt.Sprintf("%.2f× %s (%.2f–%.2f) ", q.Median, q.Peer, q.Min, q.Max)
 				}
