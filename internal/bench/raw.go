@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 )
@@ -65,7 +66,7 @@ func (e *env) rawDrain(n, workers int) func(context.Context, scale) (Figures, er
 		start := time.Now()
 		g, gctx := errgroup.WithContext(ctx)
 		for range workers {
-			g.Go(func() error { return rawWorker(gctx, r.pool, &handled, int64(n)) })
+			g.Go(func() error { return rawWorker(gctx, r.pool, claimDone, &handled, int64(n)) })
 		}
 		if err := g.Wait(); err != nil {
 			return nil, err
@@ -74,13 +75,24 @@ func (e *env) rawDrain(n, workers int) func(context.Context, scale) (Figures, er
 	}
 }
 
-func rawWorker(ctx context.Context, pool *pgxpool.Pool, handled *atomic.Int64, n int64) error {
+// claimFunc claims a batch in tx, completing it in the same statement, and
+// returns its rows (message id, payload): what a plain-SQL worker loops on.
+type claimFunc func(ctx context.Context, tx pgx.Tx) (pgx.Rows, error)
+
+// claimDone claims with rawClaimDone, under a fresh claim token.
+func claimDone(ctx context.Context, tx pgx.Tx) (pgx.Rows, error) {
+	return tx.Query(ctx, rawClaimDone, consumer, batchSize, rand.Int64())
+}
+
+// rawWorker loops on begin, claim, commit until handled reaches n or ctx
+// ends, waiting a millisecond after a claim that found nothing.
+func rawWorker(ctx context.Context, pool *pgxpool.Pool, claim claimFunc, handled *atomic.Int64, n int64) error {
 	for handled.Load() < n {
 		tx, err := pool.Begin(ctx)
 		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, rawClaimDone, consumer, batchSize, rand.Int64())
+		rows, err := claim(ctx, tx)
 		if err != nil {
 			_ = tx.Rollback(ctx)
 			return err
@@ -132,14 +144,22 @@ func (e *env) rawIngest(conns, batch int) func(context.Context, scale) (Figures,
 				_, err := r.pool.Exec(ctx, rawInsertOne, consumer, "r"+strconv.FormatInt(next.Add(1), 10), benchPayload, hash)
 				return 1, err
 			}
-			ids, payloads, hashes := make([]string, batch), make([][]byte, batch), make([][]byte, batch)
-			for i := range batch {
-				ids[i], payloads[i], hashes[i] = "r"+strconv.FormatInt(next.Add(1), 10), benchPayload, hash
-			}
+			ids, payloads, hashes := rawBatch("r", &next, batch)
 			_, err := r.pool.Exec(ctx, rawInsertMany, consumer, ids, payloads, hashes)
 			return batch, err
 		})
 	}
+}
+
+// rawBatch makes the arguments of rawInsertMany for n new messages, their
+// ids prefix plus the next numbers of next.
+func rawBatch(prefix string, next *atomic.Int64, n int) (ids []string, payloads, hashes [][]byte) {
+	ids, payloads, hashes = make([]string, n), make([][]byte, n), make([][]byte, n)
+	hash := payloadHash()
+	for i := range n {
+		ids[i], payloads[i], hashes[i] = prefix+strconv.FormatInt(next.Add(1), 10), benchPayload, hash
+	}
+	return ids, payloads, hashes
 }
 
 // flood calls send from conns goroutines for d and returns how many
