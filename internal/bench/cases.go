@@ -14,6 +14,18 @@ var describe = map[string]string{
 		"rescues, leases and claim record).",
 	"dispatch-continuous": "Receiving and dispatching at once, like `river bench --duration`: two producers store batches of 100 " +
 		"(`ReceiveBatch`; River `InsertMany`) while the workers handle them, never more than 20,000 ahead; messages handled per second.",
+	"tables": "Whether the dedupe memory and the work queue should share one table (DESIGN.md leaves it to measurement): " +
+		"receiving and dispatching at once in plain SQL, shaped as dispatch-continuous is (two producers store `unnest` " +
+		"batches of 100, never more than 20,000 ahead, while 4 workers loop on one transaction each that claims and " +
+		"completes a batch of 200), on empty tables and on tables already holding a long-running service's memory of done " +
+		"messages; messages handled per second. **one table** is pgbox's inbox as migrated, worked as the raw cases work " +
+		"it: `INSERT … ON CONFLICT DO NOTHING`, then an `UPDATE … FOR UPDATE SKIP LOCKED` that marks the batch done, so " +
+		"done rows, payloads included, stay as the dedupe memory in the table the claim reads. **two tables** keeps a " +
+		"dedupe table (key, arrival time, payload hash) and a queue of pending messages: receiving is one statement that " +
+		"inserts into the dedupe table `ON CONFLICT DO NOTHING` and the ids it took into the queue; the claim `DELETE`s " +
+		"its batch from the queue (`WHERE seq = ANY (ARRAY(SELECT … FOR UPDATE SKIP LOCKED)) RETURNING …`), so only the dedupe row " +
+		"stays. MiB on disk is the tables with their indexes after the run; bytes/msg stored divides it by the messages " +
+		"pre-loaded and received.",
 	"duplicate-storm": "Nine deliveries in ten are redeliveries of ids already received (from the last 10,000), the rest new, " +
 		"each through `Receive`, from 4 connections. Database round trips counted by a pgx tracer; **raw** sends every " +
 		"delivery to the database.",
@@ -42,6 +54,10 @@ func (e *env) cases() []benchCase {
 				{"raw", e.rawDrain(cfg.Backlog, cfg.Workers)}}},
 		benchCase{scenario: "dispatch-continuous", setting: cfg.Duration.String(), main: "msgs/s", higherBetter: true,
 			systems: []system{{"pgbox", e.pgboxContinuous(cfg.Workers)}, {"river", e.riverContinuous()}}},
+		benchCase{scenario: "tables", setting: "empty tables", main: "msgs/s", higherBetter: true,
+			systems: []system{{"one table", e.tablesContinuous(oneTable, 0)}, {"two tables", e.tablesContinuous(twoTables, 0)}}},
+		benchCase{scenario: "tables", setting: fmt.Sprintf("%d done messages kept", cfg.Backlog), main: "msgs/s", higherBetter: true,
+			systems: []system{{"one table", e.tablesContinuous(oneTable, cfg.Backlog)}, {"two tables", e.tablesContinuous(twoTables, cfg.Backlog)}}},
 		benchCase{scenario: "duplicate-storm", setting: "90% redeliveries", main: "round trips/redelivery",
 			systems: []system{{"pgbox", e.pgboxStorm()}, {"raw", e.rawStorm()}}},
 		benchCase{scenario: "relay", setting: fmt.Sprintf("%d rows → GoChannel", cfg.Backlog/4), main: "msgs/s", higherBetter: true,
