@@ -81,6 +81,7 @@ type Outbox struct {
 	pool     *pgxpool.Pool
 	seqName  string
 	write    string
+	writeOne string
 }
 
 // New returns an Outbox. pool is used only to explain errors (a schema
@@ -101,6 +102,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Outbox, error) {
 		pool:     pool,
 		seqName:  ident.Render("/* schema */outbox_seq", cfg.Schema),
 		write:    ident.Render(writeSQL, cfg.Schema),
+		writeOne: ident.Render(writeOneSQL, cfg.Schema),
 	}, nil
 }
 

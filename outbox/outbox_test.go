@@ -145,19 +145,50 @@ func TestWriteRejectsBadInputAndWritesNothing(t *testing.T) {
 	require.Empty(t, b.rows(t), "one bad message writes nothing, its neighbours included")
 }
 
+// A reused id is refused by either statement: the first Write of the hour
+// notifies (the batch statement), the next ones do not (a single message
+// without a key goes in by a plain INSERT), and a keyed one takes the batch
+// statement again.
 func TestWriteRefusesAReusedID(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, outbox.Config{})
+	b := setup(t, outbox.Config{NotifyInterval: time.Hour})
 	id := uuid.Must(uuid.NewV7())
-	write := func() error {
+	write := func(key string) error {
 		return b.inTx(t, true, func(tx pgx.Tx) error {
-			_, err := b.outbox.Write(ctx, tx, outbox.Message{ID: id, Topic: "t"})
+			_, err := b.outbox.Write(ctx, tx, outbox.Message{ID: id, Topic: "t", OrderingKey: key})
 			return err
 		})
 	}
-	require.NoError(t, write())
-	require.ErrorContains(t, write(), "a message id is already in the outbox")
+	require.NoError(t, write(""))
+	require.ErrorContains(t, write(""), "a message id is already in the outbox")
+	require.ErrorContains(t, write("k"), "a message id is already in the outbox")
+	require.Len(t, b.rows(t), 1)
+}
+
+// A single message is stored alike whether its Write notifies (the batch
+// statement, on the leading edge of the NotifyInterval) or not (a plain
+// INSERT for a message without a key).
+func TestWriteStoresASingleMessageAlikeOnEitherPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, outbox.Config{NotifyInterval: time.Hour})
+	m := outbox.Message{Topic: "orders", EventType: "OrderPlaced", Payload: []byte{0, 1, 0xff}, Metadata: map[string]string{"tenant": "acme"}}
+	for range 2 {
+		require.NoError(t, b.inTx(t, true, func(tx pgx.Tx) error {
+			_, err := b.outbox.Write(ctx, tx, m)
+			return err
+		}))
+	}
+	rows := b.rows(t)
+	require.Len(t, rows, 2)
+	require.NotEqual(t, rows[0].ID, rows[1].ID)
+	require.Less(t, rows[0].Seq, rows[1].Seq)
+	for i := range rows {
+		rows[i].ID, rows[i].Seq = uuid.Nil, 0
+	}
+	want := outboxRow{EventType: "OrderPlaced", Metadata: map[string]string{"tenant": "acme"}, Payload: []byte{0, 1, 0xff}, Status: "pending", Topic: "orders"}
+	require.Equal(t, []outboxRow{want, want}, rows)
 }
 
 // The producer's trace context travels in the metadata; a trace context

@@ -46,3 +46,10 @@ notified AS (
     SELECT pg_notify($8, '') WHERE $8::text IS NOT NULL AND EXISTS (SELECT 1 FROM inserted)
 )
 SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM notified)`
+
+// writeOneSQL stores a single message without an ordering key, and without
+// a NOTIFY: a plain INSERT. Its seq comes from the column's default: with
+// no key there is no order to keep but arrival's, and nothing to lock.
+const writeOneSQL = `
+INSERT INTO /* schema */outbox (id, topic, event_type, payload, metadata)
+VALUES ($1, $2, $3, $4, $5::jsonb)`

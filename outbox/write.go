@@ -65,7 +65,16 @@ func (o *Outbox) Write(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]uuid.
 		channel = &o.channel
 	}
 	var inserted, notified int
-	err := tx.QueryRow(ctx, o.write, ids, topics, eventTypes, keys, payloads, metadata, o.seqName, channel).Scan(&inserted, &notified)
+	var err error
+	if n == 1 && keys[0] == nil && channel == nil {
+		// One message without an ordering key or a NOTIFY, the common
+		// case: a plain INSERT, without arrays, key locks or sorting.
+		var tag pgconn.CommandTag
+		tag, err = tx.Exec(ctx, o.writeOne, ids[0], topics[0], eventTypes[0], payloads[0], metadata[0])
+		inserted = int(tag.RowsAffected())
+	} else {
+		err = tx.QueryRow(ctx, o.write, ids, topics, eventTypes, keys, payloads, metadata, o.seqName, channel).Scan(&inserted, &notified)
+	}
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
