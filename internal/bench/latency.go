@@ -32,10 +32,21 @@ import (
 const latencyWarmUp = 2 * time.Second
 
 // latencies collects how long messages took, keyed by id from their start.
+// A path with named points between start and done (legs) also gets how
+// long each leg took: where an end-to-end figure goes.
 type latencies struct {
-	started sync.Map // id → time.Time
+	started sync.Map   // id → time.Time
+	points  []string   // the legs' ends before done, in the order passed
+	passed  []sync.Map // per point: id → time.Time
 	mu      sync.Mutex
 	took    []time.Duration
+	legs    [][]time.Duration // start → points[0], …, points[n-1] → done
+}
+
+// legs returns latencies whose messages pass points, in order, between
+// start and done.
+func legs(points ...string) *latencies {
+	return &latencies{points: points, passed: make([]sync.Map, len(points)), legs: make([][]time.Duration, len(points)+1)}
 }
 
 func (l *latencies) start(id string, at time.Time) { l.started.Store(id, at) }
@@ -49,30 +60,66 @@ func (l *latencies) restart(id string, at time.Time) {
 	}
 }
 
+// pass records that the timed message id reached points[point] now.
+func (l *latencies) pass(point int, id string) {
+	if _, timed := l.started.Load(id); timed {
+		l.passed[point].LoadOrStore(id, time.Now()) // the first time: a redelivery is not a leg
+	}
+}
+
 // handled is done for a dispatcher's message.
 func (l *latencies) handled(m *dispatcher.Message) { l.done(m.ID) }
 
 func (l *latencies) done(id string) {
+	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	at, ok := l.started.LoadAndDelete(id)
 	if !ok {
 		return // a retried handler, or a warm-up straggler
 	}
-	l.took = append(l.took, time.Since(at.(time.Time)))
+	l.took = append(l.took, now.Sub(at.(time.Time)))
+	from := at.(time.Time)
+	for i := range l.passed {
+		// A point not yet recorded was passed just now: the handler can
+		// finish before the subscriber that stored its message has seen
+		// its own commit return.
+		p := now
+		if t, ok := l.passed[i].LoadAndDelete(id); ok {
+			p = t.(time.Time)
+		}
+		l.legs[i] = append(l.legs[i], p.Sub(from))
+		from = p
+	}
+	if len(l.points) > 0 {
+		l.legs[len(l.points)] = append(l.legs[len(l.points)], now.Sub(from))
+	}
 }
 
-func (l *latencies) figures(timed int64) (Figures, error) {
+// figures returns the percentiles of the time taken, and each leg's p99
+// numbered and named by its ends ("leg 2: published → stored p99 ms"), the first leg starting
+// at from and the last ending at to.
+func (l *latencies) figures(timed int64, from, to string) (Figures, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if int64(len(l.took)) < timed {
 		return nil, fmt.Errorf("only %d of %d timed messages were handled", len(l.took), timed)
 	}
-	s := slices.Sorted(slices.Values(l.took))
-	q := func(p float64) float64 {
-		return float64(s[min(int(p*float64(len(s))), len(s)-1)].Microseconds()) / 1000
+	took := slices.Sorted(slices.Values(l.took))
+	f := Figures{"p50 ms": quantile(took, 0.50), "p99 ms": quantile(took, 0.99), "p99.9 ms": quantile(took, 0.999), "max ms": quantile(took, 1)}
+	ends := append(append([]string{from}, l.points...), to)
+	for i, leg := range l.legs {
+		if len(leg) > 0 {
+			f[fmt.Sprintf("leg %d: %s → %s p99 ms", i+1, ends[i], ends[i+1])] = quantile(slices.Sorted(slices.Values(leg)), 0.99)
+		}
 	}
-	return Figures{"p50 ms": q(0.50), "p99 ms": q(0.99), "p99.9 ms": q(0.999), "max ms": q(1)}, nil
+	return f, nil
+}
+
+// quantile returns the q-quantile of sorted, in milliseconds.
+func quantile(sorted []time.Duration, q float64) float64 {
+	s := sorted
+	return float64(s[min(int(q*float64(len(s))), len(s)-1)].Microseconds()) / 1000
 }
 
 // timedPaced is paced for latencyWarmUp plus d, without a break: send
@@ -136,7 +183,7 @@ func (e *env) inboxLatency() func(context.Context, scale) (Figures, error) {
 			return nil, err
 		}
 		defer r.close()
-		l := &latencies{}
+		l := legs()
 		d, err := r.dispatcher(e, dispatcher.WorkersDefault, dispatcher.BatchSizeDefault, l.handled)
 		if err != nil {
 			return nil, err
@@ -159,7 +206,7 @@ func (e *env) inboxLatency() func(context.Context, scale) (Figures, error) {
 		if err := waitInboxDone(ctx, r.pool); err != nil {
 			return nil, err
 		}
-		return l.figures(timed)
+		return l.figures(timed, "received", "handled")
 	}
 }
 
@@ -167,12 +214,14 @@ func (e *env) inboxLatency() func(context.Context, scale) (Figures, error) {
 // so that as many subscribers store messages at once (a GoChannel hands its
 // subscriber one message at a time, waiting for its ack).
 type spread struct {
-	chans []*gochannel.GoChannel
-	next  atomic.Int64
+	chans     []*gochannel.GoChannel
+	next      atomic.Int64
+	published func(id string) // called for each message as it is handed over
 }
 
 func (s *spread) Publish(topic string, msgs ...*message.Message) error {
 	for _, m := range msgs {
+		s.published(m.UUID)
 		if err := s.chans[s.next.Add(1)%int64(len(s.chans))].Publish(topic, m); err != nil {
 			return err
 		}
@@ -187,12 +236,14 @@ func (s *spread) Close() error {
 	return nil
 }
 
-// endToEndLatency writes single outbox rows at a steady rate and measures
+// endToEndLatency writes single outbox rows at rate a second and measures
 // each from its transaction's commit to the end of the consumer's handler:
 // relay, an in-process broker (16 GoChannel subscribers storing with
 // watermillinbox, acking after the commit), inbox, dispatcher. Only
-// messages written after latencyWarmUp are timed.
-func (e *env) endToEndLatency() func(context.Context, scale) (Figures, error) {
+// messages written after latencyWarmUp are timed. Each leg's p99 is
+// reported too: commit to the relay's publish, publish to the inbox's
+// commit, and that to the handler's end.
+func (e *env) endToEndLatency(rate int) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
 		r, err := e.newRig(ctx, 40)
 		if err != nil {
@@ -204,12 +255,12 @@ func (e *env) endToEndLatency() func(context.Context, scale) (Figures, error) {
 		if err != nil {
 			return nil, err
 		}
-		l := &latencies{}
+		l := legs("published", "stored")
 		d, err := r.dispatcher(e, dispatcher.WorkersDefault, dispatcher.BatchSizeDefault, l.handled)
 		if err != nil {
 			return nil, err
 		}
-		broker := &spread{}
+		broker := &spread{published: func(id string) { l.pass(0, id) }}
 		store := watermillinbox.Handler(watermillinbox.Config{Inbox: r.in, Logger: e.log})
 		subCtx, stopSubs := context.WithCancel(ctx)
 		defer stopSubs()
@@ -225,6 +276,7 @@ func (e *env) endToEndLatency() func(context.Context, scale) (Figures, error) {
 						m.Nack()
 						continue
 					}
+					l.pass(1, m.UUID)
 					m.Ack()
 				}
 			}()
@@ -242,7 +294,7 @@ func (e *env) endToEndLatency() func(context.Context, scale) (Figures, error) {
 		}
 		defer d.Stop(context.WithoutCancel(ctx))
 		defer rel.Stop(context.WithoutCancel(ctx))
-		timed, err := timedPaced(ctx, e.cfg.Rate, s.d(e.cfg.Duration), func(ctx context.Context, _ int64, timed bool) error {
+		timed, err := timedPaced(ctx, rate, s.d(e.cfg.Duration), func(ctx context.Context, _ int64, timed bool) error {
 			tx, err := pool.Begin(ctx)
 			if err != nil {
 				return err
@@ -273,6 +325,6 @@ func (e *env) endToEndLatency() func(context.Context, scale) (Figures, error) {
 		if err := waitInboxDone(ctx, pool); err != nil {
 			return nil, err
 		}
-		return l.figures(timed)
+		return l.figures(timed, "committed", "handled")
 	}
 }
