@@ -45,6 +45,8 @@ inserted AS (
 notified AS (
     SELECT pg_notify($8, '') WHERE $8::text IS NOT NULL AND EXISTS (SELECT 1 FROM inserted)
 )
+-- notified is read only so that it runs: a CTE that is not a data-modifying
+-- statement is evaluated only where it is referenced.
 SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM notified)`
 
 // writeOneSQL stores a single message without an ordering key, and without

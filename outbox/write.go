@@ -64,7 +64,7 @@ func (o *Outbox) Write(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]uuid.
 	if o.notifies.Allow() {
 		channel = &o.channel
 	}
-	var inserted, notified int
+	var inserted int
 	var err error
 	if n == 1 && keys[0] == nil && channel == nil {
 		// One message without an ordering key or a NOTIFY, the common
@@ -73,7 +73,7 @@ func (o *Outbox) Write(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]uuid.
 		tag, err = tx.Exec(ctx, o.writeOne, ids[0], topics[0], eventTypes[0], payloads[0], metadata[0])
 		inserted = int(tag.RowsAffected())
 	} else {
-		err = tx.QueryRow(ctx, o.write, ids, topics, eventTypes, keys, payloads, metadata, o.seqName, channel).Scan(&inserted, &notified)
+		err = tx.QueryRow(ctx, o.write, ids, topics, eventTypes, keys, payloads, metadata, o.seqName, channel).Scan(&inserted, nil)
 	}
 	if err != nil {
 		var pgErr *pgconn.PgError
