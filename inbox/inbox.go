@@ -73,7 +73,9 @@ type Config struct {
 	// Only ids known to be committed are remembered: those Receive and
 	// ReceiveBatch stored or found, and those Process committed or found;
 	// not those of ReceiveTx and ReceiveBatchTx, whose transaction may yet
-	// roll back. A redelivery whose payload differs still goes to the
+	// roll back. The newest stored push out the oldest; an id found already
+	// stored is remembered only while there is room, so it never pushes out
+	// one stored after it. A redelivery whose payload differs still goes to the
 	// database, which records the conflict. Defaults to RecentIDsDefault
 	// (10,000, about 1 MB); -1 remembers nothing.
 	RecentIDs int

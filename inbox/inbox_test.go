@@ -815,6 +815,39 @@ func TestOnlyCommittedMessagesAreRemembered(t *testing.T) {
 	require.Equal(t, before+3*2, counter.n.Load())
 }
 
+// A redelivery of a message the Inbox has forgotten goes to the database,
+// and must not push out a message stored after it: otherwise every miss
+// makes another, and a storm of redeliveries of as many recent messages as
+// the Inbox remembers goes to the database more and more.
+func TestAForgottenRedeliveryKeepsTheRecentRemembered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, counter := countingPool(t)
+	schema := pgtest.Schema(t)
+	// One notification, sent at once for the first message; the others'
+	// fold into one due in an hour, after the test.
+	in, err := inbox.New(pool, inbox.Config{Consumer: "payments", Schema: schema, RecentIDs: 3, NotifyInterval: time.Hour})
+	require.NoError(t, err)
+	conn := listen(t, schema)
+	for _, id := range []string{"m1", "m2", "m3", "m4"} { // m1 is forgotten
+		out, err := in.Receive(ctx, msg(id))
+		require.NoError(t, err)
+		require.Equal(t, inbox.Accepted, out)
+	}
+	require.Equal(t, "payments", nextNotification(t, conn)) // sent: count from here
+	before := counter.n.Load()
+	out, err := in.Receive(ctx, msg("m1"))
+	require.NoError(t, err)
+	require.Equal(t, inbox.Duplicate, out)
+	require.Equal(t, before+2, counter.n.Load(), "the forgotten m1: an insert, then its stored hash")
+	for _, id := range []string{"m2", "m3", "m4", "m2"} {
+		out, err := in.Receive(ctx, msg(id))
+		require.NoError(t, err)
+		require.Equal(t, inbox.Duplicate, out)
+	}
+	require.Equal(t, before+2, counter.n.Load(), "m2, m3 and m4 are still remembered")
+}
+
 // An autocommitted Receive announces its message after its commit, in a
 // notification of its own, instead of inside its statement: a NOTIFY there
 // would make the receive's commit queue on PostgreSQL's notification lock

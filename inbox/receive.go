@@ -126,8 +126,8 @@ func (in *Inbox) Process(ctx context.Context, msg Message, fn func(ctx context.C
 	case Duplicate:
 		// Nothing was written: the deferred rollback ends it. The stored
 		// row was committed by another transaction (this one wrote
-		// nothing before), so it can be remembered.
-		in.recent.Add(msg.ID, sha256.Sum256(msg.Payload))
+		// nothing before), so it can be remembered, while there is room.
+		in.recent.Fill(msg.ID, sha256.Sum256(msg.Payload))
 		in.tel.Count(ctx, 0, 1, 0)
 		return Duplicate, nil
 	case Conflict:
@@ -244,8 +244,12 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 	}
 	if autocommit {
 		for k, id := range b.ids {
-			if r := results[b.index[k]]; r.Err == nil {
+			switch r := results[b.index[k]]; {
+			case r.Err != nil:
+			case r.Outcome == Accepted:
 				in.recent.Add(id, recent.Hash(b.hashes[k]))
+			default: // a duplicate: stored before the ids remembered
+				in.recent.Fill(id, recent.Hash(b.hashes[k]))
 			}
 		}
 	}

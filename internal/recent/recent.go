@@ -45,9 +45,19 @@ func (s *Set) Get(id string) (Hash, bool) {
 	return h, ok
 }
 
-// Add remembers that id is committed with a payload of hash, forgetting
-// the oldest id if the set is full.
-func (s *Set) Add(id string, hash Hash) {
+// Add remembers that id is newly committed with a payload of hash,
+// forgetting the oldest id if the set is full.
+func (s *Set) Add(id string, hash Hash) { s.add(id, hash, true) }
+
+// Fill remembers that id, found already committed, has a payload of hash,
+// but only while the set has room. Such an id was stored before the ones
+// the set holds: were it to push out the oldest of them, every redelivery
+// the set missed would make it miss another, and a storm of redeliveries of
+// exactly as many recent ids as it holds would go to the database more and
+// more.
+func (s *Set) Fill(id string, hash Hash) { s.add(id, hash, false) }
+
+func (s *Set) add(id string, hash Hash, evict bool) {
 	if s == nil {
 		return
 	}
@@ -58,6 +68,8 @@ func (s *Set) Add(id string, hash Hash) {
 	}
 	if len(s.ring) < cap(s.ring) {
 		s.ring = append(s.ring, id)
+	} else if !evict {
+		return
 	} else {
 		delete(s.ids, s.ring[s.next])
 		s.ring[s.next] = id

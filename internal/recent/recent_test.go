@@ -28,11 +28,33 @@ func TestSetEvictsTheOldest(t *testing.T) {
 	require.Equal(t, 3, s.Len())
 }
 
+// An id found already committed fills the set while it has room, and
+// never pushes out an id the set holds.
+func TestFillNeverEvicts(t *testing.T) {
+	t.Parallel()
+	s := New(3)
+	s.Fill("old", Hash{1})
+	s.Add("a", Hash{})
+	s.Add("b", Hash{})
+	require.Equal(t, 3, s.Len())
+	s.Fill("older", Hash{2})
+	for _, id := range []string{"old", "a", "b"} {
+		_, ok := s.Get(id)
+		require.True(t, ok, "id %s", id)
+	}
+	_, ok := s.Get("older")
+	require.False(t, ok, "a full set takes no found id")
+	s.Add("c", Hash{}) // a new one still pushes out the oldest
+	_, ok = s.Get("old")
+	require.False(t, ok)
+}
+
 func TestNilSetRemembersNothing(t *testing.T) {
 	t.Parallel()
 	s := New(0)
 	require.Nil(t, s)
 	s.Add("a", Hash{})
+	s.Fill("b", Hash{})
 	_, ok := s.Get("a")
 	require.False(t, ok)
 	require.Zero(t, s.Len())
