@@ -245,7 +245,7 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 	if autocommit {
 		for k, id := range b.ids {
 			switch r := results[b.index[k]]; {
-			case r.Err != nil:
+			case r.Err != nil: // a conflict: what is stored is another payload
 			case r.Outcome == Accepted:
 				in.recent.Add(id, recent.Hash(b.hashes[k]))
 			default: // a duplicate: stored before the ids remembered

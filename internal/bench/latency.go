@@ -96,9 +96,9 @@ func (l *latencies) done(id string) {
 	}
 }
 
-// figures returns the percentiles of the time taken, and each leg's p99
-// numbered and named by its ends ("leg 2: published → stored p99 ms"), the first leg starting
-// at from and the last ending at to.
+// figures returns the percentiles of the time taken, and each leg's p99,
+// numbered and named by its ends ("leg 2: published → stored p99 ms"): the
+// first leg starts at from, the last ends at to.
 func (l *latencies) figures(timed int64, from, to string) (Figures, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -116,9 +116,8 @@ func (l *latencies) figures(timed int64, from, to string) (Figures, error) {
 	return f, nil
 }
 
-// quantile returns the q-quantile of sorted, in milliseconds.
-func quantile(sorted []time.Duration, q float64) float64 {
-	s := sorted
+// quantile returns the q-quantile of s, sorted, in milliseconds.
+func quantile(s []time.Duration, q float64) float64 {
 	return float64(s[min(int(q*float64(len(s))), len(s)-1)].Microseconds()) / 1000
 }
 
