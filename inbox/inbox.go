@@ -51,10 +51,9 @@ type Config struct {
 	// committed, in a notification of their own, at once or when the
 	// interval since the last one is up, for everything stored meanwhile.
 	// ReceiveTx puts a NOTIFY in the caller's transaction (delivered at its
-	// commit) only after a quiet interval; the others are announced by a
-	// notification of its own, every interval while they keep coming and an
-	// interval after the last. Defaults to 10ms; -1 notifies for every
-	// statement that stores something.
+	// commit) at most once per interval; statements in between are
+	// announced together an interval after the last of them. Defaults to
+	// 10ms; -1 notifies for every statement that stores something.
 	//
 	// The interval is per sender: every Inbox and Outbox in every process
 	// on the database notifies on its own, and all of them share the lock.

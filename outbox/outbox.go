@@ -25,15 +25,11 @@ type Config struct {
 	// own 1 GB. Keep it no larger than the consumers' inbox limit.
 	MaxPayloadBytes int
 
-	// NotifyInterval is how often, at most, this Outbox wakes idle relays.
-	// A NOTIFY in a business transaction holds PostgreSQL's notification
-	// lock from its commit through its WAL flush, so one per transaction
-	// would make them all wait in turn. Only a Write after a quiet interval
-	// (no Write for an interval) puts a NOTIFY in its transaction; the
-	// others are announced by a notification of its own, sent an interval
-	// after the first of them, every interval while they keep coming, and
-	// an interval after the last. Under steady load no business commit
-	// carries a NOTIFY. Defaults to 10ms; -1 notifies in every Write.
+	// NotifyInterval is how often, at most, this Outbox wakes idle relays
+	// with a NOTIFY in a business transaction: one per transaction would make
+	// them all wait in turn on PostgreSQL's notification lock at commit.
+	// Writes in between are announced together by one NOTIFY sent an interval
+	// after the last of them. Defaults to 10ms; -1 notifies in every Write.
 	//
 	// The interval is per sender: every Inbox and Outbox in every process
 	// on the database notifies on its own, and all of them share the lock.

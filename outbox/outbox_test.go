@@ -167,7 +167,7 @@ func TestWriteRefusesAReusedID(t *testing.T) {
 }
 
 // A single message is stored alike whether its Write notifies (the batch
-// statement, after a quiet NotifyInterval) or not (a plain
+// statement, on the leading edge of the NotifyInterval) or not (a plain
 // INSERT for a message without a key).
 func TestWriteStoresASingleMessageAlikeOnEitherPath(t *testing.T) {
 	t.Parallel()

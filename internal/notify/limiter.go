@@ -13,19 +13,13 @@ const NotifyIntervalDefault = 10 * time.Millisecond
 // Limiter folds a sender's notifications. NOTIFY takes a lock that every
 // notifying transaction holds from its commit until its WAL is flushed, so
 // one NOTIFY per transaction makes all of a busy service's commits wait in
-// turn. With a Limiter, a sender's statement notifies only after a quiet
-// interval, when no statement has asked for an interval (the leading edge,
-// which wakes an idle listener at once). A statement that was folded leaves
-// the Limiter owing a notification, which it sends on its own, through
-// flush: an interval after the first folded statement, then every interval
-// while statements keep being folded, and a last time an interval after the
-// last one, by when the folded statements have committed. So every row is
+// turn. With a Limiter, a sender's statement notifies only if no other did
+// in the last interval (the leading edge); a statement that was folded
+// leaves the Limiter owing a notification, which it sends on its own (the
+// trailing edge, through flush) once an interval has passed without more
+// folding, by when the folded statements have committed. So every row is
 // announced within about an interval, unless its transaction stays open
 // longer, and then polling finds it: notifications stay a hint.
-//
-// Under steady load no statement notifies: the business commits that carry
-// the rows never take the lock, and the notifications, sent with an
-// asynchronous commit (notify.Send), hold it only briefly.
 //
 // A sender that knows when its rows have committed (an autocommitted
 // statement has returned) should call Committed instead: it keeps the
@@ -33,18 +27,17 @@ const NotifyIntervalDefault = 10 * time.Millisecond
 type Limiter struct {
 	flush    func()
 	interval time.Duration
-	asked    atomic.Int64 // unix nanoseconds of the last Allow
+	last     atomic.Int64 // unix nanoseconds of the last leading-edge notification
 
-	mu     sync.Mutex
-	timer  *time.Timer // the owed notification, when armed
-	folded bool        // a statement was folded since the timer was armed or last fired
+	mu    sync.Mutex
+	timer *time.Timer // the owed trailing notification, when armed
 
 	sentMu sync.Mutex
 	sent   time.Time // when Committed's last notification was sent
 	due    bool      // Committed has a notification scheduled
 }
 
-// NewLimiter returns a Limiter that lets a statement after a quiet interval
+// NewLimiter returns a Limiter that lets one statement per interval
 // notify, and calls flush to send a notification owed for folded ones. A
 // negative interval lets every statement notify.
 func NewLimiter(interval time.Duration, flush func()) *Limiter {
@@ -52,38 +45,24 @@ func NewLimiter(interval time.Duration, flush func()) *Limiter {
 }
 
 // Allow reports whether the statement about to run should notify. When it
-// should not, its notification is folded into an owed one.
+// should not, its notification is folded into the owed trailing one.
 func (l *Limiter) Allow() bool {
 	if l.interval < 0 {
 		return true
 	}
 	now := time.Now().UnixNano()
-	if now-l.asked.Swap(now) >= int64(l.interval) {
+	last := l.last.Load()
+	if now-last >= int64(l.interval) && l.last.CompareAndSwap(last, now) {
 		return true
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.timer == nil {
-		l.timer = time.AfterFunc(l.interval, l.owed)
+		l.timer = time.AfterFunc(l.interval, l.flush)
 	} else {
-		l.folded = true
+		l.timer.Reset(l.interval) // an interval after the last folded statement
 	}
 	return false
-}
-
-// owed sends the owed notification, and keeps one owed an interval later
-// if statements were folded since the last: their transactions may not
-// have committed yet.
-func (l *Limiter) owed() {
-	l.mu.Lock()
-	if l.folded {
-		l.folded = false
-		l.timer.Reset(l.interval)
-	} else {
-		l.timer = nil
-	}
-	l.mu.Unlock()
-	l.flush()
 }
 
 // Committed announces rows that have committed: it sends a notification
