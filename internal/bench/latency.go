@@ -115,17 +115,18 @@ func (l *latencies) wait(ctx context.Context, n int64) error {
 	}
 }
 
-// figures returns the percentiles of the time taken, and each leg's p99,
-// numbered and named by its ends ("leg 2: published → stored p99 ms"): the
-// first leg starts at from, the last ends at to.
-func (l *latencies) figures(timed int64, from, to string) (Figures, error) {
+// figures returns the percentiles of the time taken, each leg's p99,
+// numbered and named by its ends ("leg 2: published → stored p99 ms"; the
+// first leg starts at from, the last ends at to), and the rate the senders
+// held.
+func (l *latencies) figures(timed int64, held float64, from, to string) (Figures, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if int64(len(l.took)) < timed {
 		return nil, fmt.Errorf("only %d of %d timed messages were handled", len(l.took), timed)
 	}
 	took := slices.Sorted(slices.Values(l.took))
-	f := Figures{"p50 ms": quantile(took, 0.50), "p99 ms": quantile(took, 0.99), "p99.9 ms": quantile(took, 0.999), "max ms": quantile(took, 1)}
+	f := Figures{"p50 ms": quantile(took, 0.50), "p99 ms": quantile(took, 0.99), "p99.9 ms": quantile(took, 0.999), "max ms": quantile(took, 1), "sent/s": held}
 	ends := append(append([]string{from}, l.points...), to)
 	for i, leg := range l.legs {
 		if len(leg) > 0 {
@@ -142,31 +143,28 @@ func quantile(s []time.Duration, q float64) float64 {
 
 // timedPaced is paced for latencyWarmUp plus d, without a break: send
 // learns whether to time message i (it is past the warm-up). It returns how
-// many messages were timed.
-func timedPaced(ctx context.Context, rate int, d time.Duration, send func(ctx context.Context, i int64, timed bool) error) (int64, error) {
+// many messages were timed and the rate the senders held while timing.
+func timedPaced(ctx context.Context, rate int, d time.Duration, send func(ctx context.Context, i int64, timed bool) error) (int64, float64, error) {
 	warm := int64(latencyWarmUp.Seconds() * float64(rate))
-	var timed atomic.Int64
-	_, err := paced(ctx, rate, latencyWarmUp+d, func(ctx context.Context, i int64) error {
-		if err := send(ctx, i, i >= warm); err != nil {
-			return err
-		}
-		if i >= warm {
-			timed.Add(1)
-		}
-		return nil
+	return paced(ctx, rate, latencyWarmUp+d, warm, func(ctx context.Context, i int64) error {
+		return send(ctx, i, i >= warm)
 	})
-	return timed.Load(), err
 }
 
 // paced calls send for rate messages a second, for d, from 16 goroutines,
-// each message at its own time. It returns how many it sent.
-func paced(ctx context.Context, rate int, d time.Duration, send func(ctx context.Context, i int64) error) (int64, error) {
-	var sent atomic.Int64
+// each message at its own time. Of the messages from the from-th on, it
+// returns how many were sent and the rate the senders held: those messages
+// over the time from the first one's due time until the last one was taken
+// up. Senders that fall behind start messages late, so a case that cannot
+// keep its rate would time a lighter load than it claims; below 95% of rate,
+// paced fails instead.
+func paced(ctx context.Context, rate int, d time.Duration, from int64, send func(ctx context.Context, i int64) error) (int64, float64, error) {
+	var sent, lastStart atomic.Int64 // lastStart: since start, in ns
 	g, ctx := errgroup.WithContext(ctx)
 	due := make(chan int64, rate)
+	start, interval := time.Now(), time.Second/time.Duration(rate)
 	g.Go(func() error {
 		defer close(due)
-		start, interval := time.Now(), time.Second/time.Duration(rate)
 		for i := int64(0); ; i++ {
 			at := start.Add(time.Duration(i) * interval)
 			if at.Sub(start) >= d {
@@ -181,15 +179,35 @@ func paced(ctx context.Context, rate int, d time.Duration, send func(ctx context
 	for range 16 {
 		g.Go(func() error {
 			for i := range due {
+				if i >= from {
+					storeMax(&lastStart, int64(time.Since(start)))
+				}
 				if err := send(ctx, i); err != nil {
 					return err
 				}
-				sent.Add(1)
+				if i >= from {
+					sent.Add(1)
+				}
 			}
 			return nil
 		})
 	}
-	return sent.Load(), g.Wait()
+	if err := g.Wait(); err != nil {
+		return 0, 0, err
+	}
+	n := sent.Load()
+	took := time.Duration(lastStart.Load()) - time.Duration(from)*interval + interval
+	held := float64(n) / took.Seconds()
+	if held < 0.95*float64(rate) {
+		return n, held, fmt.Errorf("the senders held only %.0f of the %d messages a second asked for: the machine cannot sustain this rate; lower -rate", held, rate)
+	}
+	return n, held, nil
+}
+
+// storeMax sets v to x if x is greater.
+func storeMax(v *atomic.Int64, x int64) {
+	for last := v.Load(); x > last && !v.CompareAndSwap(last, x); last = v.Load() {
+	}
 }
 
 // inboxLatency receives single messages at a steady rate and measures each
@@ -210,7 +228,7 @@ func (e *env) inboxLatency() func(context.Context, scale) (Figures, error) {
 			return nil, err
 		}
 		defer d.Stop(context.WithoutCancel(ctx))
-		timed, err := timedPaced(ctx, e.cfg.Rate, s.d(e.cfg.Duration), func(ctx context.Context, i int64, timed bool) error {
+		timed, held, err := timedPaced(ctx, e.cfg.Rate, s.d(e.cfg.Duration), func(ctx context.Context, i int64, timed bool) error {
 			id := "l" + strconv.FormatInt(i, 10)
 			if timed {
 				l.start(id, time.Now())
@@ -224,7 +242,7 @@ func (e *env) inboxLatency() func(context.Context, scale) (Figures, error) {
 		if err := waitInboxDone(ctx, r.pool); err != nil {
 			return nil, err
 		}
-		return l.figures(timed, "received", "handled")
+		return l.figures(timed, held, "received", "handled")
 	}
 }
 
@@ -312,7 +330,7 @@ func (e *env) endToEndLatency(rate int) func(context.Context, scale) (Figures, e
 		}
 		defer d.Stop(context.WithoutCancel(ctx))
 		defer rel.Stop(context.WithoutCancel(ctx))
-		timed, err := timedPaced(ctx, rate, s.d(e.cfg.Duration), func(ctx context.Context, _ int64, timed bool) error {
+		timed, held, err := timedPaced(ctx, rate, s.d(e.cfg.Duration), func(ctx context.Context, _ int64, timed bool) error {
 			tx, err := pool.Begin(ctx)
 			if err != nil {
 				return err
@@ -342,6 +360,6 @@ func (e *env) endToEndLatency(rate int) func(context.Context, scale) (Figures, e
 		if err := l.wait(ctx, timed); err != nil {
 			return nil, err
 		}
-		return l.figures(timed, "committed", "handled")
+		return l.figures(timed, held, "committed", "handled")
 	}
 }
