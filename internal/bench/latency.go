@@ -25,11 +25,22 @@ import (
 // starts timing messages, on the same pool, schema and workers it then
 // times. Each run makes all of them afresh, and their first second or two
 // is start-up, not the steady rate the case measures: every new connection
-// (24 and 40 here) pays for its backend's start and its first statements'
+// (latencyConns) pays for its backend's start and its first statements'
 // catalog lookups and planning at once, on a loaded machine, and that
 // stalled the first messages for up to a second, which was the whole
 // p99.9 and max of the inbox case.
 const latencyWarmUp = 2 * time.Second
+
+// latencyConns is the pool size of the latency cases, shared by the
+// senders (16), the subscribers (16), the relay and the dispatcher's
+// workers (4): a few connections per core, as PostgreSQL's own advice has
+// it, rather than one for each. More connections only let more backends
+// contend for the 2 cores. At 1,000/s end to end with 40 (or 24), the
+// senders fell behind in the warm-up, holding 450-800 messages a second,
+// and p99 was 50-100 ms; with 12 they held the rate and p99 was 24-42 ms.
+// A wait for a connection is a short FIFO queue in the pool, where 40
+// connections made a run queue of some 40 processes in the kernel.
+const latencyConns = 12
 
 // latencies collects how long messages took, keyed by id from their start.
 // A path with named points between start and done (legs) also gets how
@@ -214,7 +225,7 @@ func storeMax(v *atomic.Int64, x int64) {
 // from the Receive call to the end of its handler, after latencyWarmUp.
 func (e *env) inboxLatency() func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
-		r, err := e.newRig(ctx, 24)
+		r, err := e.newRig(ctx, latencyConns)
 		if err != nil {
 			return nil, err
 		}
@@ -281,7 +292,7 @@ func (s *spread) Close() error {
 // commit, and that to the handler's end.
 func (e *env) endToEndLatency(rate int) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
-		r, err := e.newRig(ctx, 40)
+		r, err := e.newRig(ctx, latencyConns)
 		if err != nil {
 			return nil, err
 		}
