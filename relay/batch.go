@@ -94,8 +94,8 @@ func (r *Relay) claim(token int64) ([]*row, int, error) {
 	}
 	defer rows.Close()
 	var (
-		out []*row
-		n   int
+		out, dead []*row
+		n         int
 	)
 	for rows.Next() {
 		n++
@@ -107,9 +107,8 @@ func (r *Relay) claim(token int64) ([]*row, int, error) {
 		if err := rows.Scan(&rw.id, &status, &rw.topic, &rw.eventType, &rw.orderingKey, &rw.payload, &metadata, &rw.attempt, &rw.seq); err != nil {
 			return nil, 0, fmt.Errorf("claim: %w", err)
 		}
-		if status == "dead" {
-			r.cfg.Logger.Error("relay: outbox row is dead: its publish attempts ran out",
-				slog.String("id", rw.id.String()), slog.String("topic", rw.topic), slog.Int("attempts", rw.attempt))
+		if status == "dead" { // its lease expired on its last attempt
+			dead = append(dead, &rw)
 			continue
 		}
 		if err := json.Unmarshal(metadata, &rw.metadata); err != nil {
@@ -121,8 +120,13 @@ func (r *Relay) claim(token int64) ([]*row, int, error) {
 		}
 		out = append(out, &rw)
 	}
-	if err := rows.Err(); err != nil {
+	if err := rows.Err(); err != nil { // the commit's error included
 		return nil, 0, fmt.Errorf("claim: %w", err)
+	}
+	for _, rw := range dead {
+		r.tel.Dead(rw.topic)
+		r.cfg.Logger.Error("relay: outbox row is dead: its publish attempts ran out",
+			slog.String("id", rw.id.String()), slog.String("topic", rw.topic), slog.Int("attempts", rw.attempt))
 	}
 	return out, n, nil
 }
@@ -196,15 +200,47 @@ func (r *Relay) complete(token int64, outcomes []outcome) {
 			errs[i] = &outcomes[i].err
 		}
 	}
-	tag, err := r.pool.Exec(ctx, r.q.complete, token, ids, statuses, delays, refunds, errs)
+	recorded, err := r.recordOutcomes(ctx, token, ids, statuses, delays, refunds, errs)
 	switch {
 	case err != nil:
 		r.cfg.Logger.Error("relay: could not record publish outcomes; the rows will be published again when their lease expires",
 			slog.Int("rows", n), slog.String("error", err.Error()))
-	case int(tag.RowsAffected()) < n:
+	case recorded < n:
 		r.cfg.Logger.Warn("relay: some outcomes were not recorded because another relay had taken the rows over (lease expired)",
-			slog.Int("rows", n), slog.Int64("recorded", tag.RowsAffected()))
+			slog.Int("rows", n), slog.Int("recorded", recorded))
 	}
+}
+
+// recordOutcomes runs completeSQL and counts the rows it recorded dead
+// once it has committed; a row another relay had taken over is not
+// recorded. It returns how many rows it recorded.
+func (r *Relay) recordOutcomes(ctx context.Context, args ...any) (int, error) {
+	rows, err := r.pool.Query(ctx, r.q.complete, args...)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var (
+		recorded int
+		dead     []string // their topics
+	)
+	for rows.Next() {
+		var status, topic string
+		if err := rows.Scan(&status, &topic); err != nil {
+			return 0, err
+		}
+		recorded++
+		if status == "dead" {
+			dead = append(dead, topic)
+		}
+	}
+	if err := rows.Err(); err != nil { // the commit's error included
+		return 0, err
+	}
+	for _, topic := range dead {
+		r.tel.Dead(topic)
+	}
+	return recorded, nil
 }
 
 // prune deletes published rows older than the retention window, a batch at

@@ -68,7 +68,8 @@ RETURNING o.id, o.status, o.topic, o.event_type, coalesce(o.ordering_key, ''), o
 // completeSQL records what became of each claimed row, fenced by the claim
 // token: published; pending again after a backoff (a failed publish); dead;
 // or released (pending now, the attempt refunded) when the relay stopped
-// before publishing it.
+// before publishing it. It returns each recorded row's new status and its
+// topic, for the dead rows' metric.
 const completeSQL = `
 UPDATE /* schema */outbox AS o SET
     status       = r.status,
@@ -80,7 +81,8 @@ UPDATE /* schema */outbox AS o SET
     errors       = CASE WHEN r.error IS NULL THEN o.errors
                         ELSE o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts, 'at', now(), 'error', r.error)) END
 FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::int[], $6::text[]) AS r(id, status, delay_ms, refund, error)
-WHERE o.id = r.id AND o.claim_token = $1 AND o.status = 'running'`
+WHERE o.id = r.id AND o.claim_token = $1 AND o.status = 'running'
+RETURNING o.status, o.topic`
 
 // pruneSQL deletes up to $2 published rows older than $1 milliseconds.
 // Dead and unpublished rows are never deleted.

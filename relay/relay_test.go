@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/ident"
@@ -239,7 +241,8 @@ func TestMaxAttemptsMarksARowDead(t *testing.T) {
 		}
 		return nil
 	}}
-	b.start(t, relay.Config{Publisher: pub, MaxAttempts: 3})
+	reader := sdkmetric.NewManualReader()
+	b.start(t, relay.Config{Publisher: pub, MaxAttempts: 3, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	b.waitPublished(t)
 
 	var status, lastError string
@@ -249,6 +252,58 @@ func TestMaxAttemptsMarksARowDead(t *testing.T) {
 	require.Equal(t, 3, attempts)
 	require.Equal(t, "publish: message exceeds the broker's limit", lastError)
 	require.Len(t, pub.published(), 1, "the healthy row is published all the same")
+	require.Equal(t, map[string]int64{"too-big": 1}, deadByTopic(t, reader))
+}
+
+// A row whose lease expires on its last attempt (its publish hung past it)
+// is dead when the next relay worker finds it, and the hung publish, when
+// it returns, cannot record anything over that.
+func TestARowWhoseLastLeaseExpiresIsDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.write(t, outbox.Message{Topic: "slow"})[0]
+	hung, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	pub := &recorder{fail: func(string, *message.Message) error {
+		once.Do(func() { close(hung); <-release })
+		return nil
+	}}
+	reader := sdkmetric.NewManualReader()
+	b.start(t, relay.Config{Publisher: pub, MaxAttempts: 1, Lease: 200 * time.Millisecond, Workers: 2,
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	<-hung
+	b.waitFor(t, "SELECT status = 'dead' FROM /* schema */outbox WHERE id = $1", id)
+	close(release)
+	require.Equal(t, map[string]int64{"slow": 1}, deadByTopic(t, reader))
+
+	// The hung publish's outcome is fenced off by the dead mark's claim.
+	require.Eventually(t, func() bool { return len(pub.published()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	var status, lastError string
+	var attempts int
+	require.NoError(t, b.pool.QueryRow(context.Background(), b.sql("SELECT status, attempts, last_error FROM /* schema */outbox WHERE id = $1"), id).Scan(&status, &attempts, &lastError))
+	require.Equal(t, "dead", status)
+	require.Equal(t, 1, attempts)
+	require.Contains(t, lastError, "lease expired")
+}
+
+// deadByTopic reads the pgbox.relay.dead counter, by topic.
+func deadByTopic(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "pgbox.relay.dead" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				topic, _ := dp.Attributes.Value("pgbox.topic")
+				got[topic.AsString()] += dp.Value
+			}
+		}
+	}
+	return got
 }
 
 // Rows that share a key are published in commit order, one in flight at a

@@ -14,6 +14,7 @@ import (
 
 // Relay holds a relay's instruments and tracer.
 type Relay struct {
+	dead       metric.Int64Counter
 	failures   metric.Int64Counter
 	meter      metric.Meter
 	propagator propagation.TextMapPropagator
@@ -27,6 +28,8 @@ type Relay struct {
 func NewRelay(mp metric.MeterProvider, tp trace.TracerProvider, propagator propagation.TextMapPropagator) *Relay {
 	m := Meter(mp)
 	return &Relay{
+		dead: must(m.Int64Counter(RelayDead, metric.WithUnit("{message}"),
+			metric.WithDescription("Outbox rows that became dead: never to be published unless replayed."))),
 		failures: must(m.Int64Counter(RelayPublishFailures, metric.WithUnit("{message}"),
 			metric.WithDescription("Messages whose publish failed (each is retried after a backoff, or dead after Config.MaxAttempts)."))),
 		meter:      m,
@@ -77,6 +80,12 @@ func (r *Relay) Publishing(topic string, msgs []*message.Message) (end func(erro
 			s.End(trace.WithTimestamp(now))
 		}
 	}
+}
+
+// Dead counts an outbox row of topic that became dead, once its dead mark
+// committed.
+func (r *Relay) Dead(topic string) {
+	r.dead.Add(context.Background(), 1, metric.WithAttributeSet(attribute.NewSet(AttrTopic.String(topic))))
 }
 
 // WatchLag registers the outbox's gauges, read from db at each collection,

@@ -61,6 +61,7 @@ const (
 	DispatcherDuration    = "pgbox.dispatcher.handler.duration"
 	RelayPublished        = "pgbox.relay.published"
 	RelayPublishFailures  = "pgbox.relay.publish.failures"
+	RelayDead             = "pgbox.relay.dead"
 	RelayLag              = "pgbox.relay.lag"
 	OutboxBacklog         = "pgbox.outbox.backlog"
 	MaintenanceDeleted    = "pgbox.maintenance.deleted"
