@@ -167,8 +167,8 @@ func timedPaced(ctx context.Context, rate int, d time.Duration, send func(ctx co
 // returns how many were sent and the rate the senders held: those messages
 // over the time from the first one's due time until the last one was taken
 // up. Senders that fall behind start messages late, so a case that cannot
-// keep its rate would time a lighter load than it claims; below 95% of rate,
-// paced fails instead.
+// keep its rate times a lighter load than it claims: the report shows the
+// rate held, and a latency target is not met below 95% of its rate.
 func paced(ctx context.Context, rate int, d time.Duration, from int64, send func(ctx context.Context, i int64) error) (int64, float64, error) {
 	var sent, lastStart atomic.Int64 // lastStart: since start, in ns
 	g, ctx := errgroup.WithContext(ctx)
@@ -208,11 +208,7 @@ func paced(ctx context.Context, rate int, d time.Duration, from int64, send func
 	}
 	n := sent.Load()
 	took := time.Duration(lastStart.Load()) - time.Duration(from)*interval + interval
-	held := float64(n) / took.Seconds()
-	if held < 0.95*float64(rate) {
-		return n, held, fmt.Errorf("the senders held only %.0f of the %d messages a second asked for: the machine cannot sustain this rate; lower -rate", held, rate)
-	}
-	return n, held, nil
+	return n, float64(n) / took.Seconds(), nil
 }
 
 // storeMax sets v to x if x is greater.

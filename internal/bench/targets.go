@@ -35,18 +35,42 @@ func ratioTarget(goal, scenario, setting, peer string, min float64) target {
 // most max.
 func figureTarget(goal, scenario, setting, unit string, max float64) target {
 	return target{goal: goal, check: func(r *Report) (string, bool, bool) {
-		for _, res := range r.Results {
-			if res.Scenario != scenario || !strings.HasPrefix(res.Setting, setting) {
-				continue
-			}
-			for _, s := range res.Systems {
-				if st, ok := s.Figures[unit]; ok && s.System == "pgbox" {
-					return fmt.Sprintf("%s %s (runs %s–%s)", format(st.Median), unit, format(st.Min), format(st.Max)), st.Median <= max, true
-				}
+		st, ok := pgboxFigure(r, scenario, setting, unit)
+		if !ok {
+			return "", false, false
+		}
+		return fmt.Sprintf("%s %s (runs %s–%s)", format(st.Median), unit, format(st.Min), format(st.Max)), st.Median <= max, true
+	}}
+}
+
+// latencyTarget is met when pgbox's median p99 in the latency case is at
+// most max, and its senders held at least 95% of rate in every run: a run
+// that fell behind timed a lighter load than its setting says.
+func latencyTarget(goal, setting string, rate int, max float64) target {
+	p99 := figureTarget(goal, "latency", setting, "p99 ms", max)
+	return target{goal: goal, check: func(r *Report) (string, bool, bool) {
+		figure, met, ok := p99.check(r)
+		if held, found := pgboxFigure(r, "latency", setting, "sent/s"); ok && found && held.Min < 0.95*float64(rate) {
+			return fmt.Sprintf("%s, but its senders held only %s of %d messages a second", figure, format(held.Min), rate), false, true
+		}
+		return figure, met, ok
+	}}
+}
+
+// pgboxFigure returns pgbox's figure unit in the case of scenario whose
+// setting starts with setting.
+func pgboxFigure(r *Report, scenario, setting, unit string) (Stats, bool) {
+	for _, res := range r.Results {
+		if res.Scenario != scenario || !strings.HasPrefix(res.Setting, setting) {
+			continue
+		}
+		for _, s := range res.Systems {
+			if st, ok := s.Figures[unit]; ok && s.System == "pgbox" {
+				return st, true
 			}
 		}
-		return "", false, false
-	}}
+	}
+	return Stats{}, false
 }
 
 // targets are the goals the project set itself for pgbox on its 2-core
@@ -58,8 +82,8 @@ var targets = []target{
 	ratioTarget("ReceiveBatch 1000: at least 70% of the plain batched INSERT", "ingest", "ReceiveBatch 1000", "raw", 0.7),
 	ratioTarget("Receive at 16 connections: at least 90% of the plain single-row INSERT", "ingest", "Receive, 16", "raw", 0.9),
 	figureTarget("duplicate storm: at most one round trip per 10 redeliveries", "duplicate-storm", "", "round trips/redelivery", 0.1),
-	figureTarget("latency through the inbox: p99 under 25 ms", "latency", "inbox, 1000/s", "p99 ms", 25),
-	figureTarget("latency through outbox, relay and inbox: p99 under 50 ms", "latency", "outbox → relay → inbox, 1000/s", "p99 ms", 50),
+	latencyTarget("latency through the inbox: p99 under 25 ms", "inbox, 1000/s", 1000, 25),
+	latencyTarget("latency through outbox, relay and inbox: p99 under 50 ms", "outbox → relay → inbox, 1000/s", 1000, 50),
 	figureTarget("memory flat across the drain: within 10%", "memory", "", "RSS spread %", 10),
 }
 
