@@ -12,38 +12,16 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
 	"github.com/pgbox/pgbox/dispatcher"
 	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/pgtest"
+	"github.com/pgbox/pgbox/internal/telemetry/telemetrytest"
 	"github.com/pgbox/pgbox/maintenance"
 )
-
-// sums reads the int64 sums of the metric name from reader, by the value
-// of attribute key ("" for a sum without attributes).
-func sums(t *testing.T, reader *sdkmetric.ManualReader, name, key string) map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	out := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				v, _ := dp.Attributes.Value(attribute.Key(key))
-				out[v.AsString()] += dp.Value
-			}
-		}
-	}
-	return out
-}
 
 // Retention deletes done messages, conflict records and published outbox
 // rows past their window, and expired idempotency keys, in batches; it
@@ -125,7 +103,7 @@ func TestRetentionDeletesOnlyWhatItShould(t *testing.T) {
 	require.Equal(t, m.ID(), jobs[0].EnqueuedBy)
 
 	require.Equal(t, map[string]int64{"inbox": 2500, "inbox_conflicts": 3, "outbox": 1200, "idempotency_keys": 2},
-		sums(t, reader, "pgbox.maintenance.deleted", "pgbox.table"))
+		telemetrytest.Sums(t, reader, "pgbox.maintenance.deleted", "pgbox.table"))
 }
 
 // Pruning 200,000 done messages, in 1,000-row statements, does not hold up
@@ -254,7 +232,7 @@ func TestScheduledReplaysRunFromTheMaintainer(t *testing.T) {
 	b.waitFor(t, "SELECT state = 'done' FROM /* schema */scheduled_replays WHERE id = $1", r.ID)
 	require.EqualValues(t, 30, b.count(t, "SELECT count(*) FROM /* schema */inbox WHERE status = 'pending' AND replays = 1"))
 	require.EqualValues(t, 30, b.count(t, "SELECT replayed FROM /* schema */scheduled_replays WHERE id = $1", r.ID))
-	require.Equal(t, map[string]int64{"": 30}, sums(t, reader, "pgbox.maintenance.replayed", ""))
+	require.Equal(t, map[string]int64{"": 30}, telemetrytest.Sums(t, reader, "pgbox.maintenance.replayed", ""))
 }
 
 // Start refuses a schema whose River tables are missing, with the command

@@ -15,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/pgtest"
+	"github.com/pgbox/pgbox/internal/telemetry/telemetrytest"
 	"github.com/pgbox/pgbox/outbox"
 	"github.com/pgbox/pgbox/relay"
 )
@@ -252,7 +252,7 @@ func TestMaxAttemptsMarksARowDead(t *testing.T) {
 	require.Equal(t, 3, attempts)
 	require.Equal(t, "publish: message exceeds the broker's limit", lastError)
 	require.Len(t, pub.published(), 1, "the healthy row is published all the same")
-	require.Equal(t, map[string]int64{"too-big": 1}, deadByTopic(t, reader))
+	require.Equal(t, map[string]int64{"too-big": 1}, telemetrytest.Sums(t, reader, "pgbox.relay.dead", "pgbox.topic"))
 }
 
 // A row whose lease expires on its last attempt (its publish hung past it)
@@ -274,7 +274,7 @@ func TestARowWhoseLastLeaseExpiresIsDead(t *testing.T) {
 	<-hung
 	b.waitFor(t, "SELECT status = 'dead' FROM /* schema */outbox WHERE id = $1", id)
 	close(release)
-	require.Equal(t, map[string]int64{"slow": 1}, deadByTopic(t, reader))
+	require.Equal(t, map[string]int64{"slow": 1}, telemetrytest.Sums(t, reader, "pgbox.relay.dead", "pgbox.topic"))
 
 	// The hung publish's outcome is fenced off by the dead mark's claim.
 	require.Eventually(t, func() bool { return len(pub.published()) == 1 }, 10*time.Second, 10*time.Millisecond)
@@ -284,26 +284,6 @@ func TestARowWhoseLastLeaseExpiresIsDead(t *testing.T) {
 	require.Equal(t, "dead", status)
 	require.Equal(t, 1, attempts)
 	require.Contains(t, lastError, "lease expired")
-}
-
-// deadByTopic reads the pgbox.relay.dead counter, by topic.
-func deadByTopic(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != "pgbox.relay.dead" {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				topic, _ := dp.Attributes.Value("pgbox.topic")
-				got[topic.AsString()] += dp.Value
-			}
-		}
-	}
-	return got
 }
 
 // Rows that share a key are published in commit order, one in flight at a

@@ -1,0 +1,33 @@
+// Package telemetrytest reads what pgbox's instruments recorded, for tests.
+package telemetrytest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// Sums reads the int64 sums of the metric name from reader, by the value
+// of attribute key ("" for a sum without attributes).
+func Sums(tb testing.TB, reader *sdkmetric.ManualReader, name, key string) map[string]int64 {
+	tb.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(tb, reader.Collect(context.Background(), &rm))
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				v, _ := dp.Attributes.Value(attribute.Key(key))
+				out[v.AsString()] += dp.Value
+			}
+		}
+	}
+	return out
+}
