@@ -29,7 +29,7 @@ func NewRelay(mp metric.MeterProvider, tp trace.TracerProvider, propagator propa
 	m := Meter(mp)
 	return &Relay{
 		dead: must(m.Int64Counter(RelayDead, metric.WithUnit("{message}"),
-			metric.WithDescription("Outbox rows that became dead: never to be published unless replayed."))),
+			metric.WithDescription("Outbox rows that became dead: never published unless retried (inboxctl outbox retry)."))),
 		failures: must(m.Int64Counter(RelayPublishFailures, metric.WithUnit("{message}"),
 			metric.WithDescription("Messages whose publish failed (each is retried after a backoff, or dead after Config.MaxAttempts)."))),
 		meter:      m,
