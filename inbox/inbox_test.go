@@ -815,6 +815,42 @@ func TestOnlyCommittedMessagesAreRemembered(t *testing.T) {
 	require.Equal(t, before+3*2, counter.n.Load())
 }
 
+// Process answers a redelivery it knows to be committed without a
+// transaction, as Receive does: one it stored itself, and one another
+// process stored, which it remembers once the database has said so.
+func TestProcessSkipsTheDatabaseForRememberedRedeliveries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, counter := countingPool(t)
+	schema := pgtest.Schema(t)
+	newInbox := func() *inbox.Inbox {
+		in, err := inbox.New(pool, inbox.Config{Consumer: "payments", Schema: schema})
+		require.NoError(t, err)
+		return in
+	}
+	calls := 0
+	handle := func(context.Context, pgx.Tx) error { calls++; return nil }
+
+	here, elsewhere := newInbox(), newInbox()
+	out, err := here.Process(ctx, msg("m"), handle)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Accepted, out)
+	before := counter.n.Load()
+	out, err = elsewhere.Process(ctx, msg("m"), handle)
+	require.NoError(t, err)
+	require.Equal(t, inbox.Duplicate, out)
+	require.Greater(t, counter.n.Load(), before, "elsewhere has not seen m: the database answers")
+
+	before = counter.n.Load()
+	for _, in := range []*inbox.Inbox{here, elsewhere, here, elsewhere} {
+		out, err := in.Process(ctx, msg("m"), handle)
+		require.NoError(t, err)
+		require.Equal(t, inbox.Duplicate, out)
+	}
+	require.Equal(t, before, counter.n.Load(), "redeliveries of a remembered message must not reach the database")
+	require.Equal(t, 1, calls)
+}
+
 // A redelivery of a message the Inbox has forgotten goes to the database,
 // and must not push out a message stored after it: otherwise every miss
 // makes another, and a storm of redeliveries of as many recent messages as

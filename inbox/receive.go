@@ -102,7 +102,8 @@ func (in *Inbox) ReceiveBatchTx(ctx context.Context, tx pgx.Tx, msgs []Message) 
 // records msg as done and runs fn, so fn's writes and the record commit
 // together or not at all. A message the consumer already holds is not run
 // again: Process returns Duplicate (or Conflict with a *ConflictError, after
-// recording the conflict) without calling fn.
+// recording the conflict) without calling fn. A redelivery of an id this
+// Inbox remembers (Config.RecentIDs) is answered without a transaction.
 //
 // When fn returns an error (or panics) the transaction rolls back and
 // nothing is recorded, so a redelivery of the message runs fn again. fn's
@@ -111,6 +112,13 @@ func (in *Inbox) ReceiveBatchTx(ctx context.Context, tx pgx.Tx, msgs []Message) 
 func (in *Inbox) Process(ctx context.Context, msg Message, fn func(ctx context.Context, tx pgx.Tx) error) (Outcome, error) {
 	if err := in.validate(&msg); err != nil {
 		return 0, err
+	}
+	sum := sha256.Sum256(msg.Payload)
+	if in.remembers(msg.ID, sum) {
+		// A redelivery of a message known to be committed: a duplicate,
+		// without a transaction.
+		in.tel.Count(ctx, 0, 1, 0)
+		return Duplicate, nil
 	}
 	tx, err := in.pool.Begin(ctx)
 	if err != nil {
@@ -127,7 +135,7 @@ func (in *Inbox) Process(ctx context.Context, msg Message, fn func(ctx context.C
 		// Nothing was written: the deferred rollback ends it. The stored
 		// row was committed by another transaction (this one wrote
 		// nothing before), so it can be remembered, while there is room.
-		in.recent.Fill(msg.ID, sha256.Sum256(msg.Payload))
+		in.recent.Fill(msg.ID, sum)
 		in.tel.Count(ctx, 0, 1, 0)
 		return Duplicate, nil
 	case Conflict:
@@ -144,9 +152,16 @@ func (in *Inbox) Process(ctx context.Context, msg Message, fn func(ctx context.C
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("inbox: commit message %q: %w", msg.ID, err)
 	}
-	in.recent.Add(msg.ID, sha256.Sum256(msg.Payload))
+	in.recent.Add(msg.ID, sum)
 	in.tel.Count(ctx, 1, 0, 0)
 	return Accepted, nil
+}
+
+// remembers reports whether id is remembered as committed (Config.RecentIDs)
+// with a payload whose hash is sum.
+func (in *Inbox) remembers(id string, sum recent.Hash) bool {
+	stored, ok := in.recent.Get(id)
+	return ok && stored == sum
 }
 
 func (in *Inbox) receiveOne(ctx context.Context, db dbtx, msg Message, autocommit bool) (Outcome, error) {
@@ -184,7 +199,7 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 			results[i] = in.compare(m.ID, b.hashes[j], sum[:])
 			continue
 		}
-		if stored, ok := in.recent.Get(m.ID); ok && stored == sum {
+		if in.remembers(m.ID, sum) {
 			// A redelivery of a message known to be committed: a
 			// duplicate, without a round trip. A different payload goes to
 			// the database, which records the conflict.
