@@ -42,13 +42,25 @@ package dispatcher
 // FOR UPDATE SKIP LOCKED lets many workers claim at once without waiting on
 // each other; rows another worker is locking are simply someone else's.
 //
+// The update finds the locked rows by the ctid their lock returned, with a
+// TID scan, in every plan. Joined on (consumer, message_id) instead, a
+// plan made while the inbox was small (a new inbox: pgx prepares the
+// statement and PostgreSQL keeps a generic plan per connection) hash-joined
+// the batch against a sequential scan of the whole inbox, and kept doing
+// so as done messages piled up, until an ANALYZE replanned it: in the
+// first minute of a new inbox, each claim read every message it held. A
+// row a concurrent transaction changed after this statement's snapshot and
+// that still qualifies is locked in its newest version, which the TID scan
+// cannot see: it is left out of the batch, still pending, and claimed
+// again later.
+//
 // Messages of the event types in $4 are leased: they become running under
 // the claim token $3 with a lease of $5 ms, and are called after the batch
 // commits. Every other message is marked done, in anticipation: a handler
 // that fails has its outcome written over it before the commit.
 const claimSQL = `
 WITH rescued AS (
-    SELECT i.consumer, i.message_id, i.event_type, i.claim_token IS NOT NULL AS unrecorded,
+    SELECT i.ctid AS locked, i.event_type, i.claim_token IS NOT NULL AS unrecorded,
            i.attempts >= i.max_attempts AS spent
     FROM /* schema */inbox AS i
     WHERE $6 AND i.consumer = $1 AND i.status = 'running' AND i.available_at <= now()
@@ -57,7 +69,7 @@ WITH rescued AS (
     FOR UPDATE SKIP LOCKED
 ),
 fresh AS (
-    SELECT i.consumer, i.message_id, i.event_type, false AS unrecorded, false AS spent
+    SELECT i.ctid AS locked, i.event_type, false AS unrecorded, false AS spent
     FROM /* schema */inbox AS i
     WHERE i.consumer = $1
       AND i.status = 'pending'
@@ -74,7 +86,7 @@ fresh AS (
     FOR UPDATE SKIP LOCKED
 ),
 claimable AS (
-    SELECT c.consumer, c.message_id, c.rescue, c.unrecorded,
+    SELECT c.locked, c.rescue, c.unrecorded,
            CASE WHEN c.spent THEN 'dead'
                 WHEN c.event_type = ANY($4::text[]) THEN 'running'
                 ELSE 'done' END AS next
@@ -93,7 +105,7 @@ UPDATE /* schema */inbox AS i SET
                         THEN i.errors || jsonb_build_array(jsonb_build_object('attempt', i.attempts, 'at', now(), 'error', $7::text))
                         ELSE i.errors END
 FROM claimable AS c
-WHERE i.consumer = c.consumer AND i.message_id = c.message_id
+WHERE i.ctid = c.locked
 RETURNING i.message_id, i.status, i.event_type, i.payload, i.metadata, coalesce(i.ordering_key, ''),
           i.attempts, i.max_attempts, i.received_at, i.seq, c.rescue, pg_current_xact_id()::text`
 
