@@ -849,6 +849,13 @@ func TestProcessSkipsTheDatabaseForRememberedRedeliveries(t *testing.T) {
 	}
 	require.Equal(t, before, counter.n.Load(), "redeliveries of a remembered message must not reach the database")
 	require.Equal(t, 1, calls)
+
+	changed := msg("m")
+	changed.Payload = []byte(`{"order":"changed"}`)
+	out, err = here.Process(ctx, changed, handle)
+	require.ErrorIs(t, err, inbox.ErrPayloadConflict, "only the same payload is a remembered duplicate")
+	require.Equal(t, inbox.Conflict, out)
+	require.Equal(t, 1, calls)
 }
 
 // A redelivery of a message the Inbox has forgotten goes to the database,

@@ -252,6 +252,11 @@ func TestMaxAttemptsMarksARowDead(t *testing.T) {
 	require.Equal(t, 3, attempts)
 	require.Equal(t, "publish: message exceeds the broker's limit", lastError)
 	require.Len(t, pub.published(), 1, "the healthy row is published all the same")
+	// Counted once the relay has seen its completion commit, a moment
+	// after the test can see the row.
+	require.Eventually(t, func() bool {
+		return telemetrytest.Sums(t, reader, "pgbox.relay.dead", "pgbox.topic")["too-big"] == 1
+	}, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, map[string]int64{"too-big": 1}, telemetrytest.Sums(t, reader, "pgbox.relay.dead", "pgbox.topic"))
 }
 
@@ -263,21 +268,28 @@ func TestARowWhoseLastLeaseExpiresIsDead(t *testing.T) {
 	b := setup(t)
 	id := b.write(t, outbox.Message{Topic: "slow"})[0]
 	hung, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	var hang, unhang sync.Once
 	pub := &recorder{fail: func(string, *message.Message) error {
-		once.Do(func() { close(hung); <-release })
+		hang.Do(func() { close(hung); <-release })
 		return nil
 	}}
 	reader := sdkmetric.NewManualReader()
-	b.start(t, relay.Config{Publisher: pub, MaxAttempts: 1, Lease: 200 * time.Millisecond, Workers: 2,
+	r := b.start(t, relay.Config{Publisher: pub, MaxAttempts: 1, Lease: 200 * time.Millisecond, Workers: 2,
 		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
-	<-hung
+	unblock := func() { unhang.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the relay's Stop, should the test fail first
+	select {
+	case <-hung:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay never published the row")
+	}
 	b.waitFor(t, "SELECT status = 'dead' FROM /* schema */outbox WHERE id = $1", id)
-	close(release)
+	unblock()
+	// Stop waits for the hung worker to record its publish, which the dead
+	// mark's claim fences off.
+	require.NoError(t, r.Stop(context.Background()))
+	require.Len(t, pub.published(), 1)
 	require.Equal(t, map[string]int64{"slow": 1}, telemetrytest.Sums(t, reader, "pgbox.relay.dead", "pgbox.topic"))
-
-	// The hung publish's outcome is fenced off by the dead mark's claim.
-	require.Eventually(t, func() bool { return len(pub.published()) == 1 }, 10*time.Second, 10*time.Millisecond)
 	var status, lastError string
 	var attempts int
 	require.NoError(t, b.pool.QueryRow(context.Background(), b.sql("SELECT status, attempts, last_error FROM /* schema */outbox WHERE id = $1"), id).Scan(&status, &attempts, &lastError))
