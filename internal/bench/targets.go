@@ -51,7 +51,7 @@ func latencyTarget(goal, setting string, rate int, max float64) target {
 	return target{goal: goal, check: func(r *Report) (string, bool, bool) {
 		figure, met, ok := p99.check(r)
 		if held, found := pgboxFigure(r, "latency", setting, "sent/s"); ok && found && held.Min < 0.95*float64(rate) {
-			return fmt.Sprintf("%s, but its senders held only %s of %d messages a second", figure, format(held.Min), rate), false, true
+			return fmt.Sprintf("%s, but its senders held only %.1f of %d messages a second", figure, held.Min, rate), false, true
 		}
 		return figure, met, ok
 	}}
