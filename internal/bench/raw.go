@@ -31,13 +31,14 @@ ON CONFLICT DO NOTHING`
 
 	// rawClaimDone claims a batch and marks it done in one statement, in
 	// the transaction that would run the handlers: the shape of pgbox's
-	// claim, without its ordering keys, rescues, leases and claim record.
+	// claim (rows found again by the ctid their lock returned), without its
+	// ordering keys, rescues, leases and claim record.
 	rawClaimDone = `
 UPDATE bench_pgbox.inbox AS i SET status = 'done', attempts = i.attempts + 1, claim_token = $3, processed_at = now()
-FROM (SELECT message_id FROM bench_pgbox.inbox
+FROM (SELECT ctid AS locked FROM bench_pgbox.inbox
       WHERE consumer = $1 AND status = 'pending' AND available_at <= now()
       ORDER BY available_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED) AS c
-WHERE i.consumer = $1 AND i.message_id = c.message_id
+WHERE i.ctid = c.locked
 RETURNING i.message_id, i.payload`
 )
 
