@@ -34,10 +34,12 @@ var describe = map[string]string{
 		"delivery to the database.",
 	"relay": "Publishing a pre-written outbox backlog through the relay until every row is marked published.",
 	"latency": "A steady rate of single messages; the time from the call that stores a message (inbox `Receive`, or the " +
-		"producer's outbox commit) until its handler has run, sent by 16 goroutines; sent/s is the rate they held. Workers wake " +
-		"on LISTEN/NOTIFY. Senders, subscribers, relay and dispatcher share one pool of " + strconv.Itoa(latencyConns) + " connections, a few per " +
-		"core (see docs/operations.md, Connections); the dispatcher's claim records and the listeners have their own. The end-to-end path also runs at half the rate, and reports each leg's p99: commit to the relay's " +
-		"publish, publish to the inbox's commit, and that to the handler's end.",
+		"producer's outbox commit) until its handler has run, sent by 16 goroutines; sent/s is the rate they held. " +
+		"Workers wake on LISTEN/NOTIFY. Senders, subscribers, relay and dispatcher share one pool of " +
+		strconv.Itoa(latencyConns) + " connections, a few per core (see docs/operations.md, Connections); the " +
+		"dispatcher's claim records and the listeners have their own. The end-to-end path also runs at half the rate, " +
+		"and reports each leg's p99: commit to the relay's publish, publish to the inbox's commit, and that to the " +
+		"handler's end.",
 	"memory": "Resident memory of a process that does nothing but drain a backlog with 4 workers, sampled every 250 ms after the first 10% (warm-up).",
 	"sweep":  "Drain throughput against worker count (pgbox workers × batches of 200; River with 200 × as many job workers, the same number of messages in flight).",
 }
