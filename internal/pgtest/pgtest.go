@@ -141,7 +141,17 @@ func EmptySchema(tb testing.TB) string {
 
 // Main runs a package's tests, then closes the shared pool and fails the run
 // if any goroutine outlived its test. Call it from TestMain.
+//
+// Before the tests it sets DATABASE_URL, when unset, to the local test
+// cluster's URL, so that runnable Examples, which open their database as a
+// user's program would (pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"),
+// …)), find the same database as the tests.
 func Main(m *testing.M) {
+	if os.Getenv("DATABASE_URL") == "" {
+		if u, err := url(); err == nil {
+			os.Setenv("DATABASE_URL", u)
+		}
+	}
 	code := m.Run()
 	if shared != nil {
 		shared.Close()
