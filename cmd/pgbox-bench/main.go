@@ -23,7 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pgbox/pgbox/internal/bench"
+	"github.com/pgbox/pgbox/cmd/pgbox-bench/internal/bench"
 )
 
 func main() {
