@@ -142,7 +142,7 @@ func ids(cs []*claimed) []string {
 // claim takes a batch in tx (see claimSQL). Messages the claim marked dead
 // (their lease expired on their last attempt) are only logged.
 func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescue bool) (*batch, error) {
-	rows, err := tx.Query(ctx, d.q.claim, d.cfg.Consumer, d.cfg.BatchSize, token, d.leasedTypes,
+	rows, err := tx.Query(ctx, d.q.claim, d.consumer, d.cfg.BatchSize, token, d.leasedTypes,
 		d.cfg.Lease.Milliseconds(), mayRescue, leaseExpiredError)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
@@ -161,7 +161,7 @@ func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescu
 			&m.Attempt, &m.MaxAttempts, &m.ReceivedAt, &c.seq, &b.rescue, &b.xid); err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
-		m.Consumer = d.cfg.Consumer
+		m.Consumer = d.consumer
 		if b.rescue && status == "dead" { // its lost attempt was its last
 			d.tel.Outcome(ctx, m.EventType, status, true)
 			d.cfg.Logger.Error("dispatcher: message is dead: its last attempt never finished (lease expired)",
@@ -205,11 +205,11 @@ func (d *Dispatcher) recordClaim(ctx context.Context, tx pgx.Tx, b *batch) bool 
 		return true
 	}
 	var recorded, stale bool
-	err := d.records.QueryRow(ctx, d.q.recordClaim, d.cfg.Consumer, b.xid, ids(b.run)).Scan(&recorded, &stale)
+	err := d.records.QueryRow(ctx, d.q.recordClaim, d.consumer, b.xid, ids(b.run)).Scan(&recorded, &stale)
 	switch {
 	case err != nil:
 		d.cfg.Logger.Error("dispatcher: could not record a claim; its messages will be claimed again",
-			slog.String("consumer", d.cfg.Consumer), slog.String("error", err.Error()))
+			slog.String("consumer", d.consumer), slog.String("error", err.Error()))
 	case stale:
 		// A lost batch's attempts are still to be counted, and its
 		// messages may be in this one: count them first.
@@ -217,7 +217,7 @@ func (d *Dispatcher) recordClaim(ctx context.Context, tx pgx.Tx, b *batch) bool 
 		d.reconcile(ctx)
 	case !recorded:
 		d.cfg.Logger.Warn("dispatcher: the batch transaction ended before its handlers ran (stalled past the lease, or cut off); its messages will be claimed again",
-			slog.String("consumer", d.cfg.Consumer), slog.Int("messages", b.claimed))
+			slog.String("consumer", d.consumer), slog.Int("messages", b.claimed))
 	}
 	return err == nil && recorded
 }
@@ -228,10 +228,10 @@ func (d *Dispatcher) recordClaim(ctx context.Context, tx pgx.Tx, b *batch) bool 
 func (d *Dispatcher) reconcile(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
 	defer cancel()
-	rows, err := d.pool.Query(ctx, d.q.reconcile, d.cfg.Consumer, lostBatchError, leaseExpiredError)
+	rows, err := d.pool.Query(ctx, d.q.reconcile, d.consumer, lostBatchError, leaseExpiredError)
 	if err != nil {
 		d.cfg.Logger.Error("dispatcher: could not count the attempts of a lost batch; will try again",
-			slog.String("consumer", d.cfg.Consumer), slog.String("error", err.Error()))
+			slog.String("consumer", d.consumer), slog.String("error", err.Error()))
 		return
 	}
 	defer rows.Close()
@@ -248,7 +248,7 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 	}
 	if err := rows.Err(); err != nil {
 		d.cfg.Logger.Error("dispatcher: could not count the attempts of a lost batch; will try again",
-			slog.String("consumer", d.cfg.Consumer), slog.String("error", err.Error()))
+			slog.String("consumer", d.consumer), slog.String("error", err.Error()))
 	}
 }
 
@@ -262,7 +262,7 @@ func (d *Dispatcher) handleInTx(ctx context.Context, tx pgx.Tx, b *batch) bool {
 		return true
 	}
 	d.cfg.Logger.Error("dispatcher: batch transaction failed",
-		slog.String("consumer", d.cfg.Consumer), slog.Int("messages", len(b.inTx)), slog.String("error", err.Error()))
+		slog.String("consumer", d.consumer), slog.Int("messages", len(b.inTx)), slog.String("error", err.Error()))
 	// The transaction is gone, and with it every write of this batch: its
 	// messages are as before the claim. Record the failed attempts on a
 	// fresh deadline (the transaction may have failed on running out of its
@@ -279,7 +279,7 @@ func (d *Dispatcher) handleInTx(ctx context.Context, tx pgx.Tx, b *batch) bool {
 	}
 	if err := d.settle(ctx, b, fallback); err != nil {
 		d.cfg.Logger.Error("dispatcher: could not record the failed batch's attempts; they will be counted as lost",
-			slog.String("consumer", d.cfg.Consumer), slog.String("error", err.Error()))
+			slog.String("consumer", d.consumer), slog.String("error", err.Error()))
 	}
 	return false
 }
@@ -340,7 +340,7 @@ func (d *Dispatcher) settle(ctx context.Context, b *batch, failed []outcome) err
 			traces[i] = &failed[i].trace
 		}
 	}
-	_, err := d.pool.Exec(ctx, d.q.settle, d.cfg.Consumer, b.xid, ids, statuses, delays, errs, traces)
+	_, err := d.pool.Exec(ctx, d.q.settle, d.consumer, b.xid, ids, statuses, delays, errs, traces)
 	return err
 }
 
@@ -377,7 +377,7 @@ func (d *Dispatcher) handleLeased(token int64, batch []*claimed, hb *heartbeat) 
 		}
 		hb.starting(c.msg.ID)
 		renewCtx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
-		tag, err := d.pool.Exec(renewCtx, d.q.renewLease, d.cfg.Consumer, []string{c.msg.ID}, token, d.cfg.Lease.Milliseconds())
+		tag, err := d.pool.Exec(renewCtx, d.q.renewLease, d.consumer, []string{c.msg.ID}, token, d.cfg.Lease.Milliseconds())
 		cancel()
 		if err != nil {
 			d.cfg.Logger.Error("dispatcher: could not renew a lease; the batch's remaining messages will be retried when their lease expires",
@@ -406,12 +406,12 @@ func (d *Dispatcher) record(ctx context.Context, token int64, outcomes []outcome
 	switch {
 	case err != nil:
 		d.cfg.Logger.Error("dispatcher: could not record an outcome; the message will be retried when its lease expires",
-			slog.String("consumer", d.cfg.Consumer), slog.String("error", err.Error()))
+			slog.String("consumer", d.consumer), slog.String("error", err.Error()))
 	case n < len(outcomes):
 		// Another worker took the message over after our lease expired: its
 		// outcome is the one that counts.
 		d.cfg.Logger.Warn("dispatcher: an outcome was not recorded because another worker had taken the message over (lease expired)",
-			slog.String("consumer", d.cfg.Consumer), slog.Int("outcomes", len(outcomes)), slog.Int("recorded", n))
+			slog.String("consumer", d.consumer), slog.Int("outcomes", len(outcomes)), slog.Int("recorded", n))
 	default:
 		d.observe(ctx, outcomes)
 	}
@@ -520,7 +520,7 @@ func (d *Dispatcher) complete(ctx context.Context, db interface {
 			traces[i] = &outcomes[i].trace
 		}
 	}
-	tag, err := db.Exec(ctx, d.q.complete, d.cfg.Consumer, token, ids, statuses, delays, refunds, errs, traces)
+	tag, err := db.Exec(ctx, d.q.complete, d.consumer, token, ids, statuses, delays, refunds, errs, traces)
 	if err != nil {
 		return 0, err
 	}
@@ -529,7 +529,7 @@ func (d *Dispatcher) complete(ctx context.Context, db interface {
 
 func (d *Dispatcher) attrs(m *Message, extra ...any) []any {
 	return append([]any{
-		slog.String("consumer", d.cfg.Consumer),
+		slog.String("consumer", d.consumer),
 		slog.String("message_id", m.ID),
 		slog.String("event_type", m.EventType),
 		slog.Int("attempt", m.Attempt),

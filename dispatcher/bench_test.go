@@ -35,7 +35,7 @@ func BenchmarkBatch(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	d, err := New(pool, Config{Consumer: "bench", Schema: schema, BatchSize: 100, Logger: slog.New(slog.DiscardHandler),
+	d, err := New(pool, Config{Inbox: in, BatchSize: 100, Logger: slog.New(slog.DiscardHandler),
 		Handlers: map[string]Handler{"noop": InTx(func(context.Context, pgx.Tx, *Message) error { return nil })}})
 	if err != nil {
 		b.Fatal(err)

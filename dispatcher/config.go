@@ -13,9 +13,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/backoff"
-	"github.com/pgbox/pgbox/internal/ident"
 )
 
 const (
@@ -45,10 +44,6 @@ type Config struct {
 	// again. Defaults to BatchSizeDefault (32).
 	BatchSize int
 
-	// Consumer is the consumer whose inbox messages this dispatcher handles.
-	// Required.
-	Consumer string
-
 	// HandlerTimeout bounds each handler call: its context ends after this
 	// long and the attempt counts as failed. Defaults to
 	// HandlerTimeoutDefault (one minute).
@@ -58,6 +53,11 @@ type Config struct {
 	// no handler fails like a handler error (and ends dead if no handler is
 	// added before its attempts run out). Required.
 	Handlers map[string]Handler
+
+	// Inbox is the inbox whose messages this dispatcher handles: the
+	// dispatcher works for its consumer, in its schema, and wakes on its
+	// notifications. Required.
+	Inbox *inbox.Inbox
 
 	// Lease is how long a claim is reserved for its worker. If the worker
 	// has not finished by then (it crashed, was killed, stalled or was cut
@@ -98,10 +98,6 @@ type Config struct {
 	// whose attempt number attempt failed. Defaults to DefaultRetryBackoff.
 	RetryBackoffFunc func(attempt int) time.Duration
 
-	// Schema is the PostgreSQL schema holding pgbox's tables. Defaults to
-	// pgbox.DefaultSchema.
-	Schema string
-
 	// TracerProvider receives a span per handler call, a child of the
 	// trace context found in the message's metadata (see Propagator).
 	// Defaults to OpenTelemetry's global provider, which does nothing until
@@ -134,7 +130,6 @@ func (c Config) WithDefaults() Config {
 	if c.RetryBackoffFunc == nil {
 		c.RetryBackoffFunc = DefaultRetryBackoff
 	}
-	c.Schema = cmp.Or(c.Schema, pgbox.DefaultSchema)
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
 	return c
 }
@@ -143,8 +138,8 @@ func (c Config) validate() error {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 
-	if c.Consumer == "" {
-		add("Config.Consumer is empty: name the consumer whose inbox to dispatch, such as \"payments\"")
+	if c.Inbox == nil {
+		add("Config.Inbox is nil: pass the inbox whose messages to handle, as made by inbox.New(pool, inbox.Config{Consumer: \"payments\"})")
 	}
 	if len(c.Handlers) == 0 {
 		add("Config.Handlers is empty: map each event type to dispatcher.InTx(...) or dispatcher.Leased(...)")
@@ -173,9 +168,6 @@ func (c Config) validate() error {
 	}
 	if c.PollInterval < PollIntervalMin {
 		add("Config.PollInterval is %s: it must be at least %s", c.PollInterval, PollIntervalMin)
-	}
-	if err := ident.ValidateSchema(c.Schema); err != nil {
-		add("Config.Schema: %v", err)
 	}
 	if len(problems) > 0 {
 		return errors.New("dispatcher: " + strings.Join(problems, "; "))

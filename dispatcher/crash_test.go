@@ -78,9 +78,13 @@ func TestChildProcess(t *testing.T) {
 		}),
 		"Ordered": orderedHandler(pool, schema, "child"),
 	}
+	in, err := inbox.New(pool, inbox.Config{Consumer: consumer, Schema: schema})
+	if err != nil {
+		panic(err)
+	}
 	d, err := dispatcher.New(pool, dispatcher.Config{
+		Inbox:          in,
 		BatchSize:      8,
-		Consumer:       consumer,
 		HandlerTimeout: crashHandlerTimeout,
 		Handlers:       handlers,
 		Lease:          crashLease,
@@ -89,7 +93,6 @@ func TestChildProcess(t *testing.T) {
 		RetryBackoffFunc: func(int) time.Duration {
 			return 10 * time.Millisecond
 		},
-		Schema:  schema,
 		Workers: 4,
 	})
 	require.NoError(t, err)

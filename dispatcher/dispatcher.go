@@ -18,6 +18,7 @@ import (
 // workers. Create it with New, then Start it and Stop it once.
 type Dispatcher struct {
 	cfg         Config
+	consumer    string // cfg.Inbox's
 	gauges      telemetry.Registration
 	hooks       testHooks
 	leasedTypes []string // event types with a Leased handler
@@ -30,6 +31,7 @@ type Dispatcher struct {
 	// deadlock it when every worker holds one and waits for another.
 	records  *pgxpool.Pool
 	rescuing atomic.Bool // a worker is handling a rescued message
+	schema   string      // cfg.Inbox's
 	tel      *telemetry.Dispatcher
 }
 
@@ -50,8 +52,10 @@ func (h testHooks) beforeHandlers(batch []*claimed) {
 	}
 }
 
-// New returns a Dispatcher for cfg.Consumer. It checks the configuration
-// but does not touch the database; Start does.
+// New returns a Dispatcher for cfg.Inbox's consumer. pool is the pool its
+// workers take their connections from: the Inbox's own, or another on the
+// same database. New checks the configuration but does not touch the
+// database; Start does.
 func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if pool == nil {
 		return nil, errors.New("dispatcher: pool is nil")
@@ -60,19 +64,22 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	consumer, schema := cfg.Inbox.Consumer(), cfg.Inbox.Schema()
 	d := &Dispatcher{
-		cfg:  cfg,
-		pool: pool,
+		cfg:      cfg,
+		consumer: consumer,
+		pool:     pool,
+		schema:   schema,
 		q: queries{
 			beginBatch:  fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d", cfg.Lease.Milliseconds()),
-			claim:       ident.Render(claimSQL, cfg.Schema),
-			complete:    ident.Render(completeSQL, cfg.Schema),
-			reconcile:   ident.Render(reconcileSQL, cfg.Schema),
-			recordClaim: ident.Render(recordClaimSQL, cfg.Schema),
-			renewLease:  ident.Render(renewLeaseSQL, cfg.Schema),
-			settle:      ident.Render(settleSQL, cfg.Schema),
+			claim:       ident.Render(claimSQL, schema),
+			complete:    ident.Render(completeSQL, schema),
+			reconcile:   ident.Render(reconcileSQL, schema),
+			recordClaim: ident.Render(recordClaimSQL, schema),
+			renewLease:  ident.Render(renewLeaseSQL, schema),
+			settle:      ident.Render(settleSQL, schema),
 		},
-		tel: telemetry.NewDispatcher(cfg.MeterProvider, cfg.TracerProvider, cfg.Consumer),
+		tel: telemetry.NewDispatcher(cfg.MeterProvider, cfg.TracerProvider, consumer),
 	}
 	for eventType, h := range cfg.Handlers {
 		if h.leased != nil {
@@ -82,12 +89,12 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	d.loop = workloop.New(workloop.Config{
 		Batch:        d.runBatch,
 		BatchSize:    cfg.BatchSize,
-		Channel:      ident.Channel(cfg.Schema, "inbox"),
+		Channel:      cfg.Inbox.Channel(),
 		ConnConfig:   pool.Config().ConnConfig,
-		Logger:       cfg.Logger.With("consumer", cfg.Consumer),
-		Name:         "dispatcher (" + cfg.Consumer + ")",
+		Logger:       cfg.Logger.With("consumer", consumer),
+		Name:         "dispatcher (" + consumer + ")",
 		PollInterval: cfg.PollInterval,
-		Wanted:       func(consumer string) bool { return consumer == cfg.Consumer },
+		Wanted:       func(c string) bool { return c == consumer },
 		Workers:      cfg.Workers,
 	})
 	return d, nil
@@ -98,7 +105,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 // ctx bounds only the start-up checks; the dispatcher runs until Stop.
 func (d *Dispatcher) Start(ctx context.Context) error {
 	return d.loop.Start(ctx, func(ctx context.Context) error {
-		if err := pgbox.CheckSchema(ctx, d.pool, d.cfg.Schema); err != nil {
+		if err := pgbox.CheckSchema(ctx, d.pool, d.schema); err != nil {
 			return fmt.Errorf("dispatcher: %w", err)
 		}
 		cfg := d.pool.Config() // a copy
@@ -108,7 +115,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 			return fmt.Errorf("dispatcher: open the claim-recording pool: %w", err)
 		}
 		d.records = records
-		d.gauges.Watch(func() func() { return d.tel.WatchBacklog(d.pool, d.cfg.Schema) })
+		d.gauges.Watch(func() func() { return d.tel.WatchBacklog(d.pool, d.schema) })
 		return nil
 	})
 }

@@ -11,8 +11,9 @@
 // mark or not at all. That is what makes its effect happen exactly once,
 // even if the process is killed at any instant.
 //
+//	payments, err := inbox.New(pool, inbox.Config{Consumer: "payments"})
 //	d, err := dispatcher.New(pool, dispatcher.Config{
-//		Consumer: "payments",
+//		Inbox: payments,
 //		Handlers: map[string]dispatcher.Handler{
 //			"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
 //				_, err := tx.Exec(ctx, "INSERT INTO payments (order_id) VALUES ($1) ON CONFLICT DO NOTHING", m.ID)

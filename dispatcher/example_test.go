@@ -44,8 +44,7 @@ func Example() {
 
 	handled := make(chan string)
 	d, err := dispatcher.New(db.Pool, dispatcher.Config{
-		Consumer: "payments",
-		Schema:   db.Schema,
+		Inbox: payments,
 		Handlers: map[string]dispatcher.Handler{
 			"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
 				if _, err := tx.Exec(ctx, sql("INSERT INTO /* schema */payments VALUES ($1)"), m.ID); err != nil {
@@ -106,8 +105,7 @@ func ExampleLeased() {
 
 	charged := make(chan int)
 	d, err := dispatcher.New(db.Pool, dispatcher.Config{
-		Consumer:         "payments",
-		Schema:           db.Schema,
+		Inbox:            payments,
 		RetryBackoffFunc: func(int) time.Duration { return 10 * time.Millisecond },
 		Handlers: map[string]dispatcher.Handler{
 			"ChargeCard": dispatcher.Leased(func(ctx context.Context, m *dispatcher.Message) error {
@@ -165,8 +163,7 @@ func ExamplePermanent() {
 
 	tried := make(chan struct{})
 	d, err := dispatcher.New(db.Pool, dispatcher.Config{
-		Consumer: "payments",
-		Schema:   db.Schema,
+		Inbox: payments,
 		Handlers: map[string]dispatcher.Handler{
 			"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
 				defer close(tried)
@@ -217,8 +214,7 @@ func ExampleSnooze() {
 	var calls atomic.Int32 // attempts may run on different workers
 	done := make(chan int)
 	d, err := dispatcher.New(db.Pool, dispatcher.Config{
-		Consumer: "payments",
-		Schema:   db.Schema,
+		Inbox: payments,
 		Handlers: map[string]dispatcher.Handler{
 			"PaymentCaptured": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
 				if calls.Add(1) < 3 { // the order is not there yet
@@ -261,8 +257,7 @@ func ExampleDispatcher_Stop() {
 
 	started := make(chan struct{})
 	d, err := dispatcher.New(db.Pool, dispatcher.Config{
-		Consumer: "payments",
-		Schema:   db.Schema,
+		Inbox: payments,
 		Handlers: map[string]dispatcher.Handler{
 			"Report": dispatcher.Leased(func(ctx context.Context, m *dispatcher.Message) error {
 				close(started)

@@ -62,9 +62,9 @@ func (h *heartbeat) renew() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
 	defer cancel()
-	if _, err := h.d.pool.Exec(ctx, h.d.q.renewLease, h.d.cfg.Consumer, ids, h.token, h.d.cfg.Lease.Milliseconds()); err != nil {
+	if _, err := h.d.pool.Exec(ctx, h.d.q.renewLease, h.d.consumer, ids, h.token, h.d.cfg.Lease.Milliseconds()); err != nil {
 		h.d.cfg.Logger.Warn("dispatcher: could not renew the leases of waiting messages; they may be taken over",
-			slog.String("consumer", h.d.cfg.Consumer), slog.Int("messages", len(ids)), slog.String("error", err.Error()))
+			slog.String("consumer", h.d.consumer), slog.Int("messages", len(ids)), slog.String("error", err.Error()))
 	}
 }
 

@@ -83,12 +83,11 @@ func (b *testBundle) receiveMsgs(t *testing.T, msgs ...inbox.Message) {
 	}
 }
 
-// config fills in what every test wants: this bundle's schema and
-// consumer, quick polling and retries, and logs on the test's output.
+// config fills in what every test wants: this bundle's inbox (unless the
+// test brings its own), quick polling and retries, and logs on the test's output.
 func (b *testBundle) config(t *testing.T, cfg dispatcher.Config) dispatcher.Config {
-	cfg.Schema = b.schema
-	if cfg.Consumer == "" {
-		cfg.Consumer = consumer
+	if cfg.Inbox == nil {
+		cfg.Inbox = b.inbox
 	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 20 * time.Millisecond

@@ -2,7 +2,6 @@ package dispatcher_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/dispatcher"
+	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
 
@@ -120,9 +120,10 @@ func TestStopCancelsAtTheDeadlineAndLosesNothing(t *testing.T) {
 func TestStartFailsFastOnAnUnmigratedSchema(t *testing.T) {
 	t.Parallel()
 	schema := pgtest.EmptySchema(t)
+	in, err := inbox.New(pgtest.Pool(t), inbox.Config{Consumer: consumer, Schema: schema})
+	require.NoError(t, err)
 	d, err := dispatcher.New(pgtest.Pool(t), dispatcher.Config{
-		Consumer: consumer,
-		Schema:   schema,
+		Inbox:    in,
 		Handlers: map[string]dispatcher.Handler{"E": dispatcher.Leased(func(context.Context, *dispatcher.Message) error { return nil })},
 	})
 	require.NoError(t, err)
@@ -151,21 +152,22 @@ func TestLifecycleMisuse(t *testing.T) {
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
+	in, err := inbox.New(pool, inbox.Config{Consumer: "c"})
+	require.NoError(t, err)
 	ok := map[string]dispatcher.Handler{"E": dispatcher.Leased(func(context.Context, *dispatcher.Message) error { return nil })}
 
-	_, err := dispatcher.New(nil, dispatcher.Config{Consumer: "c", Handlers: ok})
+	_, err = dispatcher.New(nil, dispatcher.Config{Inbox: in, Handlers: ok})
 	require.ErrorContains(t, err, "pool is nil")
 
 	for want, cfg := range map[string]dispatcher.Config{
-		"Config.Consumer is empty":                                    {Handlers: ok},
-		"Config.Handlers is empty: map each event type":               {Consumer: "c"},
-		`Config.Handlers["E"] is empty: build it with`:                {Consumer: "c", Handlers: map[string]dispatcher.Handler{"E": {}}},
-		"Config.BatchSize is -1":                                      {Consumer: "c", Handlers: ok, BatchSize: -1},
-		"Config.Workers is -2":                                        {Consumer: "c", Handlers: ok, Workers: -2},
-		"Config.HandlerTimeout is -1s":                                {Consumer: "c", Handlers: ok, HandlerTimeout: -time.Second},
-		"Config.Lease (30s) must exceed Config.HandlerTimeout (1m0s)": {Consumer: "c", Handlers: ok, Lease: 30 * time.Second},
-		"Config.PollInterval is 1µs":                                  {Consumer: "c", Handlers: ok, PollInterval: time.Microsecond},
-		"is 64 bytes, over the 63-byte limit":                         {Consumer: "c", Handlers: ok, Schema: strings.Repeat("s", 64)},
+		"Config.Inbox is nil: pass the inbox":                         {Handlers: ok},
+		"Config.Handlers is empty: map each event type":               {Inbox: in},
+		`Config.Handlers["E"] is empty: build it with`:                {Inbox: in, Handlers: map[string]dispatcher.Handler{"E": {}}},
+		"Config.BatchSize is -1":                                      {Inbox: in, Handlers: ok, BatchSize: -1},
+		"Config.Workers is -2":                                        {Inbox: in, Handlers: ok, Workers: -2},
+		"Config.HandlerTimeout is -1s":                                {Inbox: in, Handlers: ok, HandlerTimeout: -time.Second},
+		"Config.Lease (30s) must exceed Config.HandlerTimeout (1m0s)": {Inbox: in, Handlers: ok, Lease: 30 * time.Second},
+		"Config.PollInterval is 1µs":                                  {Inbox: in, Handlers: ok, PollInterval: time.Microsecond},
 	} {
 		_, err := dispatcher.New(pool, cfg)
 		require.ErrorContains(t, err, want)
@@ -173,6 +175,6 @@ func TestNewRejectsBadConfig(t *testing.T) {
 
 	// Several problems are reported at once.
 	_, err = dispatcher.New(pool, dispatcher.Config{BatchSize: -1})
-	require.ErrorContains(t, err, "Config.Consumer is empty")
+	require.ErrorContains(t, err, "Config.Inbox is nil")
 	require.ErrorContains(t, err, "Config.BatchSize is -1")
 }

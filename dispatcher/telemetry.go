@@ -7,7 +7,7 @@ import "context"
 func (d *Dispatcher) Running() bool { return d.loop.Running() }
 
 // Consumer returns the consumer whose messages the dispatcher handles.
-func (d *Dispatcher) Consumer() string { return d.cfg.Consumer }
+func (d *Dispatcher) Consumer() string { return d.consumer }
 
 // observe counts recorded outcomes: processed, failed attempts, dead.
 // Releases and snoozes (a refunded attempt) are not failures.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgbox/pgbox/dispatcher"
 	"github.com/pgbox/pgbox/health"
+	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
 
@@ -21,13 +22,16 @@ func ExampleChecker() {
 	db := pgtest.NewExampleDB(ctx, "example_health")
 	defer db.Close()
 
+	payments, err := inbox.New(db.Pool, inbox.Config{Consumer: "payments", Schema: db.Schema})
+	if err != nil {
+		panic(err)
+	}
 	d, err := dispatcher.New(db.Pool, dispatcher.Config{
-		Consumer: "payments",
+		Inbox: payments,
 		Handlers: map[string]dispatcher.Handler{
 			"OrderPlaced": dispatcher.InTx(func(context.Context, pgx.Tx, *dispatcher.Message) error { return nil }),
 		},
 		Logger: slog.New(slog.DiscardHandler),
-		Schema: db.Schema,
 	})
 	if err != nil {
 		panic(err)

@@ -59,8 +59,10 @@ func TestHealthyServiceThenAStoppedDispatcher(t *testing.T) {
 	pool := pgtest.Pool(t)
 	schema := pgtest.Schema(t)
 
+	in, err := inbox.New(pool, inbox.Config{Consumer: "payments", Schema: schema})
+	require.NoError(t, err)
 	d, err := dispatcher.New(pool, dispatcher.Config{
-		Consumer: "payments", Schema: schema,
+		Inbox:    in,
 		Handlers: map[string]dispatcher.Handler{"T": dispatcher.InTx(func(context.Context, pgx.Tx, *dispatcher.Message) error { return nil })},
 	})
 	require.NoError(t, err)
@@ -114,8 +116,10 @@ func TestOldBacklogIsUnhealthy(t *testing.T) {
 	// One worker, one message at a time: the first message's handler holds
 	// the worker until released, while a second, due an hour ago, waits.
 	started, release := make(chan struct{}), make(chan struct{})
+	in, err := inbox.New(pool, inbox.Config{Consumer: "payments", Schema: schema})
+	require.NoError(t, err)
 	d, err := dispatcher.New(pool, dispatcher.Config{
-		BatchSize: 1, Consumer: "payments", Schema: schema, Workers: 1, PollInterval: 10 * time.Millisecond,
+		BatchSize: 1, Inbox: in, Workers: 1, PollInterval: 10 * time.Millisecond,
 		Handlers: map[string]dispatcher.Handler{
 			"Slow": dispatcher.Leased(func(ctx context.Context, _ *dispatcher.Message) error {
 				close(started)
@@ -125,8 +129,6 @@ func TestOldBacklogIsUnhealthy(t *testing.T) {
 			"Fast": dispatcher.InTx(func(context.Context, pgx.Tx, *dispatcher.Message) error { return nil }),
 		},
 	})
-	require.NoError(t, err)
-	in, err := inbox.New(pool, inbox.Config{Consumer: "payments", Schema: schema})
 	require.NoError(t, err)
 	_, err = in.Receive(ctx, inbox.Message{ID: "slow", EventType: "Slow"})
 	require.NoError(t, err)

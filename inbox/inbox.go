@@ -147,10 +147,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	channel := ident.Channel(cfg.Schema, "inbox")
 	return &Inbox{
 		cfg:      cfg,
-		channel:  ident.Channel(cfg.Schema, "inbox"),
-		notifies: notify.NewLimiter(cfg.NotifyInterval, func() { sendNotify(pool, ident.Channel(cfg.Schema, "inbox"), cfg.Consumer) }),
+		channel:  channel,
+		notifies: notify.NewLimiter(cfg.NotifyInterval, func() { sendNotify(pool, channel, cfg.Consumer) }),
 		pool:     pool,
 		recent:   recent.New(cfg.RecentIDs),
 		q: queries{
@@ -166,6 +167,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 
 // Consumer returns the consumer this Inbox receives for.
 func (in *Inbox) Consumer() string { return in.cfg.Consumer }
+
+// Schema returns the PostgreSQL schema holding this Inbox's tables.
+func (in *Inbox) Schema() string { return in.cfg.Schema }
+
+// Channel returns the LISTEN/NOTIFY channel on which this Inbox announces
+// newly stored messages, with the consumer as the payload. A dispatcher
+// made for this Inbox listens on it.
+func (in *Inbox) Channel() string { return in.channel }
 
 // sendNotify sends a notification on its own, outside any receiving
 // transaction, committed asynchronously (see notify.SendSQL). It is a hint:

@@ -127,21 +127,20 @@ func TestLargePruneDoesNotBlockWorkers(t *testing.T) {
 	b.exec(t, "ANALYZE /* schema */inbox")
 
 	pool := pgtest.Pool(t)
+	live, err := inbox.New(pool, inbox.Config{Consumer: "live", Schema: b.schema})
+	require.NoError(t, err)
 	d, err := dispatcher.New(pool, dispatcher.Config{
-		Consumer: "live",
+		Inbox: live,
 		Handlers: map[string]dispatcher.Handler{"Live": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
 			_, err := tx.Exec(ctx, b.sql("INSERT INTO /* schema */effects (id) VALUES ($1)"), m.ID)
 			return err
 		})},
 		PollInterval: 10 * time.Millisecond,
-		Schema:       b.schema,
 	})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
 
-	live, err := inbox.New(pool, inbox.Config{Consumer: "live", Schema: b.schema})
-	require.NoError(t, err)
 	stop := make(chan struct{})
 	var producer sync.WaitGroup
 	producer.Go(func() {

@@ -40,7 +40,7 @@ func ExampleIdempotencyCheck() {
 	var d *dispatcher.Dispatcher
 	start := func(ctx context.Context) error {
 		next, err := dispatcher.New(db.Pool, dispatcher.Config{
-			Consumer: "payments",
+			Inbox: payments,
 			Handlers: map[string]dispatcher.Handler{
 				"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
 					_, err := tx.Exec(ctx, sql("INSERT INTO /* schema */payments VALUES ($1)"), m.ID)
@@ -49,7 +49,6 @@ func ExampleIdempotencyCheck() {
 			},
 			Logger:       slog.New(slog.DiscardHandler),
 			PollInterval: 10 * time.Millisecond,
-			Schema:       db.Schema,
 		})
 		if err != nil {
 			return err

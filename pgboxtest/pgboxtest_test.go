@@ -103,12 +103,11 @@ func (b *drainBundle) receive(t *testing.T, msgs ...inbox.Message) {
 func (b *drainBundle) startDispatcher(t *testing.T, handler dispatcher.Handler, backoff time.Duration) {
 	t.Helper()
 	d, err := dispatcher.New(b.pool, dispatcher.Config{
-		Consumer:         "payments",
+		Inbox:            b.inbox,
 		Handlers:         map[string]dispatcher.Handler{"OrderPlaced": handler},
 		Logger:           slog.New(slog.DiscardHandler),
 		PollInterval:     20 * time.Millisecond,
 		RetryBackoffFunc: func(int) time.Duration { return backoff },
-		Schema:           b.schema,
 	})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))

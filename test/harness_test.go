@@ -230,8 +230,7 @@ func startConsumer(t testing.TB, b broker) *consumer {
 	<-router.Running()
 
 	d, err := dispatcher.New(c.pool, dispatcher.Config{
-		Consumer:     "payments",
-		Schema:       c.schema,
+		Inbox:        c.inbox,
 		PollInterval: 20 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Handlers: map[string]dispatcher.Handler{

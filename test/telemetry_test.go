@@ -165,7 +165,7 @@ func TestTelemetryOfAKnownRun(t *testing.T) {
 	require.Equal(t, inbox.Conflict, outcome)
 
 	d, err := dispatcher.New(pool, dispatcher.Config{
-		Consumer: "payments",
+		Inbox: payments,
 		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, _ pgx.Tx, m *dispatcher.Message) error {
 			if string(m.Payload) == "poison" {
 				return errors.New("payload is not an order")
@@ -175,7 +175,6 @@ func TestTelemetryOfAKnownRun(t *testing.T) {
 		MeterProvider:    meters,
 		PollInterval:     10 * time.Millisecond,
 		RetryBackoffFunc: func(int) time.Duration { return time.Millisecond },
-		Schema:           schema,
 		TracerProvider:   tracers,
 	})
 	require.NoError(t, err)

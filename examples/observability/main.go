@@ -136,7 +136,6 @@ func run(ctx context.Context, url, addr string, orders int, schema string, once 
 		}
 	}()
 	d, err := dispatcher.New(pool, dispatcher.Config{
-		Consumer: "payments",
 		Handlers: map[string]dispatcher.Handler{
 			"OrderPlaced": dispatcher.InTx(func(ctx context.Context, _ pgx.Tx, m *dispatcher.Message) error {
 				if strings.Contains(string(m.Payload), "poison") {
@@ -145,10 +144,10 @@ func run(ctx context.Context, url, addr string, orders int, schema string, once 
 				return nil
 			}),
 		},
+		Inbox:            payments,
 		Logger:           logger,
 		MeterProvider:    meters,
 		RetryBackoffFunc: func(int) time.Duration { return 50 * time.Millisecond },
-		Schema:           schema,
 		TracerProvider:   tracers,
 	})
 	if err != nil {

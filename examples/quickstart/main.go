@@ -92,12 +92,11 @@ func run(orders, poison int, schema string, timeout time.Duration, out io.Writer
 		return err
 	}
 	d, err := dispatcher.New(pool, dispatcher.Config{
-		Consumer: "payments",
-		Logger:   slog.New(slog.DiscardHandler), // the table below tells the story
+		Inbox:  payments,
+		Logger: slog.New(slog.DiscardHandler), // the table below tells the story
 		RetryBackoffFunc: func(attempt int) time.Duration {
 			return time.Duration(attempt) * 20 * time.Millisecond
 		},
-		Schema: schema,
 		Handlers: map[string]dispatcher.Handler{
 			"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
 				var o order

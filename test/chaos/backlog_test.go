@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox/dispatcher"
+	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/migrations"
@@ -26,8 +27,11 @@ const backlogSchema = "chaos_backlog"
 // handler, printing its resident memory every 250ms, until the backlog is
 // gone.
 func drain(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
+	in, err := inbox.New(pool, inbox.Config{Consumer: "drain", Schema: backlogSchema})
+	require.NoError(t, err)
 	d, err := dispatcher.New(pool, dispatcher.Config{
-		Consumer: "drain", Schema: backlogSchema, Workers: 4, BatchSize: 32, PollInterval: 50 * time.Millisecond,
+		Inbox:   in,
+		Workers: 4, BatchSize: 32, PollInterval: 50 * time.Millisecond,
 		Handlers: map[string]dispatcher.Handler{"E": dispatcher.InTx(func(context.Context, pgx.Tx, *dispatcher.Message) error { return nil })},
 	})
 	require.NoError(t, err)

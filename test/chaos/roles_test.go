@@ -302,9 +302,11 @@ func flood(ctx context.Context, pool *pgxpool.Pool) {
 
 func startDispatcher(t *testing.T, ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) {
 	sql := func(q string) string { return ident.Render(q, consumerSchema) }
+	in, err := inbox.New(pool, inbox.Config{Consumer: consumerName, MaxAttempts: maxAttempts, Schema: consumerSchema})
+	require.NoError(t, err)
 	d, err := dispatcher.New(pool, dispatcher.Config{
+		Inbox:          in,
 		BatchSize:      16,
-		Consumer:       consumerName,
 		HandlerTimeout: 500 * time.Millisecond,
 		Lease:          time.Second,
 		Logger:         logger,
@@ -312,7 +314,6 @@ func startDispatcher(t *testing.T, ctx context.Context, pool *pgxpool.Pool, logg
 		RetryBackoffFunc: func(attempt int) time.Duration {
 			return min(20*time.Millisecond<<attempt, 400*time.Millisecond)
 		},
-		Schema:  consumerSchema,
 		Workers: 4,
 		Handlers: map[string]dispatcher.Handler{
 			typeOrderPlaced: dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {

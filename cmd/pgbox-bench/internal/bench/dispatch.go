@@ -104,7 +104,7 @@ func (r *rig) backlog(ctx context.Context, n int) error {
 // time, whose no-op in-transaction handler calls done.
 func (r *rig) dispatcher(e *env, workers, batch int, done func(*dispatcher.Message)) (*dispatcher.Dispatcher, error) {
 	return dispatcher.New(r.pool, dispatcher.Config{
-		Consumer: consumer, Schema: pgboxSchemaName, Workers: workers, BatchSize: batch, Logger: e.log,
+		Inbox: r.in, Workers: workers, BatchSize: batch, Logger: e.log,
 		Handlers: map[string]dispatcher.Handler{"noop": dispatcher.InTx(func(_ context.Context, _ pgx.Tx, m *dispatcher.Message) error {
 			done(m)
 			return nil

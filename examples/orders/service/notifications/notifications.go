@@ -93,16 +93,15 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.dispatcher, err = dispatcher.New(cfg.Pool, dispatcher.Config{
 		BatchSize: 16,
-		Consumer:  Consumer,
 		Handlers: map[string]dispatcher.Handler{
 			events.TypePaymentCaptured: dispatcher.Leased(s.handlePaymentCaptured),
 		},
 		HandlerTimeout:   2 * time.Second,
+		Inbox:            in,
 		Lease:            3 * time.Second,
 		Logger:           cfg.Logger,
 		PollInterval:     200 * time.Millisecond,
 		RetryBackoffFunc: retryBackoff,
-		Schema:           cfg.Schema,
 		Workers:          4,
 	})
 	if err != nil {

@@ -134,7 +134,6 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.dispatcher, err = dispatcher.New(cfg.Pool, dispatcher.Config{
 		BatchSize: 16,
-		Consumer:  Consumer,
 		Handlers: map[string]dispatcher.Handler{
 			events.TypeOrderPlaced:     dispatcher.InTx(s.handleOrderPlaced),
 			events.TypeChargeRequested: dispatcher.Leased(s.handleChargeRequested),
@@ -142,11 +141,11 @@ func New(cfg Config) (*Service, error) {
 		// A gateway call that takes 2s has failed; a SIGKILLed worker's
 		// messages are claimed again 3s after its last heartbeat.
 		HandlerTimeout:   2 * time.Second,
+		Inbox:            s.inbox,
 		Lease:            3 * time.Second,
 		Logger:           cfg.Logger,
 		PollInterval:     200 * time.Millisecond, // NOTIFY wakes workers at once; polling finds expired leases
 		RetryBackoffFunc: retryBackoff,
-		Schema:           cfg.Schema,
 		Workers:          4,
 	})
 	if err != nil {
