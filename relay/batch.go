@@ -23,8 +23,6 @@ const (
 	bookkeepingTimeout = 30 * time.Second
 	// maxErrorBytes bounds a recorded publish error.
 	maxErrorBytes = 8 << 10
-	// pruneBatch is how many published rows one prune statement deletes.
-	pruneBatch = 1000
 	// leaseExpiredError is recorded for an attempt whose relay never
 	// reported back before its lease ran out.
 	leaseExpiredError = "lease expired before the publish was recorded: the relay crashed, stalled, or its publish hung; publishing again"
@@ -48,7 +46,7 @@ type outcome struct {
 	err    string
 	id     uuid.UUID
 	refund bool
-	status string
+	status pgbox.OutboxStatus
 }
 
 // runBatch claims rows, publishes them topic by topic in commit order, and
@@ -63,7 +61,7 @@ func (r *Relay) runBatch() (int, error) {
 	for _, group := range byTopic(rows) {
 		if r.loop.CancelledByStop() {
 			for _, rw := range group {
-				outcomes = append(outcomes, outcome{id: rw.id, status: "pending", refund: true})
+				outcomes = append(outcomes, outcome{id: rw.id, status: pgbox.OutboxPending, refund: true})
 			}
 			continue
 		}
@@ -73,7 +71,7 @@ func (r *Relay) runBatch() (int, error) {
 		end(err)
 		for _, rw := range group {
 			if err == nil {
-				outcomes = append(outcomes, outcome{id: rw.id, status: "published"})
+				outcomes = append(outcomes, outcome{id: rw.id, status: pgbox.OutboxPublished})
 			} else {
 				outcomes = append(outcomes, r.failed(rw, err))
 			}
@@ -101,13 +99,13 @@ func (r *Relay) claim(token int64) ([]*row, int, error) {
 		n++
 		var (
 			rw       row
-			status   string
+			status   pgbox.OutboxStatus
 			metadata []byte
 		)
 		if err := rows.Scan(&rw.id, &status, &rw.topic, &rw.eventType, &rw.orderingKey, &rw.payload, &metadata, &rw.attempt, &rw.seq); err != nil {
 			return nil, 0, fmt.Errorf("claim: %w", err)
 		}
-		if status == "dead" { // its lease expired on its last attempt
+		if status == pgbox.OutboxDead { // its lease expired on its last attempt
 			dead = append(dead, &rw)
 			continue
 		}
@@ -169,12 +167,12 @@ func toMessages(rows []*row) []*message.Message {
 func (r *Relay) failed(rw *row, err error) outcome {
 	o := outcome{id: rw.id, err: pgtext.Clean("publish: "+err.Error(), maxErrorBytes)}
 	if r.cfg.MaxAttempts > 0 && rw.attempt >= r.cfg.MaxAttempts {
-		o.status = "dead"
+		o.status = pgbox.OutboxDead
 		r.cfg.Logger.Error("relay: outbox row is dead: its publish attempts ran out",
 			slog.String("id", rw.id.String()), slog.String("topic", rw.topic), slog.Int("attempts", rw.attempt), slog.String("error", o.err))
 		return o
 	}
-	o.status = "pending"
+	o.status = pgbox.OutboxPending
 	o.delay = max(r.cfg.RetryBackoffFunc(rw.attempt), 0)
 	r.cfg.Logger.Warn("relay: publish failed; will retry",
 		slog.String("id", rw.id.String()), slog.String("topic", rw.topic), slog.Int("attempt", rw.attempt),
@@ -192,7 +190,7 @@ func (r *Relay) complete(token int64, outcomes []outcome) {
 	ids, statuses := make([]uuid.UUID, n), make([]string, n)
 	delays, refunds, errs := make([]int64, n), make([]int32, n), make([]*string, n)
 	for i, o := range outcomes {
-		ids[i], statuses[i], delays[i] = o.id, o.status, o.delay.Milliseconds()
+		ids[i], statuses[i], delays[i] = o.id, string(o.status), o.delay.Milliseconds()
 		if o.refund {
 			refunds[i] = 1
 		}
@@ -225,12 +223,15 @@ func (r *Relay) recordOutcomes(ctx context.Context, args ...any) (int, error) {
 		dead     []string // their topics
 	)
 	for rows.Next() {
-		var status, topic string
+		var (
+			status pgbox.OutboxStatus
+			topic  string
+		)
 		if err := rows.Scan(&status, &topic); err != nil {
 			return 0, err
 		}
 		recorded++
-		if status == "dead" {
+		if status == pgbox.OutboxDead {
 			dead = append(dead, topic)
 		}
 	}
@@ -241,26 +242,4 @@ func (r *Relay) recordOutcomes(ctx context.Context, args ...any) (int, error) {
 		r.tel.Dead(topic)
 	}
 	return recorded, nil
-}
-
-// prune deletes published rows older than the retention window, a batch at
-// a time so that no statement holds many locks or runs long.
-func (r *Relay) prune() {
-	total := 0
-	for !r.loop.Stopping() {
-		ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
-		tag, err := r.pool.Exec(ctx, r.q.prune, r.cfg.Retention.Milliseconds(), pruneBatch)
-		cancel()
-		if err != nil {
-			r.cfg.Logger.Error("relay: pruning published rows failed; will try again", slog.String("error", err.Error()))
-			return
-		}
-		total += int(tag.RowsAffected())
-		if tag.RowsAffected() < pruneBatch {
-			break
-		}
-	}
-	if total > 0 {
-		r.cfg.Logger.Info("relay: pruned published outbox rows", slog.Int("rows", total), slog.Duration("retention", r.cfg.Retention))
-	}
 }

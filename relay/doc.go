@@ -31,9 +31,7 @@
 //
 // Published rows are deleted by package maintenance after its
 // OutboxRetention (7 days by default), once per interval for the whole
-// deployment; dead rows never are. The relay's own pruning
-// (Config.Retention, Config.PruneInterval) is deprecated and off unless one
-// of them is set.
+// deployment; dead rows never are.
 //
 // Each published message gets a span (Config.TracerProvider), the child of
 // the producer's trace found in its metadata, whose context replaces the

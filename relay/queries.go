@@ -1,5 +1,7 @@
 package relay
 
+import "github.com/pgbox/pgbox/internal/tables"
+
 // The relay's SQL. "/* schema */" is replaced by the quoted schema name
 // when a Relay is created (ident.Render).
 
@@ -11,8 +13,8 @@ package relay
 // Claimable means a row whose lease expired (a relay died or stalled while
 // publishing it: the attempt is recorded, and counted) or a pending row that
 // is due and, if keyed, at the head of its key: no earlier row of the key
-// pending, running or dead. That keeps one row per key in flight across
-// every relay process, in commit order. With $5 > 0, a row whose lease
+// pending, running or dead (tables.OutboxAtKeyHead). That keeps one row per
+// key in flight across every relay process, in commit order. With $5 > 0, a row whose lease
 // expired on attempt $5 is marked dead instead of claimed.
 //
 // The claim commits asynchronously (synchronous_commit off for its own
@@ -24,7 +26,7 @@ const claimSQL = `
 WITH expired AS (
     SELECT o.id
     FROM /* schema */outbox AS o
-    WHERE o.status = 'running' AND o.available_at <= now()
+    WHERE o.status = ` + tables.OutboxRunning + ` AND o.available_at <= now()
     ORDER BY o.available_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -32,13 +34,9 @@ WITH expired AS (
 fresh AS (
     SELECT o.id
     FROM /* schema */outbox AS o
-    WHERE o.status = 'pending'
+    WHERE o.status = ` + tables.OutboxPending + `
       AND o.available_at <= now()
-      AND (o.ordering_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM /* schema */outbox AS earlier
-            WHERE earlier.ordering_key = o.ordering_key
-              AND earlier.status IN ('pending', 'running', 'dead')
-              AND earlier.seq < o.seq))
+      AND ` + tables.OutboxAtKeyHead + `
     ORDER BY o.available_at, o.seq
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -53,12 +51,14 @@ async AS (
     SELECT set_config('synchronous_commit', 'off', true)
 )
 UPDATE /* schema */outbox AS o SET
-    status       = CASE WHEN o.status = 'running' AND $5 > 0 AND o.attempts >= $5 THEN 'dead' ELSE 'running' END,
-    attempts     = CASE WHEN o.status = 'running' AND $5 > 0 AND o.attempts >= $5 THEN o.attempts ELSE o.attempts + 1 END,
+    status       = CASE WHEN o.status = ` + tables.OutboxRunning + ` AND $5 > 0 AND o.attempts >= $5
+                        THEN ` + tables.OutboxDead + ` ELSE ` + tables.OutboxRunning + ` END,
+    attempts     = CASE WHEN o.status = ` + tables.OutboxRunning + ` AND $5 > 0 AND o.attempts >= $5
+                        THEN o.attempts ELSE o.attempts + 1 END,
     claim_token  = $2,
     available_at = now() + $3 * interval '1 millisecond',
-    last_error   = CASE WHEN o.status = 'running' THEN $4 ELSE o.last_error END,
-    errors       = CASE WHEN o.status = 'running'
+    last_error   = CASE WHEN o.status = ` + tables.OutboxRunning + ` THEN $4 ELSE o.last_error END,
+    errors       = CASE WHEN o.status = ` + tables.OutboxRunning + `
                         THEN o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts, 'at', now(), 'error', $4::text))
                         ELSE o.errors END
 FROM claimable AS c CROSS JOIN async
@@ -74,23 +74,12 @@ const completeSQL = `
 UPDATE /* schema */outbox AS o SET
     status       = r.status,
     attempts     = o.attempts - r.refund,
-    published_at = CASE WHEN r.status = 'published' THEN now() ELSE o.published_at END,
-    available_at = CASE WHEN r.status = 'pending' THEN now() + r.delay_ms * interval '1 millisecond' ELSE o.available_at END,
+    published_at = CASE WHEN r.status = ` + tables.OutboxPublished + ` THEN now() ELSE o.published_at END,
+    available_at = CASE WHEN r.status = ` + tables.OutboxPending + ` THEN now() + r.delay_ms * interval '1 millisecond' ELSE o.available_at END,
     claim_token  = NULL,
     last_error   = coalesce(r.error, o.last_error),
     errors       = CASE WHEN r.error IS NULL THEN o.errors
                         ELSE o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts, 'at', now(), 'error', r.error)) END
 FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::int[], $6::text[]) AS r(id, status, delay_ms, refund, error)
-WHERE o.id = r.id AND o.claim_token = $1 AND o.status = 'running'
+WHERE o.id = r.id AND o.claim_token = $1 AND o.status = ` + tables.OutboxRunning + `
 RETURNING o.status, o.topic`
-
-// pruneSQL deletes up to $2 published rows older than $1 milliseconds.
-// Dead and unpublished rows are never deleted.
-const pruneSQL = `
-DELETE FROM /* schema */outbox
-WHERE id IN (
-    SELECT id FROM /* schema */outbox
-    WHERE status = 'published' AND published_at < now() - $1 * interval '1 millisecond'
-    ORDER BY published_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED)`

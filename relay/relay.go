@@ -29,17 +29,6 @@ const (
 	LeaseDefault = time.Minute
 	// PollIntervalDefault is the default Config.PollInterval.
 	PollIntervalDefault = time.Second
-	// PruneIntervalDefault is Config.PruneInterval when only Config.Retention
-	// is set.
-	//
-	// Deprecated: package maintenance prunes the outbox.
-	PruneIntervalDefault = time.Minute
-	// RetentionDefault is Config.Retention when only Config.PruneInterval is
-	// set: longer than any consumer's redelivery window is likely to be.
-	//
-	// Deprecated: package maintenance prunes the outbox
-	// (maintenance.Config.OutboxRetention).
-	RetentionDefault = 7 * 24 * time.Hour
 	// WorkersDefault is the default Config.Workers.
 	WorkersDefault = 2
 )
@@ -75,16 +64,6 @@ type Config struct {
 	// notification wakes it. Defaults to PollIntervalDefault (one second).
 	PollInterval time.Duration
 
-	// PruneInterval, with Retention, makes this relay delete published rows
-	// older than Retention itself, in batches, this often. Setting either
-	// turns that on (the other then defaults to PruneIntervalDefault or
-	// RetentionDefault); by default the relay prunes nothing.
-	//
-	// Deprecated: run package maintenance instead. It prunes the outbox
-	// (and the inbox) once per interval for the whole deployment, on the
-	// process River elects, rather than once per relay.
-	PruneInterval time.Duration
-
 	// Propagator reads the trace context the producer left in a row's
 	// metadata (outbox.Write puts it there) to make each publish span its
 	// child, and writes the publish span's context into the published
@@ -95,14 +74,6 @@ type Config struct {
 	// Publisher is where rows are published: any Watermill publisher
 	// (watermill-sql, NATS JetStream, Kafka). Required.
 	Publisher message.Publisher
-
-	// Retention, when positive, is how long this relay keeps published rows
-	// before deleting them itself (see PruneInterval). Zero, the default,
-	// and -1 leave them to package maintenance. Dead rows are never deleted.
-	//
-	// Deprecated: set maintenance.Config.OutboxRetention and run package
-	// maintenance instead.
-	Retention time.Duration
 
 	// RetryBackoffFunc returns how long to wait before publishing a row
 	// again after its attempt number attempt failed. Defaults to
@@ -139,10 +110,6 @@ func (c Config) WithDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
-	if c.PruneInterval > 0 || c.Retention > 0 { // the relay's own, deprecated pruning
-		c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
-		c.Retention = cmp.Or(c.Retention, RetentionDefault)
-	}
 	if c.Propagator == nil {
 		c.Propagator = propagation.TraceContext{}
 	}
@@ -175,12 +142,6 @@ func (c Config) validate() error {
 	if c.PollInterval < time.Millisecond {
 		add("Config.PollInterval is %s: it must be at least 1ms", c.PollInterval)
 	}
-	if c.PruneInterval < 0 || (c.Retention > 0 && c.PruneInterval < time.Millisecond) {
-		add("Config.PruneInterval is %s: it must be at least 1ms", c.PruneInterval)
-	}
-	if c.Retention < 0 && c.Retention != -1 {
-		add("Config.Retention is %s: use a positive duration, 0 for the default or -1 to keep published rows", c.Retention)
-	}
 	if err := ident.ValidateSchema(c.Schema); err != nil {
 		add("Config.Schema: %v", err)
 	}
@@ -202,7 +163,7 @@ type Relay struct {
 }
 
 type queries struct {
-	claim, complete, prune string
+	claim, complete string
 }
 
 // New returns a Relay. It checks the configuration but does not touch the
@@ -221,13 +182,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		q: queries{
 			claim:    ident.Render(claimSQL, cfg.Schema),
 			complete: ident.Render(completeSQL, cfg.Schema),
-			prune:    ident.Render(pruneSQL, cfg.Schema),
 		},
 		tel: telemetry.NewRelay(cfg.MeterProvider, cfg.TracerProvider, cfg.Propagator),
-	}
-	var periodic []workloop.Periodic
-	if cfg.Retention > 0 {
-		periodic = append(periodic, workloop.Periodic{Every: cfg.PruneInterval, Run: r.prune})
 	}
 	r.loop = workloop.New(workloop.Config{
 		Batch:        r.runBatch,
@@ -236,7 +192,6 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		ConnConfig:   pool.Config().ConnConfig,
 		Logger:       cfg.Logger,
 		Name:         "relay",
-		Periodic:     periodic,
 		PollInterval: cfg.PollInterval,
 		Workers:      cfg.Workers,
 	})

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -396,33 +395,6 @@ func TestSeveralRelaysShareTheWork(t *testing.T) {
 	require.GreaterOrEqual(t, busy, 2, "the relays must have shared the work")
 }
 
-// Pruning deletes published rows past the retention window, in bounded
-// batches, and never pending or dead rows.
-func TestPruneDeletesOnlyOldPublishedRows(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	b := setup(t)
-	_, err := b.pool.Exec(ctx, b.sql(`
-		INSERT INTO /* schema */outbox (id, topic, event_type, payload, status, published_at)
-		SELECT gen_random_uuid(), 'old', 'old', '', 'published', now() - interval '8 days' FROM generate_series(1, 2500)`))
-	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, b.sql(`
-		INSERT INTO /* schema */outbox (id, topic, event_type, payload, status, published_at, available_at)
-		VALUES (gen_random_uuid(), 'recent', 'recent', '', 'published', now() - interval '1 day', now()),
-		       (gen_random_uuid(), 'dead', 'dead', '', 'dead', NULL, now()),
-		       (gen_random_uuid(), 'waiting', 'waiting', '', 'pending', NULL, now() + interval '1 hour')`))
-	require.NoError(t, err)
-
-	b.start(t, relay.Config{Publisher: &recorder{}, PruneInterval: 10 * time.Millisecond})
-	b.waitFor(t, "SELECT NOT EXISTS (SELECT 1 FROM /* schema */outbox WHERE topic = 'old')")
-
-	rows, err := b.pool.Query(ctx, b.sql("SELECT topic FROM /* schema */outbox ORDER BY topic"))
-	require.NoError(t, err)
-	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	require.Equal(t, []string{"dead", "recent", "waiting"}, left)
-}
-
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
@@ -430,9 +402,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	require.ErrorContains(t, err, "pool is nil")
 	_, err = relay.New(pool, relay.Config{})
 	require.ErrorContains(t, err, "Config.Publisher is nil")
-	_, err = relay.New(pool, relay.Config{Publisher: &recorder{}, MaxAttempts: -1, Retention: -2 * time.Hour, BatchSize: -1})
+	_, err = relay.New(pool, relay.Config{Publisher: &recorder{}, MaxAttempts: -1, BatchSize: -1})
 	require.ErrorContains(t, err, "Config.MaxAttempts is -1")
-	require.ErrorContains(t, err, "Config.Retention is -2h0m0s")
 	require.ErrorContains(t, err, "Config.BatchSize is -1")
 }
 

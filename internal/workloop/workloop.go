@@ -44,9 +44,6 @@ type Config struct {
 	// Name prefixes errors and logs, and names the listener's connection in
 	// pg_stat_activity: "dispatcher (payments)", "relay".
 	Name string
-	// Periodic tasks run alongside the workers, each every Every (with
-	// jitter) from Start until Stop; Stop waits for a run in progress.
-	Periodic []Periodic
 	// PollInterval is how often an idle worker looks for work unprompted.
 	PollInterval time.Duration
 	// Wanted reports whether a notification's payload concerns this
@@ -54,14 +51,6 @@ type Config struct {
 	Wanted func(payload string) bool
 	// Workers is how many workers run Batch.
 	Workers int
-}
-
-// Periodic is a task a Service runs at intervals.
-type Periodic struct {
-	// Every is the interval between runs.
-	Every time.Duration
-	// Run does the task once.
-	Run func()
 }
 
 // Service is a running (or not yet started) loop.
@@ -124,13 +113,6 @@ func (s *Service) Start(ctx context.Context, preflight func(context.Context) err
 	})
 	for range s.cfg.Workers {
 		s.workers.Go(s.work)
-	}
-	for _, p := range s.cfg.Periodic {
-		s.workers.Go(func() {
-			for s.sleep(p.Every) {
-				p.Run()
-			}
-		})
 	}
 	s.started = true
 	return nil
