@@ -7,6 +7,7 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/tables"
 )
 
 // Polling bounds of WaitDrained: it looks often at first, when work is
@@ -29,19 +30,12 @@ const drainSQL = `
 SELECT ip.n, ip.backoff, ir.n, op.n, op.backoff, orun.n
 FROM (SELECT count(*) AS n, count(*) FILTER (WHERE i.available_at > now()) AS backoff
       FROM /* schema */inbox AS i
-      WHERE i.status = 'pending'
-        AND NOT (i.ordering_key IS NOT NULL AND EXISTS (
-            SELECT 1 FROM /* schema */inbox AS d
-            WHERE d.consumer = i.consumer AND d.ordering_key = i.ordering_key
-              AND d.status = 'dead' AND d.seq < i.seq))) AS ip,
-     (SELECT count(*) AS n FROM /* schema */inbox WHERE status = 'running') AS ir,
+      WHERE i.status = ` + tables.InboxPending + ` AND NOT ` + tables.InboxBehindDead + `) AS ip,
+     (SELECT count(*) AS n FROM /* schema */inbox WHERE status = ` + tables.InboxRunning + `) AS ir,
      (SELECT count(*) AS n, count(*) FILTER (WHERE o.available_at > now()) AS backoff
       FROM /* schema */outbox AS o
-      WHERE o.status = 'pending'
-        AND NOT (o.ordering_key IS NOT NULL AND EXISTS (
-            SELECT 1 FROM /* schema */outbox AS d
-            WHERE d.ordering_key = o.ordering_key AND d.status = 'dead' AND d.seq < o.seq))) AS op,
-     (SELECT count(*) AS n FROM /* schema */outbox WHERE status = 'running') AS orun`
+      WHERE o.status = ` + tables.OutboxPending + ` AND NOT ` + tables.OutboxBehindDead + `) AS op,
+     (SELECT count(*) AS n FROM /* schema */outbox WHERE status = ` + tables.OutboxRunning + `) AS orun`
 
 // WaitDrained returns nil once schema's inbox and outbox hold no work: no
 // row pending or running, for any consumer. It looks at the committed

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/tables"
 )
 
 // Querier is the part of a pgx pool the gauges need.
@@ -30,13 +31,9 @@ const gaugeTimeout = 5 * time.Second
 const inboxBacklogSQL = `
 SELECT count(*),
        coalesce(extract(epoch FROM now() - min(i.available_at) FILTER (
-           WHERE i.available_at <= now()
-             AND NOT (i.ordering_key IS NOT NULL AND EXISTS (
-                 SELECT 1 FROM /* schema */inbox AS d
-                 WHERE d.consumer = i.consumer AND d.ordering_key = i.ordering_key
-                   AND d.status = 'dead' AND d.seq < i.seq)))), 0)::float8
+           WHERE i.available_at <= now() AND NOT ` + tables.InboxBehindDead + `)), 0)::float8
 FROM /* schema */inbox AS i
-WHERE i.consumer = $1 AND i.status = 'pending'`
+WHERE i.consumer = $1 AND i.status = ` + tables.InboxPending
 
 // outboxBacklogSQL reads the outbox's backlog: rows not yet published
 // (pending or being published), and how long the oldest publishable one has
@@ -45,12 +42,10 @@ WHERE i.consumer = $1 AND i.status = 'pending'`
 const outboxBacklogSQL = `
 SELECT count(*),
        coalesce(extract(epoch FROM now() - min(o.available_at) FILTER (
-           WHERE o.status = 'pending' AND o.available_at <= now()
-             AND NOT (o.ordering_key IS NOT NULL AND EXISTS (
-                 SELECT 1 FROM /* schema */outbox AS d
-                 WHERE d.ordering_key = o.ordering_key AND d.status = 'dead' AND d.seq < o.seq)))), 0)::float8
+           WHERE o.status = ` + tables.OutboxPending + ` AND o.available_at <= now()
+             AND NOT ` + tables.OutboxBehindDead + `)), 0)::float8
 FROM /* schema */outbox AS o
-WHERE o.status IN ('pending', 'running')`
+WHERE o.status IN (` + tables.OutboxPending + `, ` + tables.OutboxRunning + `)`
 
 func render(query, schema string) string { return ident.Render(query, schema) }
 
