@@ -1,5 +1,7 @@
 package idempotency
 
+import "github.com/pgbox/pgbox/internal/tables"
+
 // The middleware's SQL. "/* schema */" is replaced by the quoted schema name
 // when a Middleware is created (ident.Render). $1, $2, $3 are always the
 // key's route, caller and key. Every time is the database's now() plus a
@@ -60,7 +62,7 @@ UPDATE /* schema */idempotency_keys SET
     completed_at = NULL,
     expires_at   = now() + $7 * interval '1 millisecond'
 WHERE route = $1 AND caller = $2 AND key = $3
-  AND expires_at <= now() AND (state = 'done' OR locked_until <= now())`
+  AND expires_at <= now() AND ` + tables.IdempotencyKeyFree
 
 // completeSQL stores the response and marks the key done, fenced by the
 // claim's token: a request that lost its key to a retry (it ran past its
@@ -92,7 +94,7 @@ const cleanupSQL = `
 DELETE FROM /* schema */idempotency_keys
 WHERE (route, caller, key) IN (
     SELECT route, caller, key FROM /* schema */idempotency_keys
-    WHERE expires_at <= now() AND (state = 'done' OR locked_until <= now())
+    WHERE expires_at <= now() AND ` + tables.IdempotencyKeyFree + `
     ORDER BY expires_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED)`

@@ -109,6 +109,7 @@ func (w *pruneWorker) Work(ctx context.Context, job *river.Job[pruneArgs]) error
 		{"inbox", m.q.pruneInbox, a.InboxRetentionMS},
 		{"inbox_conflicts", m.q.pruneConflicts, a.InboxRetentionMS},
 		{"outbox", m.q.pruneOutbox, a.OutboxRetentionMS},
+		{"idempotency_keys", m.q.pruneKeys, 0}, // as soon as they expire
 	}
 	var err error
 	for _, s := range steps {
@@ -118,12 +119,6 @@ func (w *pruneWorker) Work(ctx context.Context, job *river.Job[pruneArgs]) error
 		if err = m.deleteInBatches(ctx, s.table, s.query, s.retention, max(a.BatchSize, 1), &out); err != nil {
 			break
 		}
-	}
-	if err == nil {
-		var n int
-		n, err = m.keys.DeleteExpired(ctx)
-		out.Deleted["idempotency_keys"] = int64(n)
-		m.tel.Deleted(ctx, "idempotency_keys", int64(n))
 	}
 	if err != nil && ctx.Err() != nil {
 		out.Partial, err = true, nil

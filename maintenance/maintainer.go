@@ -20,7 +20,6 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
-	"github.com/pgbox/pgbox/idempotency"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/telemetry"
 )
@@ -153,7 +152,6 @@ type Maintainer struct {
 	cfg    Config
 	client *river.Client[pgx.Tx]
 	hooks  testHooks
-	keys   *idempotency.Middleware
 	pool   *pgxpool.Pool
 	q      queries
 	tel    *telemetry.Maintenance
@@ -166,7 +164,7 @@ type Maintainer struct {
 }
 
 type queries struct {
-	pruneConflicts, pruneInbox, pruneOutbox string
+	pruneConflicts, pruneInbox, pruneKeys, pruneOutbox string
 }
 
 // testHooks let tests watch a run from the inside.
@@ -188,18 +186,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Maintainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("maintenance: %w", err)
 	}
-	keys, err := idempotency.New(pool, idempotency.Config{Logger: cfg.Logger, Schema: cfg.Schema})
-	if err != nil {
-		return nil, fmt.Errorf("maintenance: %w", err)
-	}
 	m := &Maintainer{
 		admin: adm,
 		cfg:   cfg,
-		keys:  keys,
 		pool:  pool,
 		q: queries{
 			pruneConflicts: ident.Render(pruneConflictsSQL, cfg.Schema),
 			pruneInbox:     ident.Render(pruneInboxSQL, cfg.Schema),
+			pruneKeys:      ident.Render(pruneKeysSQL, cfg.Schema),
 			pruneOutbox:    ident.Render(pruneOutboxSQL, cfg.Schema),
 		},
 		stopped: make(chan struct{}),

@@ -87,8 +87,9 @@ func TestRetentionDeletesOnlyWhatItShould(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"fresh", "leased"}, left)
 
-	// The run recorded what it did: 3 + 1 + 2 statements of at most 1000
-	// rows, and 4 tables' counts.
+	// The run recorded what it did: 3 + 1 + 2 + 1 statements of at most
+	// 1000 rows (inbox, conflicts, outbox, idempotency keys), and 4 tables'
+	// counts.
 	jobs := b.completedJobs(t, "pgbox.prune")
 	require.Len(t, jobs, 1)
 	var out struct {
@@ -98,7 +99,7 @@ func TestRetentionDeletesOnlyWhatItShould(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(jobs[0].Output, &out))
 	require.Equal(t, map[string]int64{"inbox": 2500, "inbox_conflicts": 3, "outbox": 1200, "idempotency_keys": 2}, out.Deleted)
-	require.Equal(t, 6, out.Statements)
+	require.Equal(t, 7, out.Statements)
 	require.False(t, out.Partial)
 	require.Equal(t, m.ID(), jobs[0].EnqueuedBy)
 

@@ -1,5 +1,7 @@
 package maintenance
 
+import "github.com/pgbox/pgbox/internal/tables"
+
 // The maintenance jobs' SQL. "/* schema */" is replaced by the quoted
 // schema name when a Maintainer is created (ident.Render).
 //
@@ -20,7 +22,7 @@ package maintenance
 const pruneInboxSQL = `
 WITH batch AS (
     SELECT consumer, message_id, processed_at FROM /* schema */inbox
-    WHERE status = 'done' AND processed_at < now() - $1 * interval '1 millisecond' AND processed_at >= $3
+    WHERE status = ` + tables.InboxDone + ` AND processed_at < now() - $1 * interval '1 millisecond' AND processed_at >= $3
     ORDER BY processed_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -54,7 +56,7 @@ SELECT count(*), coalesce(max(at), $3) FROM deleted`
 const pruneOutboxSQL = `
 WITH batch AS (
     SELECT id, published_at FROM /* schema */outbox
-    WHERE status = 'published' AND published_at < now() - $1 * interval '1 millisecond' AND published_at >= $3
+    WHERE status = ` + tables.OutboxPublished + ` AND published_at < now() - $1 * interval '1 millisecond' AND published_at >= $3
     ORDER BY published_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -63,5 +65,26 @@ deleted AS (
     DELETE FROM /* schema */outbox AS o USING batch AS b
     WHERE o.id = b.id
     RETURNING b.published_at AS at
+)
+SELECT count(*), coalesce(max(at), $3) FROM deleted`
+
+// pruneKeysSQL deletes idempotency keys that expired more than $1
+// milliseconds ago (0: expired at all) and that no request holds, by
+// expires_at, through idempotency_keys_expires_idx. Expired keys are
+// already treated as new by package idempotency, so this only reclaims
+// space.
+const pruneKeysSQL = `
+WITH batch AS (
+    SELECT route, caller, key, expires_at FROM /* schema */idempotency_keys
+    WHERE expires_at <= now() - $1 * interval '1 millisecond' AND expires_at >= $3
+      AND ` + tables.IdempotencyKeyFree + `
+    ORDER BY expires_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM /* schema */idempotency_keys AS k USING batch AS b
+    WHERE k.route = b.route AND k.caller = b.caller AND k.key = b.key
+    RETURNING b.expires_at AS at
 )
 SELECT count(*), coalesce(max(at), $3) FROM deleted`

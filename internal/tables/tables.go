@@ -1,5 +1,5 @@
-// Package tables is the one place that knows the rules of pgbox's inbox and
-// outbox tables which several packages' SQL share: the statuses as SQL
+// Package tables is the one place that knows the rules of pgbox's tables
+// which several packages' SQL share: the statuses as SQL
 // literals, the sets of statuses a rule names, and the ordering-key rules.
 //
 // Queries concatenate these constants instead of spelling a status or a
@@ -84,3 +84,9 @@ const (
 // off; it has a last error). inbox_failed_idx covers these rows and the
 // discarded ones.
 const InboxFailing = `(i.status = ` + InboxDead + ` OR (i.status = ` + InboxPending + ` AND i.last_error IS NOT NULL))`
+
+// IdempotencyKeyFree is true for an idempotency key (package idempotency)
+// that no request holds: done, or its request's lease ran out. Once such a
+// key has expired, a request that brings it again starts afresh, and
+// retention may delete it.
+const IdempotencyKeyFree = `(state = 'done' OR locked_until <= now())`
