@@ -14,6 +14,12 @@ import (
 	"github.com/pgbox/pgbox/internal/workloop"
 )
 
+// ErrStopped is the cause of a handler's context cancellation when Stop's
+// deadline passes before the handler returns: context.Cause(ctx) is
+// ErrStopped. A handler that sees it should return promptly; its message
+// goes back to pending without spending an attempt, whatever it returns.
+var ErrStopped = workloop.ErrStopped
+
 // Dispatcher runs handlers for one consumer's inbox messages with a pool of
 // workers. Create it with New, then Start it and Stop it once.
 type Dispatcher struct {
@@ -122,8 +128,9 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 
 // Stop stops claiming messages and waits for the handlers in flight to
 // finish. If ctx ends first, it cancels their contexts and waits for them to
-// return; the messages they were handling, and any claimed but not started,
-// go back to pending at once without spending an attempt, so none is lost.
+// return (their contexts' cause is ErrStopped); the messages they were
+// handling, and any claimed but not started, go back to pending at once
+// without spending an attempt, so none is lost.
 // Handlers must honour their context for Stop to return promptly.
 //
 // Stop may be called more than once, and before Start.

@@ -18,12 +18,21 @@ import (
 // then wait for release or for their context to end. A message's effect
 // is written only if it was released.
 func blockingHandlers(b *testBundle, started chan<- string, release <-chan struct{}) map[string]dispatcher.Handler {
+	return cancelledHandlers(b, started, release, nil)
+}
+
+// cancelledHandlers are blockingHandlers that also send the cause of their
+// context's cancellation to causes.
+func cancelledHandlers(b *testBundle, started chan<- string, release <-chan struct{}, causes chan<- error) map[string]dispatcher.Handler {
 	wait := func(ctx context.Context, m *dispatcher.Message) error {
 		started <- m.ID
 		select {
 		case <-release:
 			return nil
 		case <-ctx.Done():
+			if causes != nil {
+				causes <- context.Cause(ctx)
+			}
 			return ctx.Err()
 		}
 	}
@@ -73,7 +82,8 @@ func TestStopWaitsForHandlersInFlight(t *testing.T) {
 	}
 }
 
-// When Stop's deadline passes, handlers are cancelled and every message
+// When Stop's deadline passes, handlers are cancelled (their context's
+// cause is ErrStopped) and every message
 // the worker held (the one in flight and the batch's unstarted ones) goes
 // back to pending with its attempt refunded; a new dispatcher then handles
 // each once.
@@ -85,17 +95,19 @@ func TestStopCancelsAtTheDeadlineAndLosesNothing(t *testing.T) {
 			b := setup(t)
 			all := ids("m", 5)
 			b.receiveAs(t, kind, all...)
-			started := make(chan string, 10)
+			started, causes := make(chan string, 10), make(chan error, 10)
 			d := b.start(t, dispatcher.Config{
 				BatchSize: 5,
 				Workers:   1,
-				Handlers:  blockingHandlers(b, started, nil), // never released
+				Handlers:  cancelledHandlers(b, started, nil, causes), // never released
 			})
 			<-started
 
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
 			require.NoError(t, d.Stop(ctx))
+			// The handler can tell a shutdown from a timeout of its own.
+			require.ErrorIs(t, <-causes, dispatcher.ErrStopped)
 
 			for _, id := range all {
 				r := b.row(t, id)

@@ -22,6 +22,8 @@ const (
 	MaxAttemptsDefault = 25
 	// MaxPayloadBytesDefault is the default Config.MaxPayloadBytes: 1 MiB.
 	MaxPayloadBytesDefault = 1 << 20
+	// NotifyIntervalDefault is the default Config.NotifyInterval: 10ms.
+	NotifyIntervalDefault = notify.NotifyIntervalDefault
 	// RecentIDsDefault is the default Config.RecentIDs.
 	RecentIDsDefault = 10_000
 )
@@ -53,7 +55,8 @@ type Config struct {
 	// ReceiveTx puts a NOTIFY in the caller's transaction (delivered at its
 	// commit) at most once per interval; statements in between are
 	// announced together an interval after the last of them. Defaults to
-	// 10ms; -1 notifies for every statement that stores something.
+	// NotifyIntervalDefault (10ms); -1 notifies for every statement that
+	// stores something.
 	//
 	// The interval is per sender: every Inbox and Outbox in every process
 	// on the database notifies on its own, and all of them share the lock.
@@ -89,7 +92,7 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, MaxPayloadBytesDefault)
-	c.NotifyInterval = cmp.Or(c.NotifyInterval, notify.NotifyIntervalDefault)
+	c.NotifyInterval = cmp.Or(c.NotifyInterval, NotifyIntervalDefault)
 	c.RecentIDs = cmp.Or(c.RecentIDs, RecentIDsDefault)
 	c.Schema = cmp.Or(c.Schema, pgbox.DefaultSchema)
 	return c

@@ -15,8 +15,12 @@ import (
 	"github.com/pgbox/pgbox/internal/notify"
 )
 
-// MaxPayloadBytesDefault is the default Config.MaxPayloadBytes: 1 MiB.
-const MaxPayloadBytesDefault = 1 << 20
+const (
+	// MaxPayloadBytesDefault is the default Config.MaxPayloadBytes: 1 MiB.
+	MaxPayloadBytesDefault = 1 << 20
+	// NotifyIntervalDefault is the default Config.NotifyInterval: 10ms.
+	NotifyIntervalDefault = notify.NotifyIntervalDefault
+)
 
 // Config configures an Outbox.
 type Config struct {
@@ -29,7 +33,8 @@ type Config struct {
 	// with a NOTIFY in a business transaction: one per transaction would make
 	// them all wait in turn on PostgreSQL's notification lock at commit.
 	// Writes in between are announced together by one NOTIFY sent an interval
-	// after the last of them. Defaults to 10ms; -1 notifies in every Write.
+	// after the last of them. Defaults to NotifyIntervalDefault (10ms); -1
+	// notifies in every Write.
 	//
 	// The interval is per sender: every Inbox and Outbox in every process
 	// on the database notifies on its own, and all of them share the lock.
@@ -51,7 +56,7 @@ type Config struct {
 // WithDefaults returns a copy of c with every unset field given its default.
 func (c Config) WithDefaults() Config {
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, MaxPayloadBytesDefault)
-	c.NotifyInterval = cmp.Or(c.NotifyInterval, notify.NotifyIntervalDefault)
+	c.NotifyInterval = cmp.Or(c.NotifyInterval, NotifyIntervalDefault)
 	if c.Propagator == nil {
 		c.Propagator = propagation.TraceContext{}
 	}
