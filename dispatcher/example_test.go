@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,8 +17,7 @@ import (
 
 	"github.com/pgbox/pgbox/dispatcher"
 	"github.com/pgbox/pgbox/inbox"
-	"github.com/pgbox/pgbox/internal/ident"
-	"github.com/pgbox/pgbox/internal/pgtest"
+	"github.com/pgbox/pgbox/pgboxtest"
 )
 
 // An in-transaction handler records a payment in the transaction that
@@ -25,10 +25,12 @@ import (
 // whatever crashes or redeliveries happen.
 func Example() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_dispatcher")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_dispatcher")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
-	sql := func(q string) string { return ident.Render(q, db.Schema) }
-	if _, err := db.Pool.Exec(ctx, sql("CREATE TABLE /* schema */payments (order_id text PRIMARY KEY)")); err != nil {
+	if _, err := db.Pool.Exec(ctx, "CREATE TABLE "+db.Table("payments")+" (order_id text PRIMARY KEY)"); err != nil {
 		panic(err)
 	}
 
@@ -47,7 +49,7 @@ func Example() {
 		Inbox: payments,
 		Handlers: map[string]dispatcher.Handler{
 			"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
-				if _, err := tx.Exec(ctx, sql("INSERT INTO /* schema */payments VALUES ($1)"), m.ID); err != nil {
+				if _, err := tx.Exec(ctx, "INSERT INTO "+db.Table("payments")+" VALUES ($1)", m.ID); err != nil {
 					return err
 				}
 				handled <- m.ID
@@ -76,7 +78,10 @@ func Example() {
 // idempotency key, which lets the gateway recognise the repeat.
 func ExampleLeased() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_dispatcher_leased")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_dispatcher_leased")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
 
 	var (
@@ -150,7 +155,10 @@ func ExampleLeased() {
 // discards it. Errors without Permanent are retried until MaxAttempts.
 func ExamplePermanent() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_dispatcher_permanent")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_dispatcher_permanent")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
 
 	payments, err := inbox.New(db.Pool, inbox.Config{Consumer: "payments", Schema: db.Schema})
@@ -186,7 +194,7 @@ func ExamplePermanent() {
 		status, lastError string
 		attempts          int
 	)
-	err = db.Pool.QueryRow(ctx, ident.Render("SELECT status, attempts, last_error FROM /* schema */inbox WHERE message_id = 'order-99'", db.Schema)).
+	err = db.Pool.QueryRow(ctx, "SELECT status, attempts, last_error FROM "+db.Table("inbox")+" WHERE message_id = 'order-99'").
 		Scan(&status, &attempts, &lastError)
 	if err != nil {
 		panic(err)
@@ -200,7 +208,10 @@ func ExamplePermanent() {
 // order it pays for has arrived.
 func ExampleSnooze() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_dispatcher_snooze")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_dispatcher_snooze")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
 
 	payments, err := inbox.New(db.Pool, inbox.Config{Consumer: "payments", Schema: db.Schema})
@@ -244,7 +255,10 @@ func ExampleSnooze() {
 // next dispatcher: nothing is lost.
 func ExampleDispatcher_Stop() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_dispatcher_stop")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_dispatcher_stop")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
 
 	payments, err := inbox.New(db.Pool, inbox.Config{Consumer: "payments", Schema: db.Schema})
@@ -284,7 +298,7 @@ func ExampleDispatcher_Stop() {
 		status   string
 		attempts int
 	)
-	err = db.Pool.QueryRow(ctx, ident.Render("SELECT status, attempts FROM /* schema */inbox WHERE message_id = 'slow'", db.Schema)).Scan(&status, &attempts)
+	err = db.Pool.QueryRow(ctx, "SELECT status, attempts FROM "+db.Table("inbox")+" WHERE message_id = 'slow'").Scan(&status, &attempts)
 	if err != nil {
 		panic(err)
 	}

@@ -6,20 +6,24 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgbox/pgbox/dispatcher"
 	"github.com/pgbox/pgbox/health"
 	"github.com/pgbox/pgbox/inbox"
-	"github.com/pgbox/pgbox/internal/pgtest"
+	"github.com/pgbox/pgbox/pgboxtest"
 )
 
 // A service exposes its health next to its other endpoints: 200 with a
 // JSON report while its dispatcher runs and keeps up, 503 once it stops.
 func ExampleChecker() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_health")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_health")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
 
 	payments, err := inbox.New(db.Pool, inbox.Config{Consumer: "payments", Schema: db.Schema})

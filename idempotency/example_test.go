@@ -8,14 +8,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgbox/pgbox/idempotency"
-	"github.com/pgbox/pgbox/internal/ident"
-	"github.com/pgbox/pgbox/internal/pgtest"
+	"github.com/pgbox/pgbox/pgboxtest"
 )
 
 // post sends a POST with an Idempotency-Key (none when key is empty) and
@@ -58,7 +58,10 @@ func post(client *http.Client, url, key, body string) {
 // or leaving it out, is refused.
 func Example() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_idempotency")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_idempotency")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
 
 	idem, err := idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema})
@@ -96,10 +99,12 @@ func Example() {
 // key, so the retry charges afresh, once.
 func ExampleMiddleware_WrapTx() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_idempotency_wraptx")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_idempotency_wraptx")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
-	sql := func(q string) string { return ident.Render(q, db.Schema) }
-	if _, err := db.Pool.Exec(ctx, sql("CREATE TABLE /* schema */charges (id serial PRIMARY KEY, cents int)")); err != nil {
+	if _, err := db.Pool.Exec(ctx, "CREATE TABLE "+db.Table("charges")+" (id serial PRIMARY KEY, cents int)"); err != nil {
 		panic(err)
 	}
 
@@ -111,7 +116,7 @@ func ExampleMiddleware_WrapTx() {
 	mux := http.NewServeMux()
 	mux.Handle("POST /charges", idem.WrapTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) {
 		var id int
-		if err := tx.QueryRow(r.Context(), sql("INSERT INTO /* schema */charges (cents) VALUES (4200) RETURNING id")).Scan(&id); err != nil {
+		if err := tx.QueryRow(r.Context(), "INSERT INTO "+db.Table("charges")+" (cents) VALUES (4200) RETURNING id").Scan(&id); err != nil {
 			http.Error(w, "try again", http.StatusServiceUnavailable)
 			return
 		}
@@ -129,7 +134,7 @@ func ExampleMiddleware_WrapTx() {
 		post(srv.Client(), srv.URL+"/charges", "charge-order-17", `{"cents":4200}`)
 	}
 	var charges int
-	if err := db.Pool.QueryRow(ctx, sql("SELECT count(*) FROM /* schema */charges")).Scan(&charges); err != nil {
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Table("charges")).Scan(&charges); err != nil {
 		panic(err)
 	}
 	fmt.Println("charges:", charges)

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgbox/pgbox/inbox"
-	"github.com/pgbox/pgbox/internal/ident"
-	"github.com/pgbox/pgbox/internal/pgtest"
+	"github.com/pgbox/pgbox/pgboxtest"
 )
 
 // A broker delivers the same message twice: the inbox stores it once and
@@ -17,7 +17,10 @@ import (
 // acknowledges.
 func ExampleInbox_Receive() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_inbox_receive")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_inbox_receive")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
 
 	payments, err := inbox.New(db.Pool, inbox.Config{Consumer: "payments", Schema: db.Schema})
@@ -47,7 +50,10 @@ func ExampleInbox_Receive() {
 // result, so one bad message does not sink its neighbours.
 func ExampleInbox_ReceiveBatch() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_inbox_receive_batch")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_inbox_receive_batch")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
 
 	payments, err := inbox.New(db.Pool, inbox.Config{Consumer: "payments", Schema: db.Schema})
@@ -80,10 +86,12 @@ func ExampleInbox_ReceiveBatch() {
 // charge the customer twice.
 func ExampleInbox_Process() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_inbox_process")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_inbox_process")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
-	sql := func(q string) string { return ident.Render(q, db.Schema) }
-	if _, err := db.Pool.Exec(ctx, sql("CREATE TABLE /* schema */charges (order_id int, cents int)")); err != nil {
+	if _, err := db.Pool.Exec(ctx, "CREATE TABLE "+db.Table("charges")+" (order_id int, cents int)"); err != nil {
 		panic(err)
 	}
 
@@ -92,7 +100,7 @@ func ExampleInbox_Process() {
 		panic(err)
 	}
 	charge := func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, sql("INSERT INTO /* schema */charges VALUES (17, 4200)"))
+		_, err := tx.Exec(ctx, "INSERT INTO "+db.Table("charges")+" VALUES (17, 4200)")
 		return err
 	}
 	msg := inbox.Message{ID: "order-17/placed", EventType: "OrderPlaced"}
@@ -105,7 +113,7 @@ func ExampleInbox_Process() {
 	}
 
 	var charges int
-	if err := db.Pool.QueryRow(ctx, sql("SELECT count(*) FROM /* schema */charges")).Scan(&charges); err != nil {
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Table("charges")).Scan(&charges); err != nil {
 		panic(err)
 	}
 	fmt.Println("charges:", charges)

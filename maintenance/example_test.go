@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
-	"github.com/pgbox/pgbox/internal/ident"
-	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/maintenance"
+	"github.com/pgbox/pgbox/pgboxtest"
 )
 
 // Every process of a service starts a Maintainer; River elects one of them
@@ -17,14 +17,17 @@ import (
 // dead ones.
 func ExampleMaintainer() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_maintenance")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_maintenance")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
-	_, err := db.Pool.Exec(ctx, ident.Render(`
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, processed_at)
+	_, err = db.Pool.Exec(ctx, `
+		INSERT INTO `+db.Table("inbox")+` (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, processed_at)
 		VALUES ('payments', 'old-1', 'OrderPlaced', 'done', 1, 3, '\x00', '', now() - interval '8 days'),
 		       ('payments', 'old-2', 'OrderPlaced', 'done', 1, 3, '\x00', '', now() - interval '9 days'),
 		       ('payments', 'recent', 'OrderPlaced', 'done', 1, 3, '\x00', '', now() - interval '1 day'),
-		       ('payments', 'poison', 'OrderPlaced', 'dead', 3, 3, '\x00', '', NULL)`, db.Schema))
+		       ('payments', 'poison', 'OrderPlaced', 'dead', 3, 3, '\x00', '', NULL)`)
 	if err != nil {
 		panic(err)
 	}
@@ -46,13 +49,13 @@ func ExampleMaintainer() {
 	var deleted int64
 	for deleted == 0 {
 		time.Sleep(50 * time.Millisecond)
-		_ = db.Pool.QueryRow(ctx, ident.Render(`
+		_ = db.Pool.QueryRow(ctx, `
 			SELECT coalesce(max((metadata->'output'->'deleted'->>'inbox')::int), 0)
-			FROM /* schema */river_job WHERE kind = 'pgbox.prune' AND state = 'completed'`, db.Schema)).Scan(&deleted)
+			FROM `+db.Table("river_job")+` WHERE kind = 'pgbox.prune' AND state = 'completed'`).Scan(&deleted)
 	}
 	fmt.Println("deleted:", deleted)
 
-	rows, _ := db.Pool.Query(ctx, ident.Render("SELECT message_id, status FROM /* schema */inbox ORDER BY 1", db.Schema))
+	rows, _ := db.Pool.Query(ctx, "SELECT message_id, status FROM "+db.Table("inbox")+" ORDER BY 1")
 	for rows.Next() {
 		var id, status string
 		_ = rows.Scan(&id, &status)

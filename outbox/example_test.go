@@ -3,24 +3,26 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/pgbox/pgbox"
-	"github.com/pgbox/pgbox/internal/ident"
-	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/outbox"
+	"github.com/pgbox/pgbox/pgboxtest"
 )
 
 // The order and its OrderPlaced message commit together: if the
 // transaction rolls back, no message is ever published.
 func ExampleOutbox_Write() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_outbox_write")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_outbox_write")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
-	sql := func(q string) string { return ident.Render(q, db.Schema) }
-	if _, err := db.Pool.Exec(ctx, sql("CREATE TABLE /* schema */orders (id int PRIMARY KEY)")); err != nil {
+	if _, err := db.Pool.Exec(ctx, "CREATE TABLE "+db.Table("orders")+" (id int PRIMARY KEY)"); err != nil {
 		panic(err)
 	}
 
@@ -33,7 +35,7 @@ func ExampleOutbox_Write() {
 		panic(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, sql("INSERT INTO /* schema */orders VALUES (17)")); err != nil {
+	if _, err := tx.Exec(ctx, "INSERT INTO "+db.Table("orders")+" VALUES (17)"); err != nil {
 		panic(err)
 	}
 	ids, err := box.Write(ctx, tx, outbox.Message{
@@ -57,7 +59,10 @@ func ExampleOutbox_Write() {
 // publisher bound to the business transaction.
 func ExampleOutbox_Publisher() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_outbox_publisher")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_outbox_publisher")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
 
 	box, err := outbox.New(db.Pool, outbox.Config{Schema: db.Schema})
@@ -80,7 +85,7 @@ func ExampleOutbox_Publisher() {
 	}
 
 	var eventType string
-	if err := db.Pool.QueryRow(ctx, ident.Render("SELECT event_type FROM /* schema */outbox WHERE id = $1", db.Schema), msg.UUID).Scan(&eventType); err != nil {
+	if err := db.Pool.QueryRow(ctx, "SELECT event_type FROM "+db.Table("outbox")+" WHERE id = $1", msg.UUID).Scan(&eventType); err != nil {
 		panic(err)
 	}
 	fmt.Println(eventType)

@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgbox/pgbox/dispatcher"
 	"github.com/pgbox/pgbox/inbox"
-	"github.com/pgbox/pgbox/internal/ident"
-	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/pgboxtest"
 )
 
@@ -26,10 +25,12 @@ import (
 // testing.T, so it calls Run.
 func ExampleIdempotencyCheck() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_pgboxtest")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_pgboxtest")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
-	sql := func(q string) string { return ident.Render(q, db.Schema) }
-	if _, err := db.Pool.Exec(ctx, sql("CREATE TABLE /* schema */payments (order_id text)")); err != nil {
+	if _, err := db.Pool.Exec(ctx, "CREATE TABLE "+db.Table("payments")+" (order_id text)"); err != nil {
 		panic(err)
 	}
 	payments, err := inbox.New(db.Pool, inbox.Config{Consumer: "payments", Schema: db.Schema})
@@ -43,7 +44,7 @@ func ExampleIdempotencyCheck() {
 			Inbox: payments,
 			Handlers: map[string]dispatcher.Handler{
 				"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
-					_, err := tx.Exec(ctx, sql("INSERT INTO /* schema */payments VALUES ($1)"), m.ID)
+					_, err := tx.Exec(ctx, "INSERT INTO "+db.Table("payments")+" VALUES ($1)", m.ID)
 					return err
 				}),
 			},
@@ -76,7 +77,7 @@ func ExampleIdempotencyCheck() {
 		Restart: start,
 		Settle:  func(ctx context.Context) error { return pgboxtest.WaitDrained(ctx, db.Pool, db.Schema) },
 		Effect: func(ctx context.Context, round int) (n int, err error) {
-			err = db.Pool.QueryRow(ctx, sql("SELECT count(*) FROM /* schema */payments WHERE order_id = $1"), order(round)).Scan(&n)
+			err = db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Table("payments")+" WHERE order_id = $1", order(round)).Scan(&n)
 			return n, err
 		},
 	}
@@ -84,11 +85,11 @@ func ExampleIdempotencyCheck() {
 
 	// A consumer without an inbox pays on every delivery.
 	check.Deliver = func(ctx context.Context, del pgboxtest.Delivery) error {
-		_, err := db.Pool.Exec(ctx, sql("INSERT INTO /* schema */payments VALUES ($1)"), "naive-"+order(del.Round))
+		_, err := db.Pool.Exec(ctx, "INSERT INTO "+db.Table("payments")+" VALUES ($1)", "naive-"+order(del.Round))
 		return err
 	}
 	check.Effect = func(ctx context.Context, round int) (n int, err error) {
-		err = db.Pool.QueryRow(ctx, sql("SELECT count(*) FROM /* schema */payments WHERE order_id = $1"), "naive-"+order(round)).Scan(&n)
+		err = db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Table("payments")+" WHERE order_id = $1", "naive-"+order(round)).Scan(&n)
 		return n, err
 	}
 	fmt.Println("naive:", check.Run(ctx))

@@ -3,13 +3,14 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/pgbox/pgbox"
-	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/outbox"
+	"github.com/pgbox/pgbox/pgboxtest"
 	"github.com/pgbox/pgbox/relay"
 )
 
@@ -19,7 +20,10 @@ import (
 // id on every attempt, so consumers can dedupe redeliveries.
 func Example() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_relay")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_relay")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
 
 	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})

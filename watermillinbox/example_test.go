@@ -3,6 +3,7 @@ package watermillinbox_test
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -10,8 +11,7 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/inbox"
-	"github.com/pgbox/pgbox/internal/ident"
-	"github.com/pgbox/pgbox/internal/pgtest"
+	"github.com/pgbox/pgbox/pgboxtest"
 	"github.com/pgbox/pgbox/watermillinbox"
 )
 
@@ -20,7 +20,10 @@ import (
 // handles it once).
 func ExampleHandler() {
 	ctx := context.Background()
-	db := pgtest.NewExampleDB(ctx, "example_watermillinbox")
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_watermillinbox")
+	if err != nil {
+		panic(err)
+	}
 	defer db.Close()
 
 	payments, err := inbox.New(db.Pool, inbox.Config{Consumer: "payments", Schema: db.Schema})
@@ -64,7 +67,7 @@ func ExampleHandler() {
 	}
 
 	var stored int
-	if err := db.Pool.QueryRow(ctx, ident.Render("SELECT count(*) FROM /* schema */inbox", db.Schema)).Scan(&stored); err != nil {
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Table("inbox")).Scan(&stored); err != nil {
 		panic(err)
 	}
 	fmt.Println("acknowledged: 3, stored:", stored)
