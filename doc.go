@@ -31,6 +31,14 @@
 //   - package migrations creates and upgrades the tables, River's included.
 //
 // This root package holds what they share: the default schema name, the
-// schema version check and the metadata keys the relay and the subscriber
-// agree on.
+// schema version check, the statuses of inbox and outbox messages
+// (InboxStatus, OutboxStatus: what admin reports and inboxctl prints) and
+// the metadata keys the relay and the subscriber agree on.
+//
+// # A consumer, stated once
+//
+// A consumer is an *inbox.Inbox: its Config names the consumer and the
+// schema, and everything that works for that consumer takes the Inbox
+// (dispatcher.Config.Inbox, watermillinbox.Config.Inbox), so the two can
+// never disagree.
 package pgbox

@@ -42,7 +42,7 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) metrics {
 			if i > 0 {
 				k += ","
 			}
-			k += string(kv.Key) + "=" + kv.Value.Emit()
+			k += string(kv.Key) + "=" + kv.Value.String()
 		}
 		return k
 	}
