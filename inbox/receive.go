@@ -98,13 +98,7 @@ func (in *Inbox) ReceiveBatchTx(ctx context.Context, tx pgx.Tx, msgs []Message) 
 	return in.receive(ctx, tx, msgs, statusPending, false)
 }
 
-// remembers reports whether id is remembered as committed (Config.RecentIDs)
-// with a payload whose hash is sum.
-func (in *Inbox) remembers(id string, sum recent.Hash) bool {
-	stored, ok := in.recent.Get(id)
-	return ok && stored == sum
-}
-
+// receiveOne is Receive and ReceiveTx: receive for one message.
 func (in *Inbox) receiveOne(ctx context.Context, db dbtx, msg Message, autocommit bool) (Outcome, error) {
 	res, err := in.receive(ctx, db, []Message{msg}, statusPending, autocommit)
 	if err != nil {
@@ -125,10 +119,50 @@ type batch struct {
 // receive stores msgs with status in one statement on db. autocommit says
 // db is the pool, so that the statement's outcome is committed when it
 // returns, and the ids it stored or found can be remembered (Config.RecentIDs).
+//
+// Its steps: prepare the batch (validation, repeats, the recent ids), store
+// it (one statement), announce it, resolve the duplicates whose stored hash
+// the statement did not return (a second statement, only for those),
+// record conflicts (another, only for those), then remember and count the
+// outcomes.
 func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status string, autocommit bool) ([]Result, error) {
 	results := make([]Result, len(msgs))
-	b := batch{}
-	first := make(map[string]int, len(msgs)) // id → entry in b
+	b, first := in.prepare(msgs, results)
+	if len(b.ids) == 0 { // nothing new to ask: invalid, repeated or remembered
+		if status == statusPending {
+			in.count(ctx, results)
+		}
+		return results, nil
+	}
+	unresolved, err := in.store(ctx, db, &b, status, in.notifyInStatement(status, autocommit), results)
+	if err != nil {
+		return nil, err
+	}
+	in.notifyCommitted(status, autocommit, results)
+	if len(unresolved) > 0 {
+		if err := in.resolve(ctx, db, unresolved, &b, first, results); err != nil {
+			return nil, err
+		}
+	}
+	if err := in.recordConflicts(ctx, db, msgs, results); err != nil {
+		return nil, err
+	}
+	if autocommit {
+		in.remember(&b, results)
+	}
+	if status == statusPending { // Process counts once it has committed
+		in.count(ctx, results)
+	}
+	return results, nil
+}
+
+// prepare gathers the messages of msgs that need the database into a
+// batch, with first mapping each id to its entry. It settles the others in
+// results without a round trip: an invalid message gets its error, a
+// repeat of an earlier message of the batch is compared with it, and a
+// redelivery of an id this Inbox remembers is a Duplicate.
+func (in *Inbox) prepare(msgs []Message, results []Result) (b batch, first map[string]int) {
+	first = make(map[string]int, len(msgs)) // id → entry in b
 	for i := range msgs {
 		m := &msgs[i]
 		if err := in.validate(m); err != nil {
@@ -150,69 +184,56 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 		first[m.ID] = len(b.ids)
 		b.add(m, sum[:], in.cfg.MaxAttempts, i)
 	}
-	if len(b.ids) == 0 { // nothing new to ask: invalid, repeated or remembered
-		if status == statusPending {
-			in.count(ctx, results)
-		}
-		return results, nil
-	}
+	return b, first
+}
 
-	// New pending messages wake the dispatchers. Received in the caller's
-	// transaction, they are announced by a NOTIFY in the statement, which
-	// PostgreSQL delivers at that transaction's commit. Autocommitted, they
-	// are announced once the statement has returned, out of band (see
-	// notify.Limiter.Committed): a NOTIFY in the statement would make its
-	// commit queue for PostgreSQL's notification lock behind every other
-	// notifying commit, each through its own WAL flush.
+// remembers reports whether id is remembered as committed (Config.RecentIDs)
+// with a payload whose hash is sum.
+func (in *Inbox) remembers(id string, sum recent.Hash) bool {
+	stored, ok := in.recent.Get(id)
+	return ok && stored == sum
+}
+
+// remember adds the ids of b that the database stored or found to the
+// recent ids, once their outcome is committed (autocommit): a redelivery
+// of one is then answered without a round trip.
+func (in *Inbox) remember(b *batch, results []Result) {
+	for k, id := range b.ids {
+		switch r := results[b.index[k]]; {
+		case r.Err != nil: // a conflict: what is stored is another payload
+		case r.Outcome == Accepted:
+			in.recent.Add(id, recent.Hash(b.hashes[k]))
+		default: // a duplicate: stored before the ids remembered
+			in.recent.Fill(id, recent.Hash(b.hashes[k]))
+		}
+	}
+}
+
+// notifyInStatement returns the channel the storing statement is to
+// NOTIFY, or nil for none.
+//
+// New pending messages wake the dispatchers. Received in the caller's
+// transaction, they are announced by a NOTIFY in the statement (at most
+// once per Config.NotifyInterval), which PostgreSQL delivers at that
+// transaction's commit. Autocommitted, they are announced once the
+// statement has returned, out of band (notifyCommitted, see
+// notify.Limiter.Committed): a NOTIFY in the statement would make its
+// commit queue for PostgreSQL's notification lock behind every other
+// notifying commit, each through its own WAL flush.
+func (in *Inbox) notifyInStatement(status string, autocommit bool) *string {
 	var channel *string // NULL: no NOTIFY
 	if status == statusPending && !autocommit && in.notifies.Allow() {
 		channel = &in.channel
 	}
-	unresolved, err := in.store(ctx, db, &b, status, channel, results)
-	if err != nil {
-		return nil, err
-	}
+	return channel
+}
+
+// notifyCommitted announces autocommitted pending messages, once the
+// statement that stored them has returned, if it stored any.
+func (in *Inbox) notifyCommitted(status string, autocommit bool, results []Result) {
 	if autocommit && status == statusPending && anyAccepted(results) {
 		in.notifies.Committed()
 	}
-
-	if len(unresolved) > 0 {
-		if err := in.resolve(ctx, db, unresolved, &b, first, results); err != nil {
-			return nil, err
-		}
-	}
-	var conflicts struct {
-		ids              []string
-		hashes, payloads [][]byte
-	}
-	for i, r := range results {
-		if r.Outcome == Conflict {
-			sum := sha256.Sum256(msgs[i].Payload)
-			conflicts.ids = append(conflicts.ids, msgs[i].ID)
-			conflicts.hashes = append(conflicts.hashes, sum[:])
-			conflicts.payloads = append(conflicts.payloads, nonNil(msgs[i].Payload))
-		}
-	}
-	if len(conflicts.ids) > 0 {
-		if _, err := db.Exec(ctx, in.q.logConflicts, in.cfg.Consumer, conflicts.ids, conflicts.hashes, conflicts.payloads); err != nil {
-			return nil, in.dbError(ctx, "record conflicts", err)
-		}
-	}
-	if autocommit {
-		for k, id := range b.ids {
-			switch r := results[b.index[k]]; {
-			case r.Err != nil: // a conflict: what is stored is another payload
-			case r.Outcome == Accepted:
-				in.recent.Add(id, recent.Hash(b.hashes[k]))
-			default: // a duplicate: stored before the ids remembered
-				in.recent.Fill(id, recent.Hash(b.hashes[k]))
-			}
-		}
-	}
-	if status == statusPending { // Process counts once it has committed
-		in.count(ctx, results)
-	}
-	return results, nil
 }
 
 // anyAccepted reports whether a result is a newly stored message.
@@ -232,22 +253,33 @@ func anyAccepted(results []Result) bool {
 // to be read (resolve).
 func (in *Inbox) store(ctx context.Context, db dbtx, b *batch, status string, channel *string, results []Result) ([]string, error) {
 	if len(b.ids) == 1 && b.keys[0] == nil && channel == nil {
-		// One message without an ordering key or a NOTIFY, the common
-		// case (a broker hands over one at a time): a plain INSERT, as
-		// cheap as the raw statement. A duplicate, rarer (redeliveries
-		// of recent messages are known without a round trip), costs a
-		// second one to read its stored hash.
-		tag, err := db.Exec(ctx, in.q.receiveOne, in.cfg.Consumer, b.ids[0], b.eventTypes[0], b.payloads[0], b.hashes[0],
-			b.metadata[0], b.maxAttempts[0], status)
-		if err != nil {
-			return nil, in.dbError(ctx, "receive", err)
-		}
-		if tag.RowsAffected() == 0 {
-			return b.ids, nil
-		}
-		results[b.index[0]].Outcome = Accepted
-		return nil, nil
+		return in.storeOne(ctx, db, b, status, results)
 	}
+	return in.storeMany(ctx, db, b, status, channel, results)
+}
+
+// storeOne is store for one message without an ordering key or a NOTIFY,
+// the common case (a broker hands over one at a time): a plain INSERT
+// (receiveOneSQL), as cheap as the raw statement. A duplicate, rarer
+// (redeliveries of recent messages are known without a round trip), costs
+// a second one to read its stored hash.
+func (in *Inbox) storeOne(ctx context.Context, db dbtx, b *batch, status string, results []Result) ([]string, error) {
+	tag, err := db.Exec(ctx, in.q.receiveOne, in.cfg.Consumer, b.ids[0], b.eventTypes[0], b.payloads[0], b.hashes[0],
+		b.metadata[0], b.maxAttempts[0], status)
+	if err != nil {
+		return nil, in.dbError(ctx, "receive", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return b.ids, nil
+	}
+	results[b.index[0]].Outcome = Accepted
+	return nil, nil
+}
+
+// storeMany is store for any batch, with receiveSQL: it reads back a row
+// per message that was not inserted, with the payload hash stored under its
+// id, NULL if the stored row committed while the statement ran.
+func (in *Inbox) storeMany(ctx context.Context, db dbtx, b *batch, status string, channel *string, results []Result) ([]string, error) {
 	rows, err := db.Query(ctx, in.q.receive, in.cfg.Consumer, b.ids, b.eventTypes, b.payloads, b.hashes,
 		b.metadata, b.keys, b.maxAttempts, status, channel, in.q.seqName)
 	if err != nil {
@@ -316,6 +348,32 @@ func (in *Inbox) resolve(ctx context.Context, db dbtx, ids []string, b *batch, f
 	return nil
 }
 
+// recordConflicts records in inbox_conflicts the messages of msgs whose
+// result is a Conflict, with their payloads, in one statement on db, if
+// there are any.
+func (in *Inbox) recordConflicts(ctx context.Context, db dbtx, msgs []Message, results []Result) error {
+	var conflicts struct {
+		ids              []string
+		hashes, payloads [][]byte
+	}
+	for i, r := range results {
+		if r.Outcome == Conflict {
+			sum := sha256.Sum256(msgs[i].Payload)
+			conflicts.ids = append(conflicts.ids, msgs[i].ID)
+			conflicts.hashes = append(conflicts.hashes, sum[:])
+			conflicts.payloads = append(conflicts.payloads, nonNil(msgs[i].Payload))
+		}
+	}
+	if len(conflicts.ids) > 0 {
+		if _, err := db.Exec(ctx, in.q.logConflicts, in.cfg.Consumer, conflicts.ids, conflicts.hashes, conflicts.payloads); err != nil {
+			return in.dbError(ctx, "record conflicts", err)
+		}
+	}
+	return nil
+}
+
+// compare tells a redelivery of id from a conflicting reuse of it, by the
+// payload hash stored and the one got.
 func (in *Inbox) compare(id string, stored, got []byte) Result {
 	if bytes.Equal(stored, got) {
 		return Result{Outcome: Duplicate}
@@ -332,6 +390,8 @@ func nonNil(p []byte) []byte {
 	return p
 }
 
+// add appends m, whose payload hash is hash, to the batch; index is its
+// position in the caller's slice.
 func (b *batch) add(m *Message, hash []byte, defaultMaxAttempts, index int) {
 	payload := nonNil(m.Payload)
 	var key *string
@@ -352,6 +412,8 @@ func (b *batch) add(m *Message, hash []byte, defaultMaxAttempts, index int) {
 	b.index = append(b.index, index)
 }
 
+// dbError wraps a database error of op, explaining a missing or outdated
+// schema (schemaerr.Explain).
 func (in *Inbox) dbError(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("inbox: %s for consumer %q: %w", op, in.cfg.Consumer, schemaerr.Explain(ctx, in.pool, in.cfg.Schema, err))
 }
