@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgbox/pgbox"
 )
 
 // bookkeepingTimeout bounds the dispatcher's own statements (claim, lock,
@@ -104,7 +106,7 @@ type outcome struct {
 	err    string        // recorded in the history when non-empty
 	id     string
 	refund bool // give the attempt back (snooze, shutdown)
-	status string
+	status pgbox.InboxStatus
 	trace  string
 
 	eventType string // for metrics only

@@ -9,6 +9,8 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgbox/pgbox"
 )
 
 // leaseExpiredError is recorded for a leased attempt whose worker never
@@ -33,7 +35,7 @@ func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescu
 		b.claimed++
 		var (
 			c        claimed
-			status   string
+			status   pgbox.InboxStatus
 			metadata []byte
 		)
 		m := &c.msg
@@ -42,7 +44,7 @@ func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescu
 			return nil, fmt.Errorf("claim: %w", err)
 		}
 		m.Consumer = d.consumer
-		if b.rescue && status == "dead" { // its lost attempt was its last
+		if b.rescue && status == pgbox.InboxDead { // its lost attempt was its last
 			d.tel.Outcome(ctx, m.EventType, status, true)
 			d.cfg.Logger.Error("dispatcher: message is dead: its last attempt never finished (lease expired)",
 				d.attrs(m, slog.Int("attempts", m.Attempt))...)
@@ -56,7 +58,7 @@ func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescu
 			c.problem = fmt.Errorf("no handler for event type %q in consumer %q: add one to dispatcher.Config.Handlers, or discard the message", m.EventType, m.Consumer)
 		}
 		switch {
-		case status == "running":
+		case status == pgbox.InboxRunning:
 			b.leased = append(b.leased, &c)
 		case c.problem == nil:
 			b.run = append(b.run, &c)
@@ -116,13 +118,13 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 	}
 	defer rows.Close()
 	var m Message
-	var status string
+	var status pgbox.InboxStatus
 	for rows.Next() {
 		if err := rows.Scan(&m.ID, &m.EventType, &m.Attempt, &status); err != nil {
 			break
 		}
 		d.tel.Outcome(ctx, m.EventType, status, true)
-		if status == "dead" {
+		if status == pgbox.InboxDead {
 			d.cfg.Logger.Error("dispatcher: message is dead: its last attempt never finished (its batch was lost)", d.attrs(&m)...)
 		}
 	}

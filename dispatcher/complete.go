@@ -13,11 +13,13 @@ func (d *Dispatcher) complete(ctx context.Context, db interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 }, token int64, outcomes []outcome) (int, error) {
 	n := len(outcomes)
+	// Statuses go as []string: pgx encodes no slice of a named string type
+	// such as []pgbox.InboxStatus in the exec and simple-protocol modes.
 	ids, statuses := make([]string, n), make([]string, n)
 	delays, refunds := make([]int64, n), make([]int32, n)
 	errs, traces := make([]*string, n), make([]*string, n)
 	for i, o := range outcomes {
-		ids[i], statuses[i], delays[i] = o.id, o.status, o.delay.Milliseconds()
+		ids[i], statuses[i], delays[i] = o.id, string(o.status), o.delay.Milliseconds()
 		if o.refund {
 			refunds[i] = 1
 		}
@@ -62,10 +64,11 @@ func (d *Dispatcher) settle(ctx context.Context, b *batch, failed []outcome) err
 		return nil // nothing was recorded, so nothing ran: the batch runs again
 	}
 	n := len(failed)
+	// []string statuses, as in complete.
 	ids, statuses, delays := make([]string, n), make([]string, n), make([]int64, n)
 	errs, traces := make([]string, n), make([]*string, n)
 	for i, o := range failed {
-		ids[i], statuses[i], delays[i], errs[i] = o.id, o.status, o.delay.Milliseconds(), o.err
+		ids[i], statuses[i], delays[i], errs[i] = o.id, string(o.status), o.delay.Milliseconds(), o.err
 		if o.trace != "" {
 			traces[i] = &failed[i].trace
 		}

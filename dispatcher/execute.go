@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/pgtext"
 )
 
@@ -175,7 +176,7 @@ func (d *Dispatcher) failed(c *claimed, err error, trace string) outcome {
 	isPermanent := errors.As(err, &permanent)
 	switch {
 	case errors.As(err, &snooze):
-		return outcome{id: m.ID, status: "pending", delay: snooze.After, refund: true}
+		return outcome{id: m.ID, status: pgbox.InboxPending, delay: snooze.After, refund: true}
 	case !isPermanent && d.loop.CancelledByStop():
 		// Stop cancelled the handler: not the message's fault.
 		return released(c)
@@ -183,13 +184,13 @@ func (d *Dispatcher) failed(c *claimed, err error, trace string) outcome {
 	o := outcome{id: m.ID, eventType: m.EventType, err: pgtext.Clean(err.Error(), maxErrorBytes), trace: pgtext.Clean(trace, maxTraceBytes)}
 	switch {
 	case isPermanent:
-		o.status = "dead"
+		o.status = pgbox.InboxDead
 		d.cfg.Logger.Error("dispatcher: message is dead: permanent error", d.attrs(m, slog.String("error", o.err))...)
 	case m.Attempt >= m.MaxAttempts:
-		o.status = "dead"
+		o.status = pgbox.InboxDead
 		d.cfg.Logger.Error("dispatcher: message is dead: out of attempts", d.attrs(m, slog.String("error", o.err))...)
 	default:
-		o.status = "pending"
+		o.status = pgbox.InboxPending
 		o.delay = max(d.cfg.RetryBackoffFunc(m.Attempt), 0)
 		d.cfg.Logger.Warn("dispatcher: handler failed; will retry", d.attrs(m, slog.Duration("retry_in", o.delay), slog.String("error", o.err))...)
 	}
@@ -202,15 +203,15 @@ func failures(outcomes []outcome) []outcome {
 	return slices.DeleteFunc(outcomes, func(o outcome) bool { return isDone(o) || o.refund })
 }
 
-func isDone(o outcome) bool { return o.status == "done" }
+func isDone(o outcome) bool { return o.status == pgbox.InboxDone }
 
 func done(c *claimed) outcome {
-	return outcome{id: c.msg.ID, eventType: c.msg.EventType, status: "done"}
+	return outcome{id: c.msg.ID, eventType: c.msg.EventType, status: pgbox.InboxDone}
 }
 
 // released gives the message back: pending now, the attempt refunded.
 func released(c *claimed) outcome {
-	return outcome{id: c.msg.ID, status: "pending", refund: true}
+	return outcome{id: c.msg.ID, status: pgbox.InboxPending, refund: true}
 }
 
 func (d *Dispatcher) releaseAll(batch []*claimed) []outcome {
