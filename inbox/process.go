@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgbox/pgbox"
 )
 
 // Process is the synchronous idempotent consumer: in one transaction it
@@ -36,7 +38,7 @@ func (in *Inbox) Process(ctx context.Context, msg Message, fn func(ctx context.C
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
 
-	res, err := in.receive(ctx, tx, []Message{msg}, statusDone, false)
+	res, err := in.receive(ctx, tx, []Message{msg}, pgbox.InboxDone, false)
 	if err != nil {
 		return 0, err
 	}

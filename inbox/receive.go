@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/recent"
 )
 
@@ -55,11 +56,6 @@ type dbtx interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-const (
-	statusPending = "pending"
-	statusDone    = "done"
-)
-
 // Receive stores msg as pending work for the dispatcher, unless the
 // consumer already holds it. A duplicate is reported as Duplicate with a nil
 // error; a conflicting reuse of the id as Conflict with a *ConflictError. A
@@ -88,17 +84,17 @@ func (in *Inbox) ReceiveTx(ctx context.Context, tx pgx.Tx, msg Message) (Outcome
 // the messages may have been stored by then: deliver the batch again (a
 // broker will), and those are reported as duplicates.
 func (in *Inbox) ReceiveBatch(ctx context.Context, msgs []Message) ([]Result, error) {
-	return in.receive(ctx, in.pool, msgs, statusPending, true)
+	return in.receive(ctx, in.pool, msgs, pgbox.InboxPending, true)
 }
 
 // ReceiveBatchTx is ReceiveBatch inside the caller's transaction.
 func (in *Inbox) ReceiveBatchTx(ctx context.Context, tx pgx.Tx, msgs []Message) ([]Result, error) {
-	return in.receive(ctx, tx, msgs, statusPending, false)
+	return in.receive(ctx, tx, msgs, pgbox.InboxPending, false)
 }
 
 // receiveOne is Receive and ReceiveTx: receive for one message.
 func (in *Inbox) receiveOne(ctx context.Context, db dbtx, msg Message, autocommit bool) (Outcome, error) {
-	res, err := in.receive(ctx, db, []Message{msg}, statusPending, autocommit)
+	res, err := in.receive(ctx, db, []Message{msg}, pgbox.InboxPending, autocommit)
 	if err != nil {
 		return 0, err
 	}
@@ -114,11 +110,11 @@ func (in *Inbox) receiveOne(ctx context.Context, db dbtx, msg Message, autocommi
 // the statement did not return (a second statement, only for those),
 // record conflicts (another, only for those), then remember and count the
 // outcomes.
-func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status string, autocommit bool) ([]Result, error) {
+func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status pgbox.InboxStatus, autocommit bool) ([]Result, error) {
 	results := make([]Result, len(msgs))
 	b, first := in.prepare(msgs, results)
 	if len(b.ids) == 0 { // nothing new to ask: invalid, repeated or remembered
-		if status == statusPending {
+		if status == pgbox.InboxPending {
 			in.count(ctx, results)
 		}
 		return results, nil
@@ -139,7 +135,7 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status st
 	if autocommit {
 		in.remember(&b, results)
 	}
-	if status == statusPending { // Process counts once it has committed
+	if status == pgbox.InboxPending { // Process counts once it has committed
 		in.count(ctx, results)
 	}
 	return results, nil
@@ -209,9 +205,9 @@ func (in *Inbox) remember(b *batch, results []Result) {
 // notify.Limiter.Committed): a NOTIFY in the statement would make its
 // commit queue for PostgreSQL's notification lock behind every other
 // notifying commit, each through its own WAL flush.
-func (in *Inbox) notifyInStatement(status string, autocommit bool) *string {
+func (in *Inbox) notifyInStatement(status pgbox.InboxStatus, autocommit bool) *string {
 	var channel *string // NULL: no NOTIFY
-	if status == statusPending && !autocommit && in.notifies.Allow() {
+	if status == pgbox.InboxPending && !autocommit && in.notifies.Allow() {
 		channel = &in.channel
 	}
 	return channel
@@ -219,8 +215,8 @@ func (in *Inbox) notifyInStatement(status string, autocommit bool) *string {
 
 // notifyCommitted announces autocommitted pending messages, once the
 // statement that stored them has returned, if it stored any.
-func (in *Inbox) notifyCommitted(status string, autocommit bool, results []Result) {
-	if autocommit && status == statusPending && anyAccepted(results) {
+func (in *Inbox) notifyCommitted(status pgbox.InboxStatus, autocommit bool, results []Result) {
+	if autocommit && status == pgbox.InboxPending && anyAccepted(results) {
 		in.notifies.Committed()
 	}
 }

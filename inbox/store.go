@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 
+	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/schemaerr"
 )
 
@@ -45,7 +46,7 @@ func (b *batch) add(m *Message, hash []byte, defaultMaxAttempts, index int) {
 // in results, and a duplicate whose stored hash it learnt Duplicate or
 // Conflict; it returns the ids of the other duplicates, whose hash is still
 // to be read (resolve).
-func (in *Inbox) store(ctx context.Context, db dbtx, b *batch, status string, channel *string, results []Result) ([]string, error) {
+func (in *Inbox) store(ctx context.Context, db dbtx, b *batch, status pgbox.InboxStatus, channel *string, results []Result) ([]string, error) {
 	if len(b.ids) == 1 && b.keys[0] == nil && channel == nil {
 		return in.storeOne(ctx, db, b, status, results)
 	}
@@ -57,9 +58,9 @@ func (in *Inbox) store(ctx context.Context, db dbtx, b *batch, status string, ch
 // (receiveOneSQL), as cheap as the raw statement. A duplicate, rarer
 // (redeliveries of recent messages are known without a round trip), costs
 // a second one to read its stored hash.
-func (in *Inbox) storeOne(ctx context.Context, db dbtx, b *batch, status string, results []Result) ([]string, error) {
+func (in *Inbox) storeOne(ctx context.Context, db dbtx, b *batch, status pgbox.InboxStatus, results []Result) ([]string, error) {
 	tag, err := db.Exec(ctx, in.q.receiveOne, in.cfg.Consumer, b.ids[0], b.eventTypes[0], b.payloads[0], b.hashes[0],
-		b.metadata[0], b.maxAttempts[0], status)
+		b.metadata[0], b.maxAttempts[0], string(status))
 	if err != nil {
 		return nil, in.dbError(ctx, "receive", err)
 	}
@@ -73,9 +74,9 @@ func (in *Inbox) storeOne(ctx context.Context, db dbtx, b *batch, status string,
 // storeMany is store for any batch, with receiveSQL: it reads back a row
 // per message that was not inserted, with the payload hash stored under its
 // id, NULL if the stored row committed while the statement ran.
-func (in *Inbox) storeMany(ctx context.Context, db dbtx, b *batch, status string, channel *string, results []Result) ([]string, error) {
+func (in *Inbox) storeMany(ctx context.Context, db dbtx, b *batch, status pgbox.InboxStatus, channel *string, results []Result) ([]string, error) {
 	rows, err := db.Query(ctx, in.q.receive, in.cfg.Consumer, b.ids, b.eventTypes, b.payloads, b.hashes,
-		b.metadata, b.keys, b.maxAttempts, status, channel, in.q.seqName)
+		b.metadata, b.keys, b.maxAttempts, string(status), channel, in.q.seqName)
 	if err != nil {
 		return nil, in.dbError(ctx, "receive", err)
 	}
