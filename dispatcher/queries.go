@@ -1,5 +1,7 @@
 package dispatcher
 
+import "github.com/pgbox/pgbox/internal/tables"
+
 // The dispatcher's SQL. "/* schema */" is replaced by the quoted schema
 // name when a Dispatcher is created (ident.Render).
 //
@@ -33,11 +35,11 @@ package dispatcher
 // attempt, marks the message dead instead of claiming it.
 //
 // Fresh work is pending and due. A keyed message is claimable only at the
-// head of its key: no earlier message of the key may be pending, running or
-// dead. That keeps one message per key in flight across every worker and
-// process, in seq order; a retrying or dead head holds up only its own key.
-// A head being handled is still pending to everyone else until its batch
-// commits, so its successor waits.
+// head of its key (tables.InboxAtKeyHead): no earlier message of the key
+// may be pending, running or dead. That keeps one message per key in flight
+// across every worker and process, in seq order; a retrying or dead head
+// holds up only its own key. A head being handled is still pending to
+// everyone else until its batch commits, so its successor waits.
 //
 // FOR UPDATE SKIP LOCKED lets many workers claim at once without waiting on
 // each other; rows another worker is locking are simply someone else's.
@@ -63,7 +65,7 @@ WITH rescued AS (
     SELECT i.ctid AS locked, i.event_type, i.claim_token IS NOT NULL AS unrecorded,
            i.attempts >= i.max_attempts AS spent
     FROM /* schema */inbox AS i
-    WHERE $6 AND i.consumer = $1 AND i.status = 'running' AND i.available_at <= now()
+    WHERE $6 AND i.consumer = $1 AND i.status = ` + tables.InboxRunning + ` AND i.available_at <= now()
     ORDER BY i.available_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -72,34 +74,29 @@ fresh AS (
     SELECT i.ctid AS locked, i.event_type, false AS unrecorded, false AS spent
     FROM /* schema */inbox AS i
     WHERE i.consumer = $1
-      AND i.status = 'pending'
+      AND i.status = ` + tables.InboxPending + `
       AND i.available_at <= now()
       AND NOT EXISTS (SELECT 1 FROM rescued)
-      AND (i.ordering_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM /* schema */inbox AS earlier
-            WHERE earlier.consumer = i.consumer
-              AND earlier.ordering_key = i.ordering_key
-              AND earlier.status IN ('pending', 'running', 'dead')
-              AND earlier.seq < i.seq))
+      AND ` + tables.InboxAtKeyHead + `
     ORDER BY i.available_at, i.seq
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ),
 claimable AS (
     SELECT c.locked, c.rescue, c.unrecorded,
-           CASE WHEN c.spent THEN 'dead'
-                WHEN c.event_type = ANY($4::text[]) THEN 'running'
-                ELSE 'done' END AS next
+           CASE WHEN c.spent THEN ` + tables.InboxDead + `
+                WHEN c.event_type = ANY($4::text[]) THEN ` + tables.InboxRunning + `
+                ELSE ` + tables.InboxDone + ` END AS next
     FROM (SELECT r.*, true AS rescue FROM rescued AS r
           UNION ALL
           SELECT f.*, false AS rescue FROM fresh AS f) AS c
 )
 UPDATE /* schema */inbox AS i SET
     status       = c.next,
-    attempts     = CASE WHEN c.next = 'dead' THEN i.attempts ELSE i.attempts + 1 END,
+    attempts     = CASE WHEN c.next = ` + tables.InboxDead + ` THEN i.attempts ELSE i.attempts + 1 END,
     claim_token  = $3,
-    available_at = CASE WHEN c.next = 'running' THEN now() + $5 * interval '1 millisecond' ELSE i.available_at END,
-    processed_at = CASE WHEN c.next = 'done' THEN now() ELSE i.processed_at END,
+    available_at = CASE WHEN c.next = ` + tables.InboxRunning + ` THEN now() + $5 * interval '1 millisecond' ELSE i.available_at END,
+    processed_at = CASE WHEN c.next = ` + tables.InboxDone + ` THEN now() ELSE i.processed_at END,
     last_error   = CASE WHEN c.unrecorded THEN $7 ELSE i.last_error END,
     errors       = CASE WHEN c.unrecorded
                         THEN i.errors || jsonb_build_array(jsonb_build_object('attempt', i.attempts, 'at', now(), 'error', $7::text))
@@ -178,17 +175,17 @@ lost AS (
 )
 UPDATE /* schema */inbox AS i SET
     attempts     = i.attempts + 1,
-    status       = CASE WHEN i.attempts + 1 >= i.max_attempts THEN 'dead' ELSE 'running' END,
+    status       = CASE WHEN i.attempts + 1 >= i.max_attempts THEN ` + tables.InboxDead + ` ELSE ` + tables.InboxRunning + ` END,
     available_at = now(),
     claim_token  = NULL,
     last_error   = $2,
     errors       = i.errors
-        || CASE WHEN i.status = 'running' AND i.claim_token IS NOT NULL
+        || CASE WHEN i.status = ` + tables.InboxRunning + ` AND i.claim_token IS NOT NULL
                 THEN jsonb_build_array(jsonb_build_object('attempt', i.attempts, 'at', l.claimed_at, 'error', $3::text))
                 ELSE '[]'::jsonb END
         || jsonb_build_array(jsonb_build_object('attempt', i.attempts + 1, 'at', l.claimed_at, 'error', $2::text))
 FROM lost AS l
-WHERE i.consumer = $1 AND i.message_id = l.id AND i.status IN ('pending', 'running')
+WHERE i.consumer = $1 AND i.message_id = l.id AND i.status IN (` + tables.InboxPending + `, ` + tables.InboxRunning + `)
 RETURNING i.message_id, i.event_type, i.attempts, i.status`
 
 // renewLeaseSQL restarts the lease of claimed messages that are still
@@ -197,7 +194,7 @@ RETURNING i.message_id, i.event_type, i.attempts, i.status`
 // batch's leased messages still waiting their turn.
 const renewLeaseSQL = `
 UPDATE /* schema */inbox SET available_at = now() + $4 * interval '1 millisecond'
-WHERE consumer = $1 AND message_id = ANY($2::text[]) AND claim_token = $3 AND status = 'running'`
+WHERE consumer = $1 AND message_id = ANY($2::text[]) AND claim_token = $3 AND status = ` + tables.InboxRunning
 
 // completeSQL records outcomes other than the anticipated one, in one
 // statement, fenced by the claim token: in the batch transaction, for
@@ -211,16 +208,16 @@ const completeSQL = `
 UPDATE /* schema */inbox AS i SET
     status       = o.status,
     attempts     = i.attempts - o.refund,
-    available_at = CASE WHEN o.status = 'pending' THEN now() + o.delay_ms * interval '1 millisecond' ELSE i.available_at END,
-    processed_at = CASE WHEN o.status = 'done' THEN now() ELSE i.processed_at END,
-    claim_token  = CASE WHEN o.status = 'pending' THEN NULL ELSE i.claim_token END,
+    available_at = CASE WHEN o.status = ` + tables.InboxPending + ` THEN now() + o.delay_ms * interval '1 millisecond' ELSE i.available_at END,
+    processed_at = CASE WHEN o.status = ` + tables.InboxDone + ` THEN now() ELSE i.processed_at END,
+    claim_token  = CASE WHEN o.status = ` + tables.InboxPending + ` THEN NULL ELSE i.claim_token END,
     last_error   = coalesce(o.error, i.last_error),
     errors       = CASE WHEN o.error IS NULL THEN i.errors
                         ELSE i.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
                             'attempt', i.attempts, 'at', now(), 'error', o.error, 'trace', o.trace))) END
 FROM unnest($3::text[], $4::text[], $5::bigint[], $6::int[], $7::text[], $8::text[])
     AS o(message_id, status, delay_ms, refund, error, trace)
-WHERE i.consumer = $1 AND i.message_id = o.message_id AND i.claim_token = $2 AND i.status IN ('running', 'done')`
+WHERE i.consumer = $1 AND i.message_id = o.message_id AND i.claim_token = $2 AND i.status IN (` + tables.InboxRunning + `, ` + tables.InboxDone + `)`
 
 // settleSQL records the failures of a batch whose transaction failed as a
 // whole after its handlers ran (a handler broke the connection, the commit
@@ -238,11 +235,11 @@ WITH mine AS (
 UPDATE /* schema */inbox AS i SET
     status       = o.status,
     attempts     = i.attempts + 1,
-    available_at = CASE WHEN o.status = 'pending' THEN now() + o.delay_ms * interval '1 millisecond' ELSE i.available_at END,
+    available_at = CASE WHEN o.status = ` + tables.InboxPending + ` THEN now() + o.delay_ms * interval '1 millisecond' ELSE i.available_at END,
     claim_token  = NULL,
     last_error   = o.error,
     errors       = i.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
                        'attempt', i.attempts + 1, 'at', now(), 'error', o.error, 'trace', o.trace)))
 FROM unnest($3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[])
     AS o(message_id, status, delay_ms, error, trace)
-WHERE EXISTS (SELECT 1 FROM mine) AND i.consumer = $1 AND i.message_id = o.message_id AND i.status = 'pending'`
+WHERE EXISTS (SELECT 1 FROM mine) AND i.consumer = $1 AND i.message_id = o.message_id AND i.status = ` + tables.InboxPending

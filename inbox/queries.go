@@ -1,5 +1,7 @@
 package inbox
 
+import "github.com/pgbox/pgbox/internal/tables"
+
 // The inbox's SQL. "/* schema */" is replaced by the quoted schema name when
 // an Inbox is created (ident.Render).
 
@@ -63,7 +65,7 @@ inserted AS (
          status, attempts, processed_at)
     OVERRIDING SYSTEM VALUE
     SELECT n.seq, $1, n.message_id, n.event_type, n.payload, n.payload_hash, n.metadata::jsonb, n.ordering_key, n.max_attempts,
-           $9, CASE WHEN $9 = 'done' THEN 1 ELSE 0 END, CASE WHEN $9 = 'done' THEN now() END
+           $9, CASE WHEN $9 = ` + tables.InboxDone + ` THEN 1 ELSE 0 END, CASE WHEN $9 = ` + tables.InboxDone + ` THEN now() END
     FROM numbered AS n
     ORDER BY n.message_id
     ON CONFLICT (consumer, message_id) DO NOTHING
@@ -91,7 +93,7 @@ const receiveOneSQL = `
 INSERT INTO /* schema */inbox
     (consumer, message_id, event_type, payload, payload_hash, metadata, max_attempts, status, attempts, processed_at)
 VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8,
-        CASE WHEN $8 = 'done' THEN 1 ELSE 0 END, CASE WHEN $8 = 'done' THEN now() END)
+        CASE WHEN $8 = ` + tables.InboxDone + ` THEN 1 ELSE 0 END, CASE WHEN $8 = ` + tables.InboxDone + ` THEN now() END)
 ON CONFLICT (consumer, message_id) DO NOTHING`
 
 // hashSQL reads the stored payload hashes of ids: for duplicates whose row

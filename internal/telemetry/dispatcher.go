@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pgbox/pgbox"
 )
 
 // Dispatcher holds a dispatcher's instruments and tracer.
@@ -98,17 +100,17 @@ func (d *Dispatcher) Handling(ctx context.Context, id, eventType string, attempt
 }
 
 // Outcome counts one recorded outcome: status is what completeSQL wrote
-// ("done", "pending", "dead"); failed says whether the attempt failed
-// (rather than being released or snoozed).
-func (d *Dispatcher) Outcome(ctx context.Context, eventType, status string, failed bool) {
+// (pgbox.InboxDone, InboxPending or InboxDead); failed says whether the
+// attempt failed (rather than being released or snoozed).
+func (d *Dispatcher) Outcome(ctx context.Context, eventType string, status pgbox.InboxStatus, failed bool) {
 	attrs := d.of(eventType, "")
 	if failed {
 		d.failed.Add(ctx, 1, attrs)
 	}
 	switch status {
-	case "done":
+	case pgbox.InboxDone:
 		d.processed.Add(ctx, 1, attrs)
-	case "dead":
+	case pgbox.InboxDead:
 		d.dead.Add(ctx, 1, attrs)
 	}
 }

@@ -1,0 +1,135 @@
+package dispatcher
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgbox/pgbox"
+)
+
+// leaseExpiredError is recorded for a leased attempt whose worker never
+// reported back before its lease ran out.
+const leaseExpiredError = "lease expired before the attempt finished: the worker crashed, was killed, stalled, or lost its database connection"
+
+// lostBatchError is recorded for an in-transaction attempt whose batch
+// transaction never committed.
+const lostBatchError = "the attempt's batch transaction never committed: the worker crashed, was killed, stalled past its lease, or lost its database connection"
+
+// claim takes a batch in tx (see claimSQL). Messages the claim marked dead
+// (their lease expired on their last attempt) are only logged.
+func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescue bool) (*batch, error) {
+	rows, err := tx.Query(ctx, d.q.claim, d.consumer, d.cfg.BatchSize, token, d.leasedTypes,
+		d.cfg.Lease.Milliseconds(), mayRescue, leaseExpiredError)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	b := &batch{token: token}
+	for rows.Next() {
+		b.claimed++
+		var (
+			c        claimed
+			status   pgbox.InboxStatus
+			metadata []byte
+		)
+		m := &c.msg
+		if err := rows.Scan(&m.ID, &status, &m.EventType, &m.Payload, &metadata, &m.OrderingKey,
+			&m.Attempt, &m.MaxAttempts, &m.ReceivedAt, &c.seq, &b.rescue, &b.xid); err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+		m.Consumer = d.consumer
+		if b.rescue && status == pgbox.InboxDead { // its lost attempt was its last
+			d.tel.Outcome(ctx, m.EventType, status, true)
+			d.cfg.Logger.Error("dispatcher: message is dead: its last attempt never finished (lease expired)",
+				d.attrs(m, slog.Int("attempts", m.Attempt))...)
+			continue
+		}
+		if err := json.Unmarshal(metadata, &m.Metadata); err != nil {
+			c.problem = fmt.Errorf("metadata is not a JSON object of strings: %w", err)
+		}
+		var ok bool
+		if c.handler, ok = d.cfg.Handlers[m.EventType]; !ok && c.problem == nil {
+			c.problem = fmt.Errorf("no handler for event type %q in consumer %q: add one to dispatcher.Config.Handlers, or discard the message", m.EventType, m.Consumer)
+		}
+		switch {
+		case status == pgbox.InboxRunning:
+			b.leased = append(b.leased, &c)
+		case c.problem == nil:
+			b.run = append(b.run, &c)
+			fallthrough
+		default:
+			b.inTx = append(b.inTx, &c)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	// Handle in arrival order: it costs nothing and surprises nobody.
+	for _, cs := range [][]*claimed{b.inTx, b.run, b.leased} {
+		slices.SortFunc(cs, func(a, b *claimed) int { return cmp.Compare(a.seq, b.seq) })
+	}
+	return b, nil
+}
+
+// recordClaim records b's claim from another session before its handlers
+// run (see recordClaimSQL), when it has handlers to run in tx; leased
+// messages are counted by the batch's commit, before they are called. It
+// reports whether the batch may go on. When it may not, nothing has run
+// and tx is to be rolled back: the claim is tried again.
+func (d *Dispatcher) recordClaim(ctx context.Context, tx pgx.Tx, b *batch) bool {
+	if len(b.run) == 0 {
+		return true
+	}
+	var recorded, stale bool
+	err := d.records.QueryRow(ctx, d.q.recordClaim, d.consumer, b.xid, ids(b.run)).Scan(&recorded, &stale)
+	switch {
+	case err != nil:
+		d.cfg.Logger.Error("dispatcher: could not record a claim; its messages will be claimed again",
+			slog.String("consumer", d.consumer), slog.String("error", err.Error()))
+	case stale:
+		// A lost batch's attempts are still to be counted, and its
+		// messages may be in this one: count them first.
+		_ = tx.Rollback(ctx)
+		d.reconcile(ctx)
+	case !recorded:
+		d.cfg.Logger.Warn("dispatcher: the batch transaction ended before its handlers ran (stalled past the lease, or cut off); its messages will be claimed again",
+			slog.String("consumer", d.consumer), slog.Int("messages", b.claimed))
+	}
+	return err == nil && recorded
+}
+
+// reconcile counts the attempts of lost batches (see reconcileSQL). If it
+// fails, the next claim tries again: until then no batch of this consumer
+// runs its handlers.
+func (d *Dispatcher) reconcile(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
+	defer cancel()
+	rows, err := d.pool.Query(ctx, d.q.reconcile, d.consumer, lostBatchError, leaseExpiredError)
+	if err != nil {
+		d.cfg.Logger.Error("dispatcher: could not count the attempts of a lost batch; will try again",
+			slog.String("consumer", d.consumer), slog.String("error", err.Error()))
+		return
+	}
+	defer rows.Close()
+	var m Message
+	var status pgbox.InboxStatus
+	for rows.Next() {
+		if err := rows.Scan(&m.ID, &m.EventType, &m.Attempt, &status); err != nil {
+			break
+		}
+		d.tel.Outcome(ctx, m.EventType, status, true)
+		if status == pgbox.InboxDead {
+			d.cfg.Logger.Error("dispatcher: message is dead: its last attempt never finished (its batch was lost)", d.attrs(&m)...)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		d.cfg.Logger.Error("dispatcher: could not count the attempts of a lost batch; will try again",
+			slog.String("consumer", d.consumer), slog.String("error", err.Error()))
+	}
+}

@@ -1,0 +1,78 @@
+package dispatcher
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// complete records outcomes, fenced by token, and returns how many rows
+// they matched.
+func (d *Dispatcher) complete(ctx context.Context, db interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, token int64, outcomes []outcome) (int, error) {
+	n := len(outcomes)
+	// Statuses go as []string: pgx encodes no slice of a named string type
+	// such as []pgbox.InboxStatus in the exec and simple-protocol modes.
+	ids, statuses := make([]string, n), make([]string, n)
+	delays, refunds := make([]int64, n), make([]int32, n)
+	errs, traces := make([]*string, n), make([]*string, n)
+	for i, o := range outcomes {
+		ids[i], statuses[i], delays[i] = o.id, string(o.status), o.delay.Milliseconds()
+		if o.refund {
+			refunds[i] = 1
+		}
+		if o.err != "" {
+			errs[i] = &outcomes[i].err
+		}
+		if o.trace != "" {
+			traces[i] = &outcomes[i].trace
+		}
+	}
+	tag, err := db.Exec(ctx, d.q.complete, d.consumer, token, ids, statuses, delays, refunds, errs, traces)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// record completes outcomes outside a transaction, logging a failure: the
+// lease then brings the messages back.
+func (d *Dispatcher) record(ctx context.Context, token int64, outcomes []outcome) {
+	ctx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
+	defer cancel()
+	n, err := d.complete(ctx, d.pool, token, outcomes)
+	switch {
+	case err != nil:
+		d.cfg.Logger.Error("dispatcher: could not record an outcome; the message will be retried when its lease expires",
+			slog.String("consumer", d.consumer), slog.String("error", err.Error()))
+	case n < len(outcomes):
+		// Another worker took the message over after our lease expired: its
+		// outcome is the one that counts.
+		d.cfg.Logger.Warn("dispatcher: an outcome was not recorded because another worker had taken the message over (lease expired)",
+			slog.String("consumer", d.consumer), slog.Int("outcomes", len(outcomes)), slog.Int("recorded", n))
+	default:
+		d.observe(ctx, outcomes)
+	}
+}
+
+// settle records the failed attempts of a batch whose transaction failed
+// (see settleSQL).
+func (d *Dispatcher) settle(ctx context.Context, b *batch, failed []outcome) error {
+	if len(b.run) == 0 {
+		return nil // nothing was recorded, so nothing ran: the batch runs again
+	}
+	n := len(failed)
+	// []string statuses, as in complete.
+	ids, statuses, delays := make([]string, n), make([]string, n), make([]int64, n)
+	errs, traces := make([]string, n), make([]*string, n)
+	for i, o := range failed {
+		ids[i], statuses[i], delays[i], errs[i] = o.id, string(o.status), o.delay.Milliseconds(), o.err
+		if o.trace != "" {
+			traces[i] = &failed[i].trace
+		}
+	}
+	_, err := d.pool.Exec(ctx, d.q.settle, d.consumer, b.xid, ids, statuses, delays, errs, traces)
+	return err
+}

@@ -1,0 +1,231 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/pgtext"
+)
+
+// Limits on what one error entry stores, so that a handler returning a
+// huge error cannot bloat its row without bound.
+const (
+	maxErrorBytes = 8 << 10
+	maxTraceBytes = 16 << 10
+)
+
+// handleInTx runs b's in-transaction handlers in tx, each in a savepoint,
+// records every outcome but done in the same transaction, and commits. It
+// reports whether the batch committed: if not, its leased messages were
+// never handed their lease and run again later.
+func (d *Dispatcher) handleInTx(ctx context.Context, tx pgx.Tx, b *batch) bool {
+	fallback, err := d.runTx(ctx, tx, b)
+	if err == nil {
+		return true
+	}
+	d.cfg.Logger.Error("dispatcher: batch transaction failed",
+		slog.String("consumer", d.consumer), slog.Int("messages", len(b.inTx)), slog.String("error", err.Error()))
+	// The transaction is gone, and with it every write of this batch: its
+	// messages are as before the claim. Record the failed attempts on a
+	// fresh deadline (the transaction may have failed on running out of its
+	// own). If that fails too, the claim record stays behind and the next
+	// claim counts the batch as lost.
+	_ = tx.Rollback(ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
+	defer cancel()
+	if len(b.run) > 0 && b.rescue {
+		// A rescued message's earlier lost attempt is recorded with its
+		// reconciliation.
+		d.reconcile(ctx)
+		return false
+	}
+	if err := d.settle(ctx, b, fallback); err != nil {
+		d.cfg.Logger.Error("dispatcher: could not record the failed batch's attempts; they will be counted as lost",
+			slog.String("consumer", d.consumer), slog.String("error", err.Error()))
+	}
+	return false
+}
+
+// runTx is handleInTx's transaction. When it fails as a whole it returns
+// the failed attempts to record outside it.
+func (d *Dispatcher) runTx(ctx context.Context, tx pgx.Tx, b *batch) ([]outcome, error) {
+	outcomes := make([]outcome, 0, len(b.inTx))
+	for _, c := range b.inTx {
+		if d.loop.Stopping() {
+			outcomes = append(outcomes, released(c))
+			continue
+		}
+		o, broken := d.runInSavepoint(ctx, tx, c)
+		outcomes = append(outcomes, o)
+		if broken != nil {
+			// The connection is lost or unusable, so the transaction and
+			// every neighbour's writes are gone. The culprit's attempt and
+			// its neighbours' failures stand; the others run again.
+			return failures(outcomes), broken
+		}
+	}
+	// The claim marked every message done already: only the others are
+	// written, usually none.
+	if rest := slices.DeleteFunc(slices.Clone(outcomes), isDone); len(rest) > 0 {
+		n, err := d.complete(ctx, tx, b.token, rest)
+		if err != nil {
+			return failures(d.failAll(b.inTx, fmt.Errorf("record outcomes: %w", err))), err
+		}
+		if n != len(rest) {
+			// Unreachable while the rows are locked, unless a handler
+			// changed its own message's row. Whatever the cause, roll
+			// everything back, business writes included.
+			return nil, fmt.Errorf("claim lost: %d of %d outcomes matched their row; the whole batch was rolled back", n, len(rest))
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		// Which message's writes failed at commit (a deferred constraint,
+		// say) cannot be told, so each attempt counts as failed.
+		return failures(d.failAll(b.inTx, fmt.Errorf("commit: %w", err))), err
+	}
+	d.observe(ctx, outcomes)
+	return nil, nil
+}
+
+// runInSavepoint runs one message's handler in a savepoint of tx (see
+// handlerTx). broken is set when the transaction can no longer be used.
+func (d *Dispatcher) runInSavepoint(ctx context.Context, tx pgx.Tx, c *claimed) (o outcome, broken error) {
+	if c.problem != nil {
+		return d.failed(c, c.problem, ""), nil
+	}
+	htx := &handlerTx{ctx: ctx, outer: tx}
+	handlerErr, trace := d.call(&c.msg, func(ctx context.Context) error {
+		htx.ctx = ctx
+		return c.handler.inTx(ctx, htx, &c.msg)
+	})
+	failure, broken := htx.finish(ctx, handlerErr)
+	if failure == nil {
+		return done(c), nil
+	}
+	if broken != nil && handlerErr == nil {
+		return d.failed(c, fmt.Errorf("savepoint: %w", failure), ""), broken
+	}
+	return d.failed(c, failure, trace), broken
+}
+
+// handleLeased runs a batch's leased handlers one by one, outside any
+// transaction: renew the lease, call, record. hb keeps the leases of those
+// still waiting alive.
+func (d *Dispatcher) handleLeased(token int64, batch []*claimed, hb *heartbeat) {
+	ctx := context.WithoutCancel(d.loop.WorkContext())
+	for i, c := range batch {
+		if d.loop.Stopping() {
+			d.record(ctx, token, d.releaseAll(batch[i:]))
+			return
+		}
+		hb.starting(c.msg.ID)
+		renewCtx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
+		tag, err := d.pool.Exec(renewCtx, d.q.renewLease, d.consumer, []string{c.msg.ID}, token, d.cfg.Lease.Milliseconds())
+		cancel()
+		if err != nil {
+			d.cfg.Logger.Error("dispatcher: could not renew a lease; the batch's remaining messages will be retried when their lease expires",
+				d.attrs(&c.msg, slog.String("error", err.Error()))...)
+			return
+		}
+		if tag.RowsAffected() == 0 {
+			d.cfg.Logger.Warn("dispatcher: claim lost before the handler ran (lease expired); another worker has the message", d.attrs(&c.msg)...)
+			continue
+		}
+		handlerErr, trace := d.call(&c.msg, func(ctx context.Context) error { return c.handler.leased(ctx, &c.msg) })
+		if handlerErr == nil {
+			d.record(ctx, token, []outcome{done(c)})
+		} else {
+			d.record(ctx, token, []outcome{d.failed(c, handlerErr, trace)})
+		}
+	}
+}
+
+// call runs a handler for m with its own timeout and m's trace context,
+// turning a panic into an error and its stack.
+func (d *Dispatcher) call(m *Message, fn func(ctx context.Context) error) (err error, trace string) {
+	ctx, cancel := context.WithTimeout(d.loop.WorkContext(), d.cfg.HandlerTimeout)
+	defer cancel()
+	ctx = d.cfg.Propagator.Extract(ctx, propagation.MapCarrier(m.Metadata))
+	ctx, end := d.tel.Handling(ctx, m.ID, m.EventType, m.Attempt)
+	defer func() { end(err) }() // after the recover below, so a panic counts as an error
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+			trace = string(debug.Stack())
+		}
+	}()
+	return fn(ctx), ""
+}
+
+// failed decides what a failed attempt leads to: a release if the
+// dispatcher is stopping, a snooze, death, or a retry after backoff.
+func (d *Dispatcher) failed(c *claimed, err error, trace string) outcome {
+	m := &c.msg
+	var (
+		snooze    *SnoozeError
+		permanent *PermanentError
+	)
+	isPermanent := errors.As(err, &permanent)
+	switch {
+	case errors.As(err, &snooze):
+		return outcome{id: m.ID, status: pgbox.InboxPending, delay: snooze.After, refund: true}
+	case !isPermanent && d.loop.CancelledByStop():
+		// Stop cancelled the handler: not the message's fault.
+		return released(c)
+	}
+	o := outcome{id: m.ID, eventType: m.EventType, err: pgtext.Clean(err.Error(), maxErrorBytes), trace: pgtext.Clean(trace, maxTraceBytes)}
+	switch {
+	case isPermanent:
+		o.status = pgbox.InboxDead
+		d.cfg.Logger.Error("dispatcher: message is dead: permanent error", d.attrs(m, slog.String("error", o.err))...)
+	case m.Attempt >= m.MaxAttempts:
+		o.status = pgbox.InboxDead
+		d.cfg.Logger.Error("dispatcher: message is dead: out of attempts", d.attrs(m, slog.String("error", o.err))...)
+	default:
+		o.status = pgbox.InboxPending
+		o.delay = max(d.cfg.RetryBackoffFunc(m.Attempt), 0)
+		d.cfg.Logger.Warn("dispatcher: handler failed; will retry", d.attrs(m, slog.Duration("retry_in", o.delay), slog.String("error", o.err))...)
+	}
+	return o
+}
+
+// failures keeps the outcomes that are failed attempts: not done, not
+// given back.
+func failures(outcomes []outcome) []outcome {
+	return slices.DeleteFunc(outcomes, func(o outcome) bool { return isDone(o) || o.refund })
+}
+
+func isDone(o outcome) bool { return o.status == pgbox.InboxDone }
+
+func done(c *claimed) outcome {
+	return outcome{id: c.msg.ID, eventType: c.msg.EventType, status: pgbox.InboxDone}
+}
+
+// released gives the message back: pending now, the attempt refunded.
+func released(c *claimed) outcome {
+	return outcome{id: c.msg.ID, status: pgbox.InboxPending, refund: true}
+}
+
+func (d *Dispatcher) releaseAll(batch []*claimed) []outcome {
+	out := make([]outcome, 0, len(batch))
+	for _, c := range batch {
+		out = append(out, released(c))
+	}
+	return out
+}
+
+func (d *Dispatcher) failAll(batch []*claimed, err error) []outcome {
+	out := make([]outcome, 0, len(batch))
+	for _, c := range batch {
+		out = append(out, d.failed(c, err, ""))
+	}
+	return out
+}

@@ -1,0 +1,192 @@
+package inbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/schemaerr"
+)
+
+// batch is the columns of receiveSQL, one entry per distinct valid message.
+type batch struct {
+	ids, eventTypes, metadata []string
+	keys                      []*string
+	payloads, hashes          [][]byte
+	maxAttempts               []int32
+	index                     []int // position of each entry in the caller's slice
+}
+
+// add appends m, whose payload hash is hash, to the batch; index is its
+// position in the caller's slice.
+func (b *batch) add(m *Message, hash []byte, defaultMaxAttempts, index int) {
+	payload := nonNil(m.Payload)
+	var key *string
+	if m.OrderingKey != "" {
+		key = &m.OrderingKey
+	}
+	maxAttempts := m.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = defaultMaxAttempts
+	}
+	b.ids = append(b.ids, m.ID)
+	b.eventTypes = append(b.eventTypes, m.EventType)
+	b.payloads = append(b.payloads, payload)
+	b.hashes = append(b.hashes, hash)
+	b.metadata = append(b.metadata, encodeMetadata(m.Metadata))
+	b.keys = append(b.keys, key)
+	b.maxAttempts = append(b.maxAttempts, int32(min(maxAttempts, 1<<31-1)))
+	b.index = append(b.index, index)
+}
+
+// store runs the statement that stores b's messages with status, and
+// NOTIFYs channel unless it is nil. It marks each inserted message Accepted
+// in results, and a duplicate whose stored hash it learnt Duplicate or
+// Conflict; it returns the ids of the other duplicates, whose hash is still
+// to be read (resolve).
+func (in *Inbox) store(ctx context.Context, db dbtx, b *batch, status pgbox.InboxStatus, channel *string, results []Result) ([]string, error) {
+	if len(b.ids) == 1 && b.keys[0] == nil && channel == nil {
+		return in.storeOne(ctx, db, b, status, results)
+	}
+	return in.storeMany(ctx, db, b, status, channel, results)
+}
+
+// storeOne is store for one message without an ordering key or a NOTIFY,
+// the common case (a broker hands over one at a time): a plain INSERT
+// (receiveOneSQL), as cheap as the raw statement. A duplicate, rarer
+// (redeliveries of recent messages are known without a round trip), costs
+// a second one to read its stored hash.
+func (in *Inbox) storeOne(ctx context.Context, db dbtx, b *batch, status pgbox.InboxStatus, results []Result) ([]string, error) {
+	tag, err := db.Exec(ctx, in.q.receiveOne, in.cfg.Consumer, b.ids[0], b.eventTypes[0], b.payloads[0], b.hashes[0],
+		b.metadata[0], b.maxAttempts[0], string(status))
+	if err != nil {
+		return nil, in.dbError(ctx, "receive", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return b.ids, nil
+	}
+	results[b.index[0]].Outcome = Accepted
+	return nil, nil
+}
+
+// storeMany is store for any batch, with receiveSQL: it reads back a row
+// per message that was not inserted, with the payload hash stored under its
+// id, NULL if the stored row committed while the statement ran.
+func (in *Inbox) storeMany(ctx context.Context, db dbtx, b *batch, status pgbox.InboxStatus, channel *string, results []Result) ([]string, error) {
+	rows, err := db.Query(ctx, in.q.receive, in.cfg.Consumer, b.ids, b.eventTypes, b.payloads, b.hashes,
+		b.metadata, b.keys, b.maxAttempts, string(status), channel, in.q.seqName)
+	if err != nil {
+		return nil, in.dbError(ctx, "receive", err)
+	}
+	defer rows.Close()
+	for k := range b.ids {
+		results[b.index[k]].Outcome = Accepted // unless listed below
+	}
+	var unresolved []string // duplicates whose stored hash was not visible
+	for rows.Next() {
+		var (
+			ord    int
+			stored []byte
+		)
+		if err := rows.Scan(&ord, &stored); err != nil {
+			return nil, in.dbError(ctx, "receive", err)
+		}
+		if ord == 0 {
+			continue // the row that runs the NOTIFY
+		}
+		k := ord - 1
+		i := b.index[k]
+		if stored == nil {
+			results[i].Outcome = 0
+			unresolved = append(unresolved, b.ids[k])
+			continue
+		}
+		results[i] = in.compare(b.ids[k], stored, b.hashes[k])
+	}
+	if err := rows.Err(); err != nil {
+		return nil, in.dbError(ctx, "receive", err)
+	}
+	return unresolved, nil
+}
+
+// resolve settles duplicates whose row committed while receiveSQL ran, by
+// reading their stored hashes with a fresh snapshot.
+func (in *Inbox) resolve(ctx context.Context, db dbtx, ids []string, b *batch, first map[string]int, results []Result) error {
+	rows, err := db.Query(ctx, in.q.hash, in.cfg.Consumer, ids)
+	if err != nil {
+		return in.dbError(ctx, "read stored hashes", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id     string
+			stored []byte
+		)
+		if err := rows.Scan(&id, &stored); err != nil {
+			return in.dbError(ctx, "read stored hashes", err)
+		}
+		k := first[id]
+		results[b.index[k]] = in.compare(id, stored, b.hashes[k])
+	}
+	if err := rows.Err(); err != nil {
+		return in.dbError(ctx, "read stored hashes", err)
+	}
+	// An id neither inserted nor found was deleted (retention) in between:
+	// it was held when we tried, so it is a duplicate.
+	for _, id := range ids {
+		if r := &results[b.index[first[id]]]; r.Outcome == 0 && r.Err == nil {
+			r.Outcome = Duplicate
+		}
+	}
+	return nil
+}
+
+// recordConflicts records in inbox_conflicts the messages of msgs whose
+// result is a Conflict, with their payloads, in one statement on db, if
+// there are any.
+func (in *Inbox) recordConflicts(ctx context.Context, db dbtx, msgs []Message, results []Result) error {
+	var conflicts struct {
+		ids              []string
+		hashes, payloads [][]byte
+	}
+	for i, r := range results {
+		if r.Outcome == Conflict {
+			sum := sha256.Sum256(msgs[i].Payload)
+			conflicts.ids = append(conflicts.ids, msgs[i].ID)
+			conflicts.hashes = append(conflicts.hashes, sum[:])
+			conflicts.payloads = append(conflicts.payloads, nonNil(msgs[i].Payload))
+		}
+	}
+	if len(conflicts.ids) > 0 {
+		if _, err := db.Exec(ctx, in.q.logConflicts, in.cfg.Consumer, conflicts.ids, conflicts.hashes, conflicts.payloads); err != nil {
+			return in.dbError(ctx, "record conflicts", err)
+		}
+	}
+	return nil
+}
+
+// compare tells a redelivery of id from a conflicting reuse of it, by the
+// payload hash stored and the one got.
+func (in *Inbox) compare(id string, stored, got []byte) Result {
+	if bytes.Equal(stored, got) {
+		return Result{Outcome: Duplicate}
+	}
+	return Result{Outcome: Conflict, Err: &ConflictError{Consumer: in.cfg.Consumer, MessageID: id}}
+}
+
+// nonNil returns p, or an empty payload for nil: the columns are NOT NULL,
+// and no payload is an empty one.
+func nonNil(p []byte) []byte {
+	if p == nil {
+		return []byte{}
+	}
+	return p
+}
+
+// dbError wraps a database error of op, explaining a missing or outdated
+// schema (schemaerr.Explain).
+func (in *Inbox) dbError(ctx context.Context, op string, err error) error {
+	return fmt.Errorf("inbox: %s for consumer %q: %w", op, in.cfg.Consumer, schemaerr.Explain(ctx, in.pool, in.cfg.Schema, err))
+}
