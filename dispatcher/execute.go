@@ -102,7 +102,7 @@ func (d *Dispatcher) runInSavepoint(ctx context.Context, tx pgx.Tx, c *claimed) 
 		return d.failed(c, c.problem, ""), nil
 	}
 	htx := &handlerTx{ctx: ctx, outer: tx}
-	handlerErr, trace := d.call(&c.msg, func(ctx context.Context) error {
+	trace, handlerErr := d.call(&c.msg, func(ctx context.Context) error {
 		htx.ctx = ctx
 		return c.handler.inTx(ctx, htx, &c.msg)
 	})
@@ -139,7 +139,7 @@ func (d *Dispatcher) handleLeased(token int64, batch []*claimed, hb *heartbeat) 
 			d.cfg.Logger.Warn("dispatcher: claim lost before the handler ran (lease expired); another worker has the message", d.attrs(&c.msg)...)
 			continue
 		}
-		handlerErr, trace := d.call(&c.msg, func(ctx context.Context) error { return c.handler.leased(ctx, &c.msg) })
+		trace, handlerErr := d.call(&c.msg, func(ctx context.Context) error { return c.handler.leased(ctx, &c.msg) })
 		if handlerErr == nil {
 			d.record(ctx, token, []outcome{done(c)})
 		} else {
@@ -149,8 +149,8 @@ func (d *Dispatcher) handleLeased(token int64, batch []*claimed, hb *heartbeat) 
 }
 
 // call runs a handler for m with its own timeout and m's trace context,
-// turning a panic into an error and its stack.
-func (d *Dispatcher) call(m *Message, fn func(ctx context.Context) error) (err error, trace string) {
+// turning a panic into an error and its stack (trace).
+func (d *Dispatcher) call(m *Message, fn func(ctx context.Context) error) (trace string, err error) {
 	ctx, cancel := context.WithTimeout(d.loop.WorkContext(), d.cfg.HandlerTimeout)
 	defer cancel()
 	ctx = d.cfg.Propagator.Extract(ctx, propagation.MapCarrier(m.Metadata))
@@ -162,7 +162,7 @@ func (d *Dispatcher) call(m *Message, fn func(ctx context.Context) error) (err e
 			trace = string(debug.Stack())
 		}
 	}()
-	return fn(ctx), ""
+	return "", fn(ctx)
 }
 
 // failed decides what a failed attempt leads to: a release if the
