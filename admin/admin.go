@@ -29,8 +29,8 @@ import (
 // ErrNotFound is returned when a message asked for by id does not exist.
 var ErrNotFound = errors.New("not found")
 
-// BatchSizeDefault is how many rows one statement of a bulk operation
-// touches, unless BatchOptions says otherwise.
+// BatchSizeDefault is the default Config.BatchSize: how many rows one
+// statement of a bulk operation touches.
 const BatchSizeDefault = 1000
 
 // Statuses of inbox messages, as stored.
@@ -44,22 +44,55 @@ const (
 
 var inboxStatuses = []string{StatusPending, StatusRunning, StatusDone, StatusDead, StatusDiscarded}
 
-// Admin reads and steers one schema's inbox and outbox.
-type Admin struct {
-	pool   *pgxpool.Pool
-	q      map[string]string
-	schema string
+// Config configures an Admin.
+type Config struct {
+	// BatchSize is how many rows one statement of a bulk operation
+	// (Replay, Discard, Purge, OutboxRetry, RunDueReplays) touches when the
+	// operation's own options leave it unset. Smaller batches hold fewer
+	// locks for less time; larger ones take fewer round trips. Defaults to
+	// BatchSizeDefault (1000).
+	BatchSize int
+
+	// Schema is the PostgreSQL schema holding pgbox's tables. Defaults to
+	// pgbox.DefaultSchema.
+	Schema string
 }
 
-// New returns an Admin for schema ("" for pgbox.DefaultSchema). It does not
-// touch the database.
-func New(pool *pgxpool.Pool, schema string) (*Admin, error) {
+// WithDefaults returns a copy of c with every unset field given its default.
+func (c Config) WithDefaults() Config {
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Schema = cmp.Or(c.Schema, pgbox.DefaultSchema)
+	return c
+}
+
+func (c Config) validate() error {
+	if c.BatchSize < 1 {
+		return fmt.Errorf("admin: Config.BatchSize is %d: use a positive size, or 0 for the default (%d)", c.BatchSize, BatchSizeDefault)
+	}
+	if err := ident.ValidateSchema(c.Schema); err != nil {
+		return fmt.Errorf("admin: Config.Schema: %w", err)
+	}
+	return nil
+}
+
+// Admin reads and steers one schema's inbox and outbox. It is safe for
+// concurrent use.
+type Admin struct {
+	cfg  Config
+	pool *pgxpool.Pool
+	q    map[string]string
+}
+
+// New returns an Admin for cfg.Schema. It does not touch the database: a
+// schema that is missing or at the wrong version is reported by Check, or
+// by the first call that needs it, with the command that fixes it.
+func New(pool *pgxpool.Pool, cfg Config) (*Admin, error) {
 	if pool == nil {
 		return nil, errors.New("admin: pool is nil")
 	}
-	schema = cmp.Or(schema, pgbox.DefaultSchema)
-	if err := ident.ValidateSchema(schema); err != nil {
-		return nil, fmt.Errorf("admin: %w", err)
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	q := map[string]string{}
 	for name, sql := range map[string]string{
@@ -71,18 +104,18 @@ func New(pool *pgxpool.Pool, schema string) (*Admin, error) {
 		"claimDueReplay": claimDueReplaySQL, "advanceReplay": advanceReplaySQL, "failReplay": failReplaySQL,
 		"countScheduled": countScheduledSQL,
 	} {
-		q[name] = ident.Render(sql, schema)
+		q[name] = ident.Render(sql, cfg.Schema)
 	}
-	return &Admin{pool: pool, q: q, schema: schema}, nil
+	return &Admin{cfg: cfg, pool: pool, q: q}, nil
 }
 
 // Schema returns the schema this Admin works on.
-func (a *Admin) Schema() string { return a.schema }
+func (a *Admin) Schema() string { return a.cfg.Schema }
 
 // Check reports whether the database is reachable and the schema migrated
 // to this build's version, with pgbox.CheckSchema's clear errors.
 func (a *Admin) Check(ctx context.Context) error {
-	return pgbox.CheckSchema(ctx, a.pool, a.schema)
+	return pgbox.CheckSchema(ctx, a.pool, a.cfg.Schema)
 }
 
 // Filter selects inbox messages. Zero fields select everything. It encodes
@@ -155,7 +188,7 @@ func (f Filter) args() []any {
 // BatchOptions tunes a bulk operation.
 type BatchOptions struct {
 	// BatchSize is how many rows one statement touches. Defaults to
-	// BatchSizeDefault.
+	// Config.BatchSize.
 	BatchSize int
 	// Progress, if set, is called after each batch with the total so far.
 	Progress func(done int64)
@@ -168,5 +201,5 @@ func (a *Admin) dbError(ctx context.Context, op string, err error) error {
 	if errors.As(err, &pgErr) && pgErr.Code == "2201B" { // invalid_regular_expression
 		return fmt.Errorf("%s: the error pattern is not a valid regular expression: %s", op, pgErr.Message)
 	}
-	return fmt.Errorf("%s: %w", op, schemaerr.Explain(ctx, a.pool, a.schema, err))
+	return fmt.Errorf("%s: %w", op, schemaerr.Explain(ctx, a.pool, a.cfg.Schema, err))
 }

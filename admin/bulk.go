@@ -54,7 +54,7 @@ func (a *Admin) Discard(ctx context.Context, f Filter, reason string, opts Batch
 func (a *Admin) batches(ctx context.Context, op, query string, f Filter, note string, opts BatchOptions) (int64, error) {
 	size := opts.BatchSize
 	if size <= 0 {
-		size = BatchSizeDefault
+		size = a.cfg.BatchSize
 	}
 	var (
 		total int64
@@ -134,7 +134,7 @@ func (a *Admin) Purge(ctx context.Context, status string, olderThan time.Duratio
 	}
 	size := opts.BatchSize
 	if size <= 0 {
-		size = BatchSizeDefault
+		size = a.cfg.BatchSize
 	}
 	var total int64
 	for {

@@ -28,7 +28,7 @@ func ExampleAdmin_Failures() {
 		panic(err)
 	}
 
-	adm, err := admin.New(db.Pool, db.Schema)
+	adm, err := admin.New(db.Pool, admin.Config{Schema: db.Schema})
 	if err != nil {
 		panic(err)
 	}

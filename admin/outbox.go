@@ -125,7 +125,7 @@ func (a *Admin) OutboxShow(ctx context.Context, id uuid.UUID) (*OutboxDetail, er
 func (a *Admin) OutboxRetry(ctx context.Context, ids []uuid.UUID, opts BatchOptions) (int64, error) {
 	size := opts.BatchSize
 	if size <= 0 {
-		size = BatchSizeDefault
+		size = a.cfg.BatchSize
 	}
 	var filter any
 	if ids != nil {

@@ -143,14 +143,14 @@ func (a *Admin) CancelScheduledReplay(ctx context.Context, id int64) error {
 // how many messages it replayed. The maintenance job calls it; several
 // processes may at once.
 //
-// A replay runs in batches of batchSize messages (0 for BatchSizeDefault).
+// A replay runs in batches of batchSize messages (0 for Config.BatchSize).
 // Each batch is one transaction that replays the messages and records the
 // replay's progress, so a replay interrupted by a crash resumes where it
 // stopped and replays no message twice. If ctx ends, it returns what it
 // replayed so far with ctx's error; the rest waits for the next call.
 func (a *Admin) RunDueReplays(ctx context.Context, batchSize int) (int64, error) {
 	if batchSize <= 0 {
-		batchSize = BatchSizeDefault
+		batchSize = a.cfg.BatchSize
 	}
 	var total int64
 	for {

@@ -40,7 +40,7 @@ func TestScheduledReplayRunsOnceWhenDue(t *testing.T) {
 	ctx := context.Background()
 	schema := pgtest.Schema(t)
 	deadMessages(t, schema, 25)
-	adm, err := admin.New(pgtest.Pool(t), schema)
+	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: schema})
 	require.NoError(t, err)
 
 	later, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments"}, "gateway fixed", time.Now().Add(time.Hour))
@@ -103,7 +103,7 @@ func TestCancelScheduledReplay(t *testing.T) {
 	ctx := context.Background()
 	schema := pgtest.Schema(t)
 	deadMessages(t, schema, 3)
-	adm, err := admin.New(pgtest.Pool(t), schema)
+	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: schema})
 	require.NoError(t, err)
 
 	r, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments"}, "", time.Now().Add(-time.Minute))
@@ -126,7 +126,7 @@ func TestScheduledReplayWithABadFilterFails(t *testing.T) {
 	ctx := context.Background()
 	schema := pgtest.Schema(t)
 	deadMessages(t, schema, 2)
-	adm, err := admin.New(pgtest.Pool(t), schema)
+	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: schema})
 	require.NoError(t, err)
 
 	bad, err := adm.ScheduleReplay(ctx, admin.Filter{ErrorMatches: "("}, "", time.Now().Add(-time.Minute))
