@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,17 +31,6 @@ var ErrNotFound = errors.New("not found")
 // BatchSizeDefault is the default Config.BatchSize: how many rows one
 // statement of a bulk operation touches.
 const BatchSizeDefault = 1000
-
-// Statuses of inbox messages, as stored.
-const (
-	StatusPending   = "pending"
-	StatusRunning   = "running"
-	StatusDone      = "done"
-	StatusDead      = "dead"
-	StatusDiscarded = "discarded"
-)
-
-var inboxStatuses = []string{StatusPending, StatusRunning, StatusDone, StatusDead, StatusDiscarded}
 
 // Config configures an Admin.
 type Config struct {
@@ -141,7 +129,7 @@ type Filter struct {
 	// Since keeps messages received at or after it.
 	Since time.Time `json:"since,omitzero"`
 	// Statuses keeps messages in these statuses.
-	Statuses []string `json:"statuses,omitzero"`
+	Statuses []pgbox.InboxStatus `json:"statuses,omitzero"`
 	// Until keeps messages received before it.
 	Until time.Time `json:"until,omitzero"`
 }
@@ -149,8 +137,8 @@ type Filter struct {
 // Validate reports a filter that cannot match anything sensible.
 func (f Filter) Validate() error {
 	for _, s := range f.Statuses {
-		if !slices.Contains(inboxStatuses, s) {
-			return fmt.Errorf("unknown status %q: use one of pending, running, done, dead, discarded", s)
+		if _, err := pgbox.ParseInboxStatus(string(s)); err != nil {
+			return err
 		}
 	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
@@ -169,7 +157,7 @@ func (f Filter) args() []any {
 	}
 	var statuses, ids any
 	if len(f.Statuses) > 0 {
-		statuses = f.Statuses
+		statuses = textArray(f.Statuses)
 	}
 	if len(f.IDs) > 0 {
 		ids = f.IDs
@@ -183,6 +171,15 @@ func (f Filter) args() []any {
 	}
 	return []any{null(f.Consumer), statuses, null(f.EventType), since, until,
 		null(f.ErrorContains), null(f.ErrorMatches), null(f.Fingerprint), ids, f.ReplayableOnly}
+}
+
+// textArray returns statuses as the plain strings a text[] parameter takes.
+func textArray[S ~string](statuses []S) []string {
+	out := make([]string, len(statuses))
+	for i, s := range statuses {
+		out[i] = string(s)
+	}
+	return out
 }
 
 // BatchOptions tunes a bulk operation.

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgbox/pgbox"
 )
 
 // Count counts the messages matching f. With f.ReplayableOnly it counts
@@ -84,13 +86,16 @@ func (a *Admin) batches(ctx context.Context, op, query string, f Filter, note st
 
 // IDStatuses returns the status of each of ids that consumer holds; an id
 // missing from the result does not exist.
-func (a *Admin) IDStatuses(ctx context.Context, consumer string, ids []string) (map[string]string, error) {
+func (a *Admin) IDStatuses(ctx context.Context, consumer string, ids []string) (map[string]pgbox.InboxStatus, error) {
 	rows, err := a.pool.Query(ctx, a.q["idStatus"], consumer, ids)
 	if err != nil {
 		return nil, a.dbError(ctx, "look up messages", err)
 	}
-	out := map[string]string{}
-	var id, status string
+	out := map[string]pgbox.InboxStatus{}
+	var (
+		id     string
+		status pgbox.InboxStatus
+	)
 	_, err = pgx.ForEachRow(rows, []any{&id, &status}, func() error {
 		out[id] = status
 		return nil
@@ -102,8 +107,8 @@ func (a *Admin) IDStatuses(ctx context.Context, consumer string, ids []string) (
 }
 
 // purgeable reports whether status may be purged.
-func purgeable(status string) error {
-	if status != StatusDone && status != StatusDiscarded {
+func purgeable(status pgbox.InboxStatus) error {
+	if status != pgbox.InboxDone && status != pgbox.InboxDiscarded {
 		return fmt.Errorf("only done or discarded messages can be purged, not %q: dead ones are kept until an operator replays or discards them", status)
 	}
 	return nil
@@ -111,12 +116,12 @@ func purgeable(status string) error {
 
 // CountPurgeable counts the messages in status (done or discarded) older
 // than olderThan, of consumer ("" for all), that Purge would delete.
-func (a *Admin) CountPurgeable(ctx context.Context, status string, olderThan time.Duration, consumer string) (int64, error) {
+func (a *Admin) CountPurgeable(ctx context.Context, status pgbox.InboxStatus, olderThan time.Duration, consumer string) (int64, error) {
 	if err := purgeable(status); err != nil {
 		return 0, err
 	}
 	var n int64
-	err := a.pool.QueryRow(ctx, a.q["countPurgeable"], olderThan.Milliseconds(), status, nullable(consumer)).Scan(&n)
+	err := a.pool.QueryRow(ctx, a.q["countPurgeable"], olderThan.Milliseconds(), string(status), nullable(consumer)).Scan(&n)
 	if err != nil {
 		return 0, a.dbError(ctx, "count messages", err)
 	}
@@ -128,7 +133,7 @@ func (a *Admin) CountPurgeable(ctx context.Context, status string, olderThan tim
 // all), in batches. Deleting a done message ends its dedupe: a redelivery
 // after that is stored and handled again, so keep olderThan longer than any
 // producer's retry window. It returns how many it deleted.
-func (a *Admin) Purge(ctx context.Context, status string, olderThan time.Duration, consumer string, opts BatchOptions) (int64, error) {
+func (a *Admin) Purge(ctx context.Context, status pgbox.InboxStatus, olderThan time.Duration, consumer string, opts BatchOptions) (int64, error) {
 	if err := purgeable(status); err != nil {
 		return 0, err
 	}
@@ -138,7 +143,7 @@ func (a *Admin) Purge(ctx context.Context, status string, olderThan time.Duratio
 	}
 	var total int64
 	for {
-		tag, err := a.pool.Exec(ctx, a.q["purge"], olderThan.Milliseconds(), status, size, nullable(consumer))
+		tag, err := a.pool.Exec(ctx, a.q["purge"], olderThan.Milliseconds(), string(status), size, nullable(consumer))
 		if err != nil {
 			return total, a.dbError(ctx, "purge", err)
 		}

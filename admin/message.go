@@ -7,23 +7,25 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgbox/pgbox"
 )
 
 // Message is an inbox message as operators see it in a list.
 type Message struct {
-	Attempts    int        `json:"attempts"`
-	AvailableAt time.Time  `json:"available_at"`
-	Consumer    string     `json:"consumer"`
-	EventType   string     `json:"event_type"`
-	ID          string     `json:"id"`
-	LastError   *string    `json:"last_error"`
-	MaxAttempts int        `json:"max_attempts"`
-	OrderingKey string     `json:"ordering_key,omitempty"`
-	ProcessedAt *time.Time `json:"processed_at"`
-	ReceivedAt  time.Time  `json:"received_at"`
-	Replays     int        `json:"replays"`
-	Seq         int64      `json:"seq"`
-	Status      string     `json:"status"`
+	Attempts    int               `json:"attempts"`
+	AvailableAt time.Time         `json:"available_at"`
+	Consumer    string            `json:"consumer"`
+	EventType   string            `json:"event_type"`
+	ID          string            `json:"id"`
+	LastError   *string           `json:"last_error"`
+	MaxAttempts int               `json:"max_attempts"`
+	OrderingKey string            `json:"ordering_key,omitempty"`
+	ProcessedAt *time.Time        `json:"processed_at"`
+	ReceivedAt  time.Time         `json:"received_at"`
+	Replays     int               `json:"replays"`
+	Seq         int64             `json:"seq"`
+	Status      pgbox.InboxStatus `json:"status"`
 }
 
 func (m *Message) scanTargets() []any {
@@ -48,7 +50,7 @@ type HistoryEntry struct {
 	// PreviousAttempts is how many attempts a replayed message had used.
 	PreviousAttempts int `json:"previous_attempts,omitempty"`
 	// PreviousStatus is the status a replayed message had.
-	PreviousStatus string `json:"previous_status,omitempty"`
+	PreviousStatus pgbox.InboxStatus `json:"previous_status,omitempty"`
 	// Replay is the replay's number.
 	Replay int `json:"replay,omitempty"`
 	// Trace is a panicking attempt's stack.

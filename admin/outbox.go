@@ -5,38 +5,47 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-)
 
-var outboxStatuses = []string{"pending", "running", "published", "dead"}
+	"github.com/pgbox/pgbox"
+)
 
 // OutboxFilter selects outbox rows. Zero fields select everything.
 type OutboxFilter struct {
-	// Statuses keeps rows in these statuses: pending, running, published,
-	// dead.
-	Statuses []string
+	// Statuses keeps rows in these statuses.
+	Statuses []pgbox.OutboxStatus
 	// Topic keeps one topic.
 	Topic string
 }
 
+// Validate reports a filter that cannot match anything sensible.
+func (f OutboxFilter) Validate() error {
+	for _, s := range f.Statuses {
+		if _, err := pgbox.ParseOutboxStatus(string(s)); err != nil {
+			return fmt.Errorf("unknown outbox status %q: use one of %s", s, strings.Join(textArray(pgbox.OutboxStatuses()), ", "))
+		}
+	}
+	return nil
+}
+
 // OutboxMessage is an outbox row as operators see it in a list.
 type OutboxMessage struct {
-	Attempts    int        `json:"attempts"`
-	AvailableAt time.Time  `json:"available_at"`
-	CreatedAt   time.Time  `json:"created_at"`
-	EventType   string     `json:"event_type"`
-	ID          uuid.UUID  `json:"id"`
-	LastError   *string    `json:"last_error"`
-	OrderingKey string     `json:"ordering_key,omitempty"`
-	PublishedAt *time.Time `json:"published_at"`
-	Replays     int        `json:"replays"`
-	Seq         int64      `json:"seq"`
-	Status      string     `json:"status"`
-	Topic       string     `json:"topic"`
+	Attempts    int                `json:"attempts"`
+	AvailableAt time.Time          `json:"available_at"`
+	CreatedAt   time.Time          `json:"created_at"`
+	EventType   string             `json:"event_type"`
+	ID          uuid.UUID          `json:"id"`
+	LastError   *string            `json:"last_error"`
+	OrderingKey string             `json:"ordering_key,omitempty"`
+	PublishedAt *time.Time         `json:"published_at"`
+	Replays     int                `json:"replays"`
+	Seq         int64              `json:"seq"`
+	Status      pgbox.OutboxStatus `json:"status"`
+	Topic       string             `json:"topic"`
 }
 
 func (m *OutboxMessage) scanTargets() []any {
@@ -58,14 +67,12 @@ type OutboxDetail struct {
 // OutboxList calls fn with the outbox rows matching f, newest first, at
 // most limit of them (0 or less: all), a page at a time.
 func (a *Admin) OutboxList(ctx context.Context, f OutboxFilter, limit int, fn func(OutboxMessage) error) error {
-	for _, s := range f.Statuses {
-		if !slices.Contains(outboxStatuses, s) {
-			return fmt.Errorf("unknown outbox status %q: use one of pending, running, published, dead", s)
-		}
+	if err := f.Validate(); err != nil {
+		return err
 	}
 	var statuses any
 	if len(f.Statuses) > 0 {
-		statuses = f.Statuses
+		statuses = textArray(f.Statuses)
 	}
 	const page = 500
 	var below any

@@ -242,6 +242,17 @@ FROM batch AS b
 WHERE o.id = b.id
 RETURNING o.id`
 
+// The states of a scheduled replay as SQL literals, and the set of those
+// not finished (waiting or under way).
+const (
+	replayScheduledSQL = "'" + string(ReplayScheduled) + "'"
+	replayRunningSQL   = "'" + string(ReplayRunning) + "'"
+	replayDoneSQL      = "'" + string(ReplayDone) + "'"
+	replayFailedSQL    = "'" + string(ReplayFailed) + "'"
+	replayCancelledSQL = "'" + string(ReplayCancelled) + "'"
+	replayUnfinished   = "(" + replayScheduledSQL + ", " + replayRunningSQL + ")"
+)
+
 // scheduledReplayColumns are the columns of a ScheduledReplay, in scan
 // order.
 const scheduledReplayColumns = `r.id, r.run_at, r.filter, coalesce(r.note, ''), r.state, r.replayed,
@@ -259,14 +270,14 @@ RETURNING ` + scheduledReplayColumns
 const scheduledReplaysSQL = `
 SELECT ` + scheduledReplayColumns + `
 FROM /* schema */scheduled_replays AS r
-ORDER BY r.state IN ('scheduled', 'running') DESC,
-         CASE WHEN r.state IN ('scheduled', 'running') THEN r.run_at END,
+ORDER BY r.state IN ` + replayUnfinished + ` DESC,
+         CASE WHEN r.state IN ` + replayUnfinished + ` THEN r.run_at END,
          r.id DESC
 LIMIT $1`
 
 // countScheduledSQL counts the replays waiting for their time or under way.
 const countScheduledSQL = `
-SELECT count(*) FROM /* schema */scheduled_replays WHERE state IN ('scheduled', 'running')`
+SELECT count(*) FROM /* schema */scheduled_replays WHERE state IN ` + replayUnfinished
 
 // cancelReplaySQL cancels scheduled replay $1 if it has not started, and
 // returns its state either way (no row: no such replay).
@@ -275,9 +286,9 @@ WITH target AS (
     SELECT id, state FROM /* schema */scheduled_replays WHERE id = $1 FOR UPDATE
 ),
 cancelled AS (
-    UPDATE /* schema */scheduled_replays AS r SET state = 'cancelled', finished_at = now()
+    UPDATE /* schema */scheduled_replays AS r SET state = ` + replayCancelledSQL + `, finished_at = now()
     FROM target AS t
-    WHERE r.id = t.id AND t.state = 'scheduled'
+    WHERE r.id = t.id AND t.state = ` + replayScheduledSQL + `
     RETURNING r.id
 )
 SELECT t.state, EXISTS (SELECT 1 FROM cancelled) FROM target AS t`
@@ -288,7 +299,7 @@ SELECT t.state, EXISTS (SELECT 1 FROM cancelled) FROM target AS t`
 const claimDueReplaySQL = `
 SELECT r.id, r.filter, coalesce(r.note, ''), r.cursor_seq
 FROM /* schema */scheduled_replays AS r
-WHERE r.state IN ('scheduled', 'running') AND r.run_at <= now()
+WHERE r.state IN ` + replayUnfinished + ` AND r.run_at <= now()
 ORDER BY r.run_at, r.id
 LIMIT 1
 FOR UPDATE SKIP LOCKED`
@@ -298,7 +309,7 @@ FOR UPDATE SKIP LOCKED`
 // batch size ($4 is true) ends it.
 const advanceReplaySQL = `
 UPDATE /* schema */scheduled_replays SET
-    state       = CASE WHEN $4 THEN 'done' ELSE 'running' END,
+    state       = CASE WHEN $4 THEN ` + replayDoneSQL + ` ELSE ` + replayRunningSQL + ` END,
     replayed    = replayed + $2,
     cursor_seq  = greatest(cursor_seq, $3),
     started_at  = coalesce(started_at, now()),
@@ -309,5 +320,5 @@ WHERE id = $1`
 // never run (an invalid regular expression, say).
 const failReplaySQL = `
 UPDATE /* schema */scheduled_replays SET
-    state = 'failed', last_error = $2, started_at = coalesce(started_at, now()), finished_at = now()
+    state = ` + replayFailedSQL + `, last_error = $2, started_at = coalesce(started_at, now()), finished_at = now()
 WHERE id = $1`

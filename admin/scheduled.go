@@ -12,19 +12,25 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// States of a scheduled replay.
+// ReplayState is where a scheduled replay is in its life, as stored in
+// scheduled_replays' state column.
+type ReplayState string
+
+// The states of a scheduled replay.
 const (
-	// ReplayScheduled: waiting for its time.
-	ReplayScheduled = "scheduled"
-	// ReplayRunning: under way; part of its messages are replayed.
-	ReplayRunning = "running"
-	// ReplayDone: every matching message that was replayable has been
+	// ReplayScheduled is a replay waiting for its time.
+	ReplayScheduled ReplayState = "scheduled"
+	// ReplayRunning is a replay under way: part of its messages are
 	// replayed.
-	ReplayDone = "done"
-	// ReplayFailed: it could not run (see Error); nothing more will be done.
-	ReplayFailed = "failed"
-	// ReplayCancelled: an operator cancelled it before it started.
-	ReplayCancelled = "cancelled"
+	ReplayRunning ReplayState = "running"
+	// ReplayDone is a replay that has replayed every matching message that
+	// was replayable.
+	ReplayDone ReplayState = "done"
+	// ReplayFailed is a replay that could not run (see
+	// ScheduledReplay.Error); nothing more will be done.
+	ReplayFailed ReplayState = "failed"
+	// ReplayCancelled is a replay an operator cancelled before it started.
+	ReplayCancelled ReplayState = "cancelled"
 )
 
 // ScheduledReplay is a replay an operator scheduled for later (inboxctl
@@ -45,9 +51,8 @@ type ScheduledReplay struct {
 	Replayed  int64      `json:"replayed"`
 	RunAt     time.Time  `json:"run_at"`
 	StartedAt *time.Time `json:"started_at"`
-	// State is one of ReplayScheduled, ReplayRunning, ReplayDone,
-	// ReplayFailed and ReplayCancelled.
-	State string `json:"state"`
+	// State is where the replay is in its life.
+	State ReplayState `json:"state"`
 }
 
 func (r *ScheduledReplay) scan(row pgx.Row) error {
@@ -124,7 +129,7 @@ func (a *Admin) CountScheduledReplays(ctx context.Context) (int64, error) {
 // an error when it has already started or ended.
 func (a *Admin) CancelScheduledReplay(ctx context.Context, id int64) error {
 	var (
-		state     string
+		state     ReplayState
 		cancelled bool
 	)
 	err := a.pool.QueryRow(ctx, a.q["cancelReplay"], id).Scan(&state, &cancelled)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/pgtest"
@@ -47,7 +48,7 @@ func TestScheduledReplayRunsOnceWhenDue(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, admin.ReplayScheduled, later.State)
 	require.True(t, later.Filter.ReplayableOnly, "a scheduled replay only ever touches replayable messages")
-	due, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments", Statuses: []string{"dead"}}, "", time.Now().Add(-time.Second))
+	due, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments", Statuses: []pgbox.InboxStatus{pgbox.InboxDead}}, "", time.Now().Add(-time.Second))
 	require.NoError(t, err)
 
 	n, err := adm.CountScheduledReplays(ctx)

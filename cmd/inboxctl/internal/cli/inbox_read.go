@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
 )
 
@@ -267,11 +268,11 @@ func (a *app) printDetail(d *admin.Detail) {
 	}
 	row("Received", stamp(d.ReceivedAt)+" UTC")
 	switch d.Status {
-	case admin.StatusPending:
+	case pgbox.InboxPending:
 		row("Next attempt", stamp(d.AvailableAt)+" UTC")
-	case admin.StatusRunning:
+	case pgbox.InboxRunning:
 		row("Lease ends", stamp(d.AvailableAt)+" UTC")
-	case admin.StatusDone:
+	case pgbox.InboxDone:
 		if d.ProcessedAt != nil {
 			row("Processed", stamp(*d.ProcessedAt)+" UTC")
 		}

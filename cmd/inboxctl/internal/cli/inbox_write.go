@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
 )
 
@@ -17,7 +18,7 @@ type change struct {
 	// verb and past name the change in prompts and reports.
 	verb, past string
 	// eligible lists the statuses an id may have to be changed.
-	eligible []string
+	eligible []pgbox.InboxStatus
 	// why explains to the operator why other statuses are refused.
 	why string
 	// filter narrows a filter to what the change may touch.
@@ -173,7 +174,7 @@ batches, exactly once. 'inboxctl scheduled' lists scheduled replays.`,
 			}
 			return a.apply(cmd.Context(), change{
 				verb: "replay", past: "replayed",
-				eligible: []string{admin.StatusDead, admin.StatusDiscarded, admin.StatusPending},
+				eligible: []pgbox.InboxStatus{pgbox.InboxDead, pgbox.InboxDiscarded, pgbox.InboxPending},
 				why:      "only dead, discarded or failing messages are replayed: a running one is held by a worker, a done one has had its effect",
 				filter: func(f admin.Filter) admin.Filter {
 					f.ReplayableOnly = true
@@ -210,10 +211,10 @@ message's history. Only dead messages can be discarded.`,
 			}
 			return a.apply(cmd.Context(), change{
 				verb: "discard", past: "discarded",
-				eligible: []string{admin.StatusDead},
+				eligible: []pgbox.InboxStatus{pgbox.InboxDead},
 				why:      "only dead messages are discarded",
 				filter: func(f admin.Filter) admin.Filter {
-					f.Statuses = []string{admin.StatusDead}
+					f.Statuses = []pgbox.InboxStatus{pgbox.InboxDead}
 					return f
 				},
 				run: func(ctx context.Context, f admin.Filter, opts admin.BatchOptions) (int64, error) {
@@ -259,13 +260,13 @@ replay or discard them first.`,
 			if batchSize < 1 {
 				return usagef("--batch-size %d: use 1 or more", batchSize)
 			}
-			if status != admin.StatusDone && status != admin.StatusDiscarded {
+			if s := pgbox.InboxStatus(status); s != pgbox.InboxDone && s != pgbox.InboxDiscarded {
 				return usagef("--status %q: only done or discarded messages can be purged", status)
 			}
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			n, err := a.admin.CountPurgeable(ctx, status, d, consumer)
+			n, err := a.admin.CountPurgeable(ctx, pgbox.InboxStatus(status), d, consumer)
 			if err != nil {
 				return err
 			}
@@ -283,7 +284,7 @@ replay or discard them first.`,
 			case !yes && !a.confirm("Delete "+what+"?"):
 				return fmt.Errorf("not confirmed: nothing was deleted")
 			}
-			done, err := a.admin.Purge(ctx, status, d, consumer, admin.BatchOptions{BatchSize: batchSize, Progress: a.progress("Deleted", n)})
+			done, err := a.admin.Purge(ctx, pgbox.InboxStatus(status), d, consumer, admin.BatchOptions{BatchSize: batchSize, Progress: a.progress("Deleted", n)})
 			if err != nil {
 				return fmt.Errorf("%w (deleted %s before the error)", err, count(done))
 			}
@@ -292,7 +293,7 @@ replay or discard them first.`,
 		},
 	}
 	cmd.Flags().StringVar(&olderThan, "older-than", "", "delete messages older than this: 90m, 36h, 30d (required)")
-	cmd.Flags().StringVar(&status, "status", admin.StatusDone, "done or discarded")
+	cmd.Flags().StringVar(&status, "status", string(pgbox.InboxDone), "done or discarded")
 	cmd.Flags().StringVar(&consumer, "consumer", "", "only this consumer's messages")
 	cmd.Flags().IntVar(&batchSize, "batch-size", admin.BatchSizeDefault, "rows deleted per statement")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted, and delete nothing")

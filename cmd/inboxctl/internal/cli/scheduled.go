@@ -117,7 +117,7 @@ each once its time has come, by the database clock.`,
 			t := newTable(a.out)
 			fmt.Fprintln(t, "ID\tRUN AT (UTC)\tSTATE\tREPLAYED\tSELECTION\tNOTE")
 			for _, r := range list {
-				state := r.State
+				state := string(r.State)
 				if r.State == admin.ReplayFailed {
 					state += ": " + oneLine(r.Error, 60)
 				}
@@ -160,7 +160,7 @@ func describe(f admin.Filter) string {
 		}
 	}
 	add("consumer", f.Consumer)
-	add("status", strings.Join(f.Statuses, ","))
+	add("status", joinStatuses(f.Statuses))
 	add("type", f.EventType)
 	add("group", f.Fingerprint)
 	if f.ErrorContains != "" {
