@@ -8,6 +8,20 @@
 // done (running its handler again would defeat the inbox's dedupe). Every
 // replay and discard is recorded in the message's history, next to its
 // failed attempts, and replays are counted on the row.
+//
+// # Transactions
+//
+// Each write comes in a pair, as in River: Replay and ReplayTx, Discard and
+// DiscardTx, Purge and PurgeTx, OutboxRetry and OutboxRetryTx,
+// ScheduleReplay and ScheduleReplayTx, CancelScheduledReplay and
+// CancelScheduledReplayTx. The plain form runs on the pool; a bulk one runs
+// each batch as its own short statement, so a million-message replay never
+// holds one giant lock or transaction. The Tx form runs inside the caller's
+// pgx.Tx and commits nothing itself: its changes take effect if, and when,
+// the caller commits, together with the caller's own writes (an audit row,
+// say). A bulk Tx form still works in batches, but holds every row it
+// changes locked until the caller's transaction ends, so keep it to
+// selections of modest size.
 package admin
 
 import (
@@ -15,8 +29,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -28,9 +42,16 @@ import (
 // ErrNotFound is returned when a message asked for by id does not exist.
 var ErrNotFound = errors.New("not found")
 
-// BatchSizeDefault is the default Config.BatchSize: how many rows one
-// statement of a bulk operation touches.
-const BatchSizeDefault = 1000
+const (
+	// BatchSizeDefault is the default Config.BatchSize: how many rows one
+	// statement of a bulk operation touches.
+	BatchSizeDefault = 1000
+	// FailuresLimitDefault is the default FailuresOptions.Limit.
+	FailuresLimitDefault = 1000
+	// ScheduledReplaysLimitDefault is how many scheduled replays
+	// ScheduledReplays lists when given no limit.
+	ScheduledReplaysLimitDefault = 100
+)
 
 // Config configures an Admin.
 type Config struct {
@@ -106,97 +127,38 @@ func (a *Admin) Check(ctx context.Context) error {
 	return pgbox.CheckSchema(ctx, a.pool, a.cfg.Schema)
 }
 
-// Filter selects inbox messages. Zero fields select everything. It encodes
-// as JSON (a scheduled replay stores its filter), leaving out zero fields.
-type Filter struct {
-	// Consumer keeps one consumer's messages.
-	Consumer string `json:"consumer,omitzero"`
-	// ErrorContains keeps messages whose last error contains this text,
-	// ignoring case.
-	ErrorContains string `json:"error_contains,omitzero"`
-	// ErrorMatches keeps messages whose last error matches this
-	// (PostgreSQL, case-insensitive) regular expression.
-	ErrorMatches string `json:"error_matches,omitzero"`
-	// EventType keeps one event type.
-	EventType string `json:"event_type,omitzero"`
-	// Fingerprint keeps one failure group (see Failures).
-	Fingerprint string `json:"fingerprint,omitzero"`
-	// IDs keeps these message ids.
-	IDs []string `json:"ids,omitzero"`
-	// ReplayableOnly keeps the messages Replay may touch: dead, discarded,
-	// or pending after a failure.
-	ReplayableOnly bool `json:"replayable_only,omitzero"`
-	// Since keeps messages received at or after it.
-	Since time.Time `json:"since,omitzero"`
-	// Statuses keeps messages in these statuses.
-	Statuses []pgbox.InboxStatus `json:"statuses,omitzero"`
-	// Until keeps messages received before it.
-	Until time.Time `json:"until,omitzero"`
+// dbtx is what admin's statements need of a pool or a transaction: the
+// plain methods run them on the pool, the …Tx ones on the caller's pgx.Tx.
+type dbtx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Validate reports a filter that cannot match anything sensible.
-func (f Filter) Validate() error {
-	for _, s := range f.Statuses {
-		if _, err := pgbox.ParseInboxStatus(string(s)); err != nil {
-			return err
-		}
+// batchSize returns size, or Config.BatchSize for 0; a negative size is
+// an error naming field.
+func (a *Admin) batchSize(field string, size int) (int, error) {
+	if size < 0 {
+		return 0, fmt.Errorf("admin: %s is %d: use a positive size, or 0 for Config.BatchSize (%d)", field, size, a.cfg.BatchSize)
 	}
-	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
-		return fmt.Errorf("until (%s) is not after since (%s)", f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339))
-	}
-	return nil
-}
-
-// args returns the filter as filterSQL's parameters $1 to $10.
-func (f Filter) args() []any {
-	null := func(s string) any {
-		if s == "" {
-			return nil
-		}
-		return s
-	}
-	var statuses, ids any
-	if len(f.Statuses) > 0 {
-		statuses = textArray(f.Statuses)
-	}
-	if len(f.IDs) > 0 {
-		ids = f.IDs
-	}
-	var since, until any
-	if !f.Since.IsZero() {
-		since = f.Since
-	}
-	if !f.Until.IsZero() {
-		until = f.Until
-	}
-	return []any{null(f.Consumer), statuses, null(f.EventType), since, until,
-		null(f.ErrorContains), null(f.ErrorMatches), null(f.Fingerprint), ids, f.ReplayableOnly}
-}
-
-// textArray returns statuses as the plain strings a text[] parameter takes.
-func textArray[S ~string](statuses []S) []string {
-	out := make([]string, len(statuses))
-	for i, s := range statuses {
-		out[i] = string(s)
-	}
-	return out
-}
-
-// BatchOptions tunes a bulk operation.
-type BatchOptions struct {
-	// BatchSize is how many rows one statement touches. Defaults to
-	// Config.BatchSize.
-	BatchSize int
-	// Progress, if set, is called after each batch with the total so far.
-	Progress func(done int64)
+	return cmp.Or(size, a.cfg.BatchSize), nil
 }
 
 // dbError explains err, with the command to run when the schema is missing
-// or outdated.
+// or outdated. It asks the pool, not the statement's transaction, which
+// may be aborted by then.
 func (a *Admin) dbError(ctx context.Context, op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "2201B" { // invalid_regular_expression
 		return fmt.Errorf("%s: the error pattern is not a valid regular expression: %s", op, pgErr.Message)
 	}
 	return fmt.Errorf("%s: %w", op, schemaerr.Explain(ctx, a.pool, a.cfg.Schema, err))
+}
+
+// nullable returns s, or nil (SQL NULL: no condition) when s is empty.
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }

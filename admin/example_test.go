@@ -32,7 +32,7 @@ func ExampleAdmin_Failures() {
 	if err != nil {
 		panic(err)
 	}
-	groups, err := adm.Failures(ctx, "payments", 10)
+	groups, err := adm.Failures(ctx, admin.FailuresOptions{Consumer: "payments", Limit: 10})
 	if err != nil {
 		panic(err)
 	}
@@ -40,7 +40,10 @@ func ExampleAdmin_Failures() {
 		fmt.Printf("%d dead: %s\n", g.Dead, g.Normalized)
 	}
 
-	replayed, err := adm.Replay(ctx, admin.Filter{Fingerprint: groups[0].Fingerprint}, "gateway fixed", admin.BatchOptions{})
+	replayed, err := adm.Replay(ctx, admin.ReplayOptions{
+		Filter: admin.Filter{Fingerprint: groups[0].Fingerprint},
+		Note:   "gateway fixed",
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return

@@ -90,10 +90,23 @@ type Detail struct {
 	Payload []byte `json:"payload"`
 }
 
-// List calls fn with the messages matching f, newest first, at most limit
-// of them (0 or less: all). It reads a page at a time, so a large result
-// streams instead of piling up in memory.
-func (a *Admin) List(ctx context.Context, f Filter, limit int, fn func(Message) error) error {
+// ListOptions says which messages List lists.
+type ListOptions struct {
+	// Filter selects the messages. Defaults to the zero Filter: every
+	// message.
+	Filter Filter
+
+	// Limit is the most messages listed, newest first. Defaults to 0:
+	// every matching message (as does any negative limit).
+	Limit int
+}
+
+// List calls fn with the messages opts.Filter selects, newest first, at
+// most opts.Limit of them. It reads a page at a time, so a large result
+// streams instead of piling up in memory. An error from fn stops the
+// listing and is returned as is.
+func (a *Admin) List(ctx context.Context, opts ListOptions, fn func(Message) error) error {
+	f, limit := opts.Filter, opts.Limit
 	if err := f.Validate(); err != nil {
 		return err
 	}

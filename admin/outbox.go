@@ -64,9 +64,22 @@ type OutboxDetail struct {
 	Payload []byte `json:"payload"`
 }
 
-// OutboxList calls fn with the outbox rows matching f, newest first, at
-// most limit of them (0 or less: all), a page at a time.
-func (a *Admin) OutboxList(ctx context.Context, f OutboxFilter, limit int, fn func(OutboxMessage) error) error {
+// OutboxListOptions says which outbox rows OutboxList lists.
+type OutboxListOptions struct {
+	// Filter selects the rows. Defaults to the zero OutboxFilter: every
+	// row.
+	Filter OutboxFilter
+
+	// Limit is the most rows listed, newest first. Defaults to 0: every
+	// matching row (as does any negative limit).
+	Limit int
+}
+
+// OutboxList calls fn with the outbox rows opts.Filter selects, newest
+// first, at most opts.Limit of them, a page at a time. An error from fn
+// stops the listing and is returned.
+func (a *Admin) OutboxList(ctx context.Context, opts OutboxListOptions, fn func(OutboxMessage) error) error {
+	f, limit := opts.Filter, opts.Limit
 	if err := f.Validate(); err != nil {
 		return err
 	}
@@ -125,31 +138,52 @@ func (a *Admin) OutboxShow(ctx context.Context, id uuid.UUID) (*OutboxDetail, er
 	return &d, nil
 }
 
+// OutboxRetryOptions says which dead outbox rows OutboxRetry puts back,
+// and how.
+type OutboxRetryOptions struct {
+	// BatchSize is how many rows one statement puts back. Defaults to
+	// Config.BatchSize.
+	BatchSize int
+
+	// IDs names the rows to retry; of those, only the dead ones are put
+	// back. Defaults to nil: every dead row. An empty but non-nil slice
+	// names none.
+	IDs []uuid.UUID
+
+	// ProgressFunc, if set, is called after each batch with how many rows
+	// have been put back so far. Defaults to nil: no reports.
+	ProgressFunc func(retried int64)
+}
+
 // OutboxRetry puts dead outbox rows back to pending, due now, with their
-// attempts zeroed and the retry in their history: the rows ids, or every
-// dead row when ids is nil. It works in batches and returns how many rows
-// it put back.
-func (a *Admin) OutboxRetry(ctx context.Context, ids []uuid.UUID, opts BatchOptions) (int64, error) {
-	size := opts.BatchSize
-	if size <= 0 {
-		size = a.cfg.BatchSize
+// attempts zeroed and the retry in their history: the rows opts.IDs, or
+// every dead row. It works in batches, each its own short statement, and
+// returns how many rows it put back, also when it fails part way.
+func (a *Admin) OutboxRetry(ctx context.Context, opts OutboxRetryOptions) (int64, error) {
+	return a.outboxRetry(ctx, a.pool, opts)
+}
+
+// OutboxRetryTx is OutboxRetry inside the caller's transaction: the rows
+// go back to pending if tx commits, and its batches hold them locked until
+// then.
+func (a *Admin) OutboxRetryTx(ctx context.Context, tx pgx.Tx, opts OutboxRetryOptions) (int64, error) {
+	return a.outboxRetry(ctx, tx, opts)
+}
+
+func (a *Admin) outboxRetry(ctx context.Context, db dbtx, opts OutboxRetryOptions) (int64, error) {
+	size, err := a.batchSize("OutboxRetryOptions.BatchSize", opts.BatchSize)
+	if err != nil {
+		return 0, err
 	}
-	var filter any
-	if ids != nil {
-		filter = ids
+	var ids any
+	if opts.IDs != nil {
+		ids = opts.IDs
 	}
-	var total int64
-	for {
-		tag, err := a.pool.Exec(ctx, a.q["outboxRetry"], filter, size)
+	return a.inBatches(ctx, db, "retry outbox rows", size, opts.ProgressFunc, func(ctx context.Context, db dbtx, size int) (int64, bool, error) {
+		tag, err := db.Exec(ctx, a.q["outboxRetry"], ids, size)
 		if err != nil {
-			return total, a.dbError(ctx, "retry outbox rows", err)
+			return 0, false, err
 		}
-		total += tag.RowsAffected()
-		if opts.Progress != nil && tag.RowsAffected() > 0 {
-			opts.Progress(total)
-		}
-		if tag.RowsAffected() < int64(size) {
-			return total, nil
-		}
-	}
+		return tag.RowsAffected(), tag.RowsAffected() >= int64(size), nil
+	})
 }

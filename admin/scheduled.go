@@ -68,16 +68,43 @@ func (r *ScheduledReplay) scan(row pgx.Row) error {
 	return json.Unmarshal(filter, &r.Filter)
 }
 
-// ScheduleReplay records a replay of the messages matching f, to run at
-// at: the maintenance job then replays those still replayable, as Replay
-// would, with note in their history. The time is judged by the database
-// clock; a time already past runs at the maintenance job's next check.
-// Nothing is changed until then, and CancelScheduledReplay can call it off.
-func (a *Admin) ScheduleReplay(ctx context.Context, f Filter, note string, at time.Time) (*ScheduledReplay, error) {
+// ScheduleReplayOptions says what a scheduled replay replays, and when.
+type ScheduleReplayOptions struct {
+	// At is when the replay is to run, judged by the database clock; a
+	// time already past runs at the maintenance job's next check.
+	// Required.
+	At time.Time
+
+	// Filter selects the messages. Of those, the ones replayable when the
+	// replay runs are replayed (Filter.ReplayableOnly is set for it).
+	// Defaults to the zero Filter: every replayable message then.
+	Filter Filter
+
+	// Note is kept in each replayed message's history, after the scheduled
+	// replay's id. Defaults to none.
+	Note string
+}
+
+// ScheduleReplay records a replay of the messages opts.Filter selects, to
+// run at opts.At: the maintenance job then replays those still
+// replayable, as Replay would, with opts.Note in their history. Nothing is
+// changed until then, and CancelScheduledReplay can call it off.
+func (a *Admin) ScheduleReplay(ctx context.Context, opts ScheduleReplayOptions) (*ScheduledReplay, error) {
+	return a.scheduleReplay(ctx, a.pool, opts)
+}
+
+// ScheduleReplayTx is ScheduleReplay inside the caller's transaction: the
+// replay is scheduled only if tx commits.
+func (a *Admin) ScheduleReplayTx(ctx context.Context, tx pgx.Tx, opts ScheduleReplayOptions) (*ScheduledReplay, error) {
+	return a.scheduleReplay(ctx, tx, opts)
+}
+
+func (a *Admin) scheduleReplay(ctx context.Context, db dbtx, opts ScheduleReplayOptions) (*ScheduledReplay, error) {
+	f := opts.Filter
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	if at.IsZero() {
+	if opts.At.IsZero() {
 		return nil, errors.New("schedule replay: the time is zero")
 	}
 	f.ReplayableOnly = true
@@ -86,7 +113,7 @@ func (a *Admin) ScheduleReplay(ctx context.Context, f Filter, note string, at ti
 		return nil, fmt.Errorf("schedule replay: %w", err)
 	}
 	var r ScheduledReplay
-	if err := r.scan(a.pool.QueryRow(ctx, a.q["scheduleReplay"], at, filter, note)); err != nil {
+	if err := r.scan(db.QueryRow(ctx, a.q["scheduleReplay"], opts.At, filter, opts.Note)); err != nil {
 		return nil, a.dbError(ctx, "schedule replay", err)
 	}
 	return &r, nil
@@ -94,10 +121,10 @@ func (a *Admin) ScheduleReplay(ctx context.Context, f Filter, note string, at ti
 
 // ScheduledReplays lists scheduled replays: those waiting or under way
 // first, soonest first, then finished ones, newest first; at most limit (0
-// for 100).
+// or less for ScheduledReplaysLimitDefault).
 func (a *Admin) ScheduledReplays(ctx context.Context, limit int) ([]ScheduledReplay, error) {
 	if limit <= 0 {
-		limit = 100
+		limit = ScheduledReplaysLimitDefault
 	}
 	rows, err := a.pool.Query(ctx, a.q["scheduledReplays"], limit)
 	if err != nil {
@@ -128,11 +155,23 @@ func (a *Admin) CountScheduledReplays(ctx context.Context) (int64, error) {
 // returns an error wrapping ErrNotFound when there is no such replay, and
 // an error when it has already started or ended.
 func (a *Admin) CancelScheduledReplay(ctx context.Context, id int64) error {
+	return a.cancelScheduledReplay(ctx, a.pool, id)
+}
+
+// CancelScheduledReplayTx is CancelScheduledReplay inside the caller's
+// transaction: the replay is called off only if tx commits. Until then it
+// holds the replay's row locked, so the maintenance job cannot start it
+// meanwhile.
+func (a *Admin) CancelScheduledReplayTx(ctx context.Context, tx pgx.Tx, id int64) error {
+	return a.cancelScheduledReplay(ctx, tx, id)
+}
+
+func (a *Admin) cancelScheduledReplay(ctx context.Context, db dbtx, id int64) error {
 	var (
 		state     ReplayState
 		cancelled bool
 	)
-	err := a.pool.QueryRow(ctx, a.q["cancelReplay"], id).Scan(&state, &cancelled)
+	err := db.QueryRow(ctx, a.q["cancelReplay"], id).Scan(&state, &cancelled)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("scheduled replay %d: %w", id, ErrNotFound)
@@ -200,11 +239,7 @@ func (a *Admin) runReplayBatch(ctx context.Context, size int) (replayed int64, f
 		note = "scheduled replay " + strconv.FormatInt(id, 10) + ": " + note
 	}
 
-	rows, err := tx.Query(ctx, a.q["replay"], append(f.args(), cursor, size, note)...)
-	var seqs []int64
-	if err == nil {
-		seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-	}
+	seqs, err := seqBatch(ctx, tx, a.q["replay"], f, cursor, size, note)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code[:2] == "22" { // data exception: the filter can never run
 		return 0, true, a.failReplay(ctx, tx, id, a.dbError(ctx, "replay", err))

@@ -44,11 +44,14 @@ func TestScheduledReplayRunsOnceWhenDue(t *testing.T) {
 	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: schema})
 	require.NoError(t, err)
 
-	later, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments"}, "gateway fixed", time.Now().Add(time.Hour))
+	later, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(time.Hour), Filter: admin.Filter{Consumer: "payments"}, Note: "gateway fixed"})
 	require.NoError(t, err)
 	require.Equal(t, admin.ReplayScheduled, later.State)
 	require.True(t, later.Filter.ReplayableOnly, "a scheduled replay only ever touches replayable messages")
-	due, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments", Statuses: []pgbox.InboxStatus{pgbox.InboxDead}}, "", time.Now().Add(-time.Second))
+	due, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{
+		At:     time.Now().Add(-time.Second),
+		Filter: admin.Filter{Consumer: "payments", Statuses: []pgbox.InboxStatus{pgbox.InboxDead}},
+	})
 	require.NoError(t, err)
 
 	n, err := adm.CountScheduledReplays(ctx)
@@ -107,7 +110,7 @@ func TestCancelScheduledReplay(t *testing.T) {
 	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: schema})
 	require.NoError(t, err)
 
-	r, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments"}, "", time.Now().Add(-time.Minute))
+	r, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(-time.Minute), Filter: admin.Filter{Consumer: "payments"}})
 	require.NoError(t, err)
 	require.NoError(t, adm.CancelScheduledReplay(ctx, r.ID))
 	n, err := adm.RunDueReplays(ctx, 0)
@@ -130,9 +133,9 @@ func TestScheduledReplayWithABadFilterFails(t *testing.T) {
 	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: schema})
 	require.NoError(t, err)
 
-	bad, err := adm.ScheduleReplay(ctx, admin.Filter{ErrorMatches: "("}, "", time.Now().Add(-time.Minute))
+	bad, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(-time.Minute), Filter: admin.Filter{ErrorMatches: "("}})
 	require.NoError(t, err)
-	good, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments"}, "", time.Now().Add(-time.Minute))
+	good, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(-time.Minute), Filter: admin.Filter{Consumer: "payments"}})
 	require.NoError(t, err)
 
 	n, err := adm.RunDueReplays(ctx, 0)

@@ -218,7 +218,11 @@ func TestScheduledReplaysRunFromTheMaintainer(t *testing.T) {
 		FROM generate_series(1, 30) AS g`)
 	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: b.schema})
 	require.NoError(t, err)
-	r, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments"}, "gateway fixed", time.Now().Add(-time.Second))
+	r, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{
+		At:     time.Now().Add(-time.Second),
+		Filter: admin.Filter{Consumer: "payments"},
+		Note:   "gateway fixed",
+	})
 	require.NoError(t, err)
 
 	reader := sdkmetric.NewManualReader()

@@ -150,12 +150,13 @@ func (a *app) listCommand() *cobra.Command {
 }
 
 func (a *app) list(ctx context.Context, f admin.Filter, limit int, output string) error {
+	opts := admin.ListOptions{Filter: f, Limit: limit}
 	switch output {
 	case formatJSONL:
-		return a.admin.List(ctx, f, limit, func(m admin.Message) error { return writeJSONLine(a.out, m) })
+		return a.admin.List(ctx, opts, func(m admin.Message) error { return writeJSONLine(a.out, m) })
 	case formatJSON:
 		msgs := []admin.Message{}
-		if err := a.admin.List(ctx, f, limit, func(m admin.Message) error { msgs = append(msgs, m); return nil }); err != nil {
+		if err := a.admin.List(ctx, opts, func(m admin.Message) error { msgs = append(msgs, m); return nil }); err != nil {
 			return err
 		}
 		return writeJSON(a.out, msgs)
@@ -163,7 +164,7 @@ func (a *app) list(ctx context.Context, f admin.Filter, limit int, output string
 	t := newTable(a.out)
 	fmt.Fprintln(t, "RECEIVED (UTC)\tCONSUMER\tID\tTYPE\tSTATUS\tATTEMPTS\tREPLAYS\tLAST ERROR")
 	n := 0
-	err := a.admin.List(ctx, f, limit, func(m admin.Message) error {
+	err := a.admin.List(ctx, opts, func(m admin.Message) error {
 		n++
 		lastError := "-"
 		if m.LastError != nil {
@@ -346,7 +347,7 @@ that failed the same way show as one line. Replay a group with
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			groups, err := a.admin.Failures(ctx, consumer, limit)
+			groups, err := a.admin.Failures(ctx, admin.FailuresOptions{Consumer: consumer, Limit: limit})
 			if err != nil {
 				return err
 			}

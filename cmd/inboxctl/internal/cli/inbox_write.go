@@ -23,8 +23,9 @@ type change struct {
 	why string
 	// filter narrows a filter to what the change may touch.
 	filter func(admin.Filter) admin.Filter
-	// run makes the change.
-	run func(ctx context.Context, f admin.Filter, opts admin.BatchOptions) (int64, error)
+	// run makes the change, batchSize rows per statement, reporting
+	// progress after each batch.
+	run func(ctx context.Context, f admin.Filter, batchSize int, progress func(done int64)) (int64, error)
 }
 
 // changeFlags are the flags replay and discard share.
@@ -101,7 +102,7 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 	if bulk && !flags.yes && !a.confirm(fmt.Sprintf("%s %s?", capitalize(ch.verb), plural(n, "message"))) {
 		return fmt.Errorf("not confirmed: nothing was %s", ch.past)
 	}
-	done, err := ch.run(ctx, filter, admin.BatchOptions{BatchSize: flags.batchSize, Progress: a.progress(capitalize(ch.past), n)})
+	done, err := ch.run(ctx, filter, flags.batchSize, a.progress(capitalize(ch.past), n))
 	if err != nil {
 		return fmt.Errorf("%w (%s %s before the error)", err, ch.past, plural(done, "message"))
 	}
@@ -180,8 +181,8 @@ batches, exactly once. 'inboxctl scheduled' lists scheduled replays.`,
 					f.ReplayableOnly = true
 					return f
 				},
-				run: func(ctx context.Context, f admin.Filter, opts admin.BatchOptions) (int64, error) {
-					return a.admin.Replay(ctx, f, note, opts)
+				run: func(ctx context.Context, f admin.Filter, batchSize int, progress func(int64)) (int64, error) {
+					return a.admin.Replay(ctx, admin.ReplayOptions{BatchSize: batchSize, Filter: f, Note: note, ProgressFunc: progress})
 				},
 			}, flags, ids)
 		},
@@ -217,8 +218,8 @@ message's history. Only dead messages can be discarded.`,
 					f.Statuses = []pgbox.InboxStatus{pgbox.InboxDead}
 					return f
 				},
-				run: func(ctx context.Context, f admin.Filter, opts admin.BatchOptions) (int64, error) {
-					return a.admin.Discard(ctx, f, reason, opts)
+				run: func(ctx context.Context, f admin.Filter, batchSize int, progress func(int64)) (int64, error) {
+					return a.admin.Discard(ctx, admin.DiscardOptions{BatchSize: batchSize, Filter: f, ProgressFunc: progress, Reason: reason})
 				},
 			}, flags, ids)
 		},
@@ -266,7 +267,8 @@ replay or discard them first.`,
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			n, err := a.admin.CountPurgeable(ctx, pgbox.InboxStatus(status), d, consumer)
+			opts := admin.PurgeOptions{BatchSize: batchSize, Consumer: consumer, OlderThan: d, Status: pgbox.InboxStatus(status)}
+			n, err := a.admin.CountPurgeable(ctx, opts)
 			if err != nil {
 				return err
 			}
@@ -284,7 +286,8 @@ replay or discard them first.`,
 			case !yes && !a.confirm("Delete "+what+"?"):
 				return fmt.Errorf("not confirmed: nothing was deleted")
 			}
-			done, err := a.admin.Purge(ctx, pgbox.InboxStatus(status), d, consumer, admin.BatchOptions{BatchSize: batchSize, Progress: a.progress("Deleted", n)})
+			opts.ProgressFunc = a.progress("Deleted", n)
+			done, err := a.admin.Purge(ctx, opts)
 			if err != nil {
 				return fmt.Errorf("%w (deleted %s before the error)", err, count(done))
 			}

@@ -41,13 +41,13 @@ func (a *app) outboxListCommand() *cobra.Command {
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			f := admin.OutboxFilter{Statuses: statuses[pgbox.OutboxStatus](statusFlags), Topic: topic}
+			f := admin.OutboxListOptions{Filter: admin.OutboxFilter{Statuses: statuses[pgbox.OutboxStatus](statusFlags), Topic: topic}, Limit: limit}
 			switch output {
 			case formatJSONL:
-				return a.admin.OutboxList(ctx, f, limit, func(m admin.OutboxMessage) error { return writeJSONLine(a.out, m) })
+				return a.admin.OutboxList(ctx, f, func(m admin.OutboxMessage) error { return writeJSONLine(a.out, m) })
 			case formatJSON:
 				rows := []admin.OutboxMessage{}
-				if err := a.admin.OutboxList(ctx, f, limit, func(m admin.OutboxMessage) error { rows = append(rows, m); return nil }); err != nil {
+				if err := a.admin.OutboxList(ctx, f, func(m admin.OutboxMessage) error { rows = append(rows, m); return nil }); err != nil {
 					return err
 				}
 				return writeJSON(a.out, rows)
@@ -55,7 +55,7 @@ func (a *app) outboxListCommand() *cobra.Command {
 			t := newTable(a.out)
 			fmt.Fprintln(t, "CREATED (UTC)\tID\tTOPIC\tTYPE\tSTATUS\tATTEMPTS\tLAST ERROR")
 			n := 0
-			err := a.admin.OutboxList(ctx, f, limit, func(m admin.OutboxMessage) error {
+			err := a.admin.OutboxList(ctx, f, func(m admin.OutboxMessage) error {
 				n++
 				lastError := "-"
 				if m.LastError != nil {
@@ -199,7 +199,8 @@ ordering key until then. Name the rows by id, or pass --all-dead.`,
 			}
 			n := int64(len(ids))
 			if allDead {
-				err := a.admin.OutboxList(ctx, admin.OutboxFilter{Statuses: []pgbox.OutboxStatus{pgbox.OutboxDead}}, 0, func(admin.OutboxMessage) error { n++; return nil })
+				dead := admin.OutboxListOptions{Filter: admin.OutboxFilter{Statuses: []pgbox.OutboxStatus{pgbox.OutboxDead}}}
+				err := a.admin.OutboxList(ctx, dead, func(admin.OutboxMessage) error { n++; return nil })
 				if err != nil {
 					return err
 				}
@@ -214,7 +215,7 @@ ordering key until then. Name the rows by id, or pass --all-dead.`,
 			case allDead && !yes && !a.confirm(fmt.Sprintf("Retry %s?", plural(n, "dead outbox row"))):
 				return fmt.Errorf("not confirmed: nothing was retried")
 			}
-			done, err := a.admin.OutboxRetry(ctx, ids, admin.BatchOptions{Progress: a.progress("Retried", n)})
+			done, err := a.admin.OutboxRetry(ctx, admin.OutboxRetryOptions{IDs: ids, ProgressFunc: a.progress("Retried", n)})
 			if err != nil {
 				return fmt.Errorf("%w (retried %s before the error)", err, plural(done, "row"))
 			}

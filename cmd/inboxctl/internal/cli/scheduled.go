@@ -70,7 +70,7 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 	if bulk && !flags.yes && !a.confirm(fmt.Sprintf("Schedule a replay for %s (%s)?", when, now)) {
 		return fmt.Errorf("not confirmed: nothing was scheduled")
 	}
-	r, err := a.admin.ScheduleReplay(ctx, filter, note, runAt)
+	r, err := a.admin.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: runAt, Filter: filter, Note: note})
 	if err != nil {
 		return err
 	}
