@@ -13,21 +13,38 @@ import (
 
 // Message is an inbox message as operators see it in a list.
 type Message struct {
-	Attempts    int               `json:"attempts"`
-	AvailableAt time.Time         `json:"available_at"`
-	Consumer    string            `json:"consumer"`
-	EventType   string            `json:"event_type"`
-	ID          string            `json:"id"`
-	LastError   *string           `json:"last_error"`
-	MaxAttempts int               `json:"max_attempts"`
-	OrderingKey string            `json:"ordering_key,omitempty"`
-	ProcessedAt *time.Time        `json:"processed_at"`
-	ReceivedAt  time.Time         `json:"received_at"`
-	Replays     int               `json:"replays"`
-	Seq         int64             `json:"seq"`
-	Status      pgbox.InboxStatus `json:"status"`
+	// Attempts is how many attempts have been made since it was received
+	// or last replayed.
+	Attempts int `json:"attempts"`
+	// AvailableAt is when a pending message is next due, or when a running
+	// one's lease ends.
+	AvailableAt time.Time `json:"available_at"`
+	// Consumer is the consumer that received it.
+	Consumer string `json:"consumer"`
+	// EventType is its event type, which picks its handler.
+	EventType string `json:"event_type"`
+	// ID is its message id, unique per consumer.
+	ID string `json:"id"`
+	// LastError is its latest failed attempt's error; nil if none failed.
+	// A replay keeps it.
+	LastError *string `json:"last_error"`
+	// MaxAttempts is how many attempts it gets before it is dead.
+	MaxAttempts int `json:"max_attempts"`
+	// OrderingKey is its ordering key; "" for none.
+	OrderingKey string `json:"ordering_key,omitempty"`
+	// ProcessedAt is when its handler succeeded; nil until then.
+	ProcessedAt *time.Time `json:"processed_at"`
+	// ReceivedAt is when the inbox stored it.
+	ReceivedAt time.Time `json:"received_at"`
+	// Replays counts the times an operator replayed it.
+	Replays int `json:"replays"`
+	// Seq is its place in the inbox's arrival order.
+	Seq int64 `json:"seq"`
+	// Status is where it is in its life.
+	Status pgbox.InboxStatus `json:"status"`
 }
 
+// scanTargets returns m's fields in messageColumns' order.
 func (m *Message) scanTargets() []any {
 	return []any{&m.Consumer, &m.ID, &m.Seq, &m.EventType, &m.Status, &m.OrderingKey,
 		&m.Attempts, &m.MaxAttempts, &m.Replays, &m.ReceivedAt, &m.AvailableAt, &m.ProcessedAt, &m.LastError}

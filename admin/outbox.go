@@ -34,20 +34,35 @@ func (f OutboxFilter) Validate() error {
 
 // OutboxMessage is an outbox row as operators see it in a list.
 type OutboxMessage struct {
-	Attempts    int                `json:"attempts"`
-	AvailableAt time.Time          `json:"available_at"`
-	CreatedAt   time.Time          `json:"created_at"`
-	EventType   string             `json:"event_type"`
-	ID          uuid.UUID          `json:"id"`
-	LastError   *string            `json:"last_error"`
-	OrderingKey string             `json:"ordering_key,omitempty"`
-	PublishedAt *time.Time         `json:"published_at"`
-	Replays     int                `json:"replays"`
-	Seq         int64              `json:"seq"`
-	Status      pgbox.OutboxStatus `json:"status"`
-	Topic       string             `json:"topic"`
+	// Attempts is how many publishes have been tried since it was written
+	// or last retried.
+	Attempts int `json:"attempts"`
+	// AvailableAt is when a pending row is next due, or when a running
+	// one's lease ends.
+	AvailableAt time.Time `json:"available_at"`
+	// CreatedAt is when it was written to the outbox.
+	CreatedAt time.Time `json:"created_at"`
+	// EventType is its event type.
+	EventType string `json:"event_type"`
+	// ID is its id, which the broker sees as the message id.
+	ID uuid.UUID `json:"id"`
+	// LastError is its latest failed publish's error; nil if none failed.
+	LastError *string `json:"last_error"`
+	// OrderingKey is its ordering key; "" for none.
+	OrderingKey string `json:"ordering_key,omitempty"`
+	// PublishedAt is when the broker acknowledged it; nil until then.
+	PublishedAt *time.Time `json:"published_at"`
+	// Replays counts the times an operator retried it.
+	Replays int `json:"replays"`
+	// Seq is its place in the outbox's order.
+	Seq int64 `json:"seq"`
+	// Status is where it is in its life.
+	Status pgbox.OutboxStatus `json:"status"`
+	// Topic is the topic it is published to.
+	Topic string `json:"topic"`
 }
 
+// scanTargets returns m's fields in outboxColumns' order.
 func (m *OutboxMessage) scanTargets() []any {
 	return []any{&m.ID, &m.Seq, &m.Topic, &m.EventType, &m.OrderingKey, &m.Status, &m.Attempts, &m.Replays,
 		&m.CreatedAt, &m.AvailableAt, &m.PublishedAt, &m.LastError}

@@ -37,24 +37,31 @@ const (
 // replay --at). The maintenance job (package maintenance) runs it once its
 // time has come, by the database clock.
 type ScheduledReplay struct {
+	// CreatedAt is when it was scheduled.
 	CreatedAt time.Time `json:"created_at"`
 	// Error is why it failed.
 	Error string `json:"error,omitzero"`
 	// Filter selects the messages; of those, the ones replayable when it
 	// runs are replayed.
-	Filter     Filter     `json:"filter"`
+	Filter Filter `json:"filter"`
+	// FinishedAt is when it ended (done, failed or cancelled); nil until
+	// then.
 	FinishedAt *time.Time `json:"finished_at"`
-	ID         int64      `json:"id"`
+	// ID identifies it, for CancelScheduledReplay.
+	ID int64 `json:"id"`
 	// Note is kept in each replayed message's history.
 	Note string `json:"note,omitzero"`
 	// Replayed counts the messages replayed so far.
-	Replayed  int64      `json:"replayed"`
-	RunAt     time.Time  `json:"run_at"`
+	Replayed int64 `json:"replayed"`
+	// RunAt is when it is due, by the database clock.
+	RunAt time.Time `json:"run_at"`
+	// StartedAt is when its first batch ran; nil until then.
 	StartedAt *time.Time `json:"started_at"`
 	// State is where the replay is in its life.
 	State ReplayState `json:"state"`
 }
 
+// scan reads row, in scheduledReplayColumns' order, into r.
 func (r *ScheduledReplay) scan(row pgx.Row) error {
 	var filter []byte
 	var lastError *string
