@@ -8,6 +8,20 @@
 // done (running its handler again would defeat the inbox's dedupe). Every
 // replay and discard is recorded in the message's history, next to its
 // failed attempts, and replays are counted on the row.
+//
+// # Transactions
+//
+// Each write comes in a pair, as in River: Replay and ReplayTx, Discard and
+// DiscardTx, Purge and PurgeTx, OutboxRetry and OutboxRetryTx,
+// ScheduleReplay and ScheduleReplayTx, CancelScheduledReplay and
+// CancelScheduledReplayTx. The plain form runs on the pool; a bulk one runs
+// each batch as its own short statement, so a million-message replay never
+// holds one giant lock or transaction. The Tx form runs inside the caller's
+// pgx.Tx and commits nothing itself: its changes take effect if, and when,
+// the caller commits, together with the caller's own writes (an audit row,
+// say). A bulk Tx form still works in batches, but holds every row it
+// changes locked until the caller's transaction ends, so keep it to
+// selections of modest size.
 package admin
 
 import (
@@ -15,9 +29,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -29,37 +42,66 @@ import (
 // ErrNotFound is returned when a message asked for by id does not exist.
 var ErrNotFound = errors.New("not found")
 
-// BatchSizeDefault is how many rows one statement of a bulk operation
-// touches, unless BatchOptions says otherwise.
-const BatchSizeDefault = 1000
-
-// Statuses of inbox messages, as stored.
 const (
-	StatusPending   = "pending"
-	StatusRunning   = "running"
-	StatusDone      = "done"
-	StatusDead      = "dead"
-	StatusDiscarded = "discarded"
+	// BatchSizeDefault is the default Config.BatchSize: how many rows one
+	// statement of a bulk operation touches.
+	BatchSizeDefault = 1000
+	// FailuresLimitDefault is the default FailuresOptions.Limit.
+	FailuresLimitDefault = 1000
+	// ScheduledReplaysLimitDefault is how many scheduled replays
+	// ScheduledReplays lists when given no limit.
+	ScheduledReplaysLimitDefault = 100
 )
 
-var inboxStatuses = []string{StatusPending, StatusRunning, StatusDone, StatusDead, StatusDiscarded}
+// Config configures an Admin.
+type Config struct {
+	// BatchSize is how many rows one statement of a bulk operation
+	// (Replay, Discard, Purge, OutboxRetry, RunDueReplays) touches when the
+	// operation's own options leave it unset. Smaller batches hold fewer
+	// locks for less time; larger ones take fewer round trips. Defaults to
+	// BatchSizeDefault (1000).
+	BatchSize int
 
-// Admin reads and steers one schema's inbox and outbox.
-type Admin struct {
-	pool   *pgxpool.Pool
-	q      map[string]string
-	schema string
+	// Schema is the PostgreSQL schema holding pgbox's tables. Defaults to
+	// pgbox.DefaultSchema.
+	Schema string
 }
 
-// New returns an Admin for schema ("" for pgbox.DefaultSchema). It does not
-// touch the database.
-func New(pool *pgxpool.Pool, schema string) (*Admin, error) {
+// WithDefaults returns a copy of c with every unset field given its default.
+func (c Config) WithDefaults() Config {
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Schema = cmp.Or(c.Schema, pgbox.DefaultSchema)
+	return c
+}
+
+func (c Config) validate() error {
+	if c.BatchSize < 1 {
+		return fmt.Errorf("admin: Config.BatchSize is %d: use a positive size, or 0 for the default (%d)", c.BatchSize, BatchSizeDefault)
+	}
+	if err := ident.ValidateSchema(c.Schema); err != nil {
+		return fmt.Errorf("admin: Config.Schema: %w", err)
+	}
+	return nil
+}
+
+// Admin reads and steers one schema's inbox and outbox. It is safe for
+// concurrent use.
+type Admin struct {
+	cfg  Config
+	pool *pgxpool.Pool
+	q    map[string]string
+}
+
+// New returns an Admin for cfg.Schema. It does not touch the database: a
+// schema that is missing or at the wrong version is reported by Check, or
+// by the first call that needs it, with the command that fixes it.
+func New(pool *pgxpool.Pool, cfg Config) (*Admin, error) {
 	if pool == nil {
 		return nil, errors.New("admin: pool is nil")
 	}
-	schema = cmp.Or(schema, pgbox.DefaultSchema)
-	if err := ident.ValidateSchema(schema); err != nil {
-		return nil, fmt.Errorf("admin: %w", err)
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	q := map[string]string{}
 	for name, sql := range map[string]string{
@@ -71,102 +113,52 @@ func New(pool *pgxpool.Pool, schema string) (*Admin, error) {
 		"claimDueReplay": claimDueReplaySQL, "advanceReplay": advanceReplaySQL, "failReplay": failReplaySQL,
 		"countScheduled": countScheduledSQL,
 	} {
-		q[name] = ident.Render(sql, schema)
+		q[name] = ident.Render(sql, cfg.Schema)
 	}
-	return &Admin{pool: pool, q: q, schema: schema}, nil
+	return &Admin{cfg: cfg, pool: pool, q: q}, nil
 }
 
 // Schema returns the schema this Admin works on.
-func (a *Admin) Schema() string { return a.schema }
+func (a *Admin) Schema() string { return a.cfg.Schema }
 
 // Check reports whether the database is reachable and the schema migrated
 // to this build's version, with pgbox.CheckSchema's clear errors.
 func (a *Admin) Check(ctx context.Context) error {
-	return pgbox.CheckSchema(ctx, a.pool, a.schema)
+	return pgbox.CheckSchema(ctx, a.pool, a.cfg.Schema)
 }
 
-// Filter selects inbox messages. Zero fields select everything. It encodes
-// as JSON (a scheduled replay stores its filter), leaving out zero fields.
-type Filter struct {
-	// Consumer keeps one consumer's messages.
-	Consumer string `json:"consumer,omitzero"`
-	// ErrorContains keeps messages whose last error contains this text,
-	// ignoring case.
-	ErrorContains string `json:"error_contains,omitzero"`
-	// ErrorMatches keeps messages whose last error matches this
-	// (PostgreSQL, case-insensitive) regular expression.
-	ErrorMatches string `json:"error_matches,omitzero"`
-	// EventType keeps one event type.
-	EventType string `json:"event_type,omitzero"`
-	// Fingerprint keeps one failure group (see Failures).
-	Fingerprint string `json:"fingerprint,omitzero"`
-	// IDs keeps these message ids.
-	IDs []string `json:"ids,omitzero"`
-	// ReplayableOnly keeps the messages Replay may touch: dead, discarded,
-	// or pending after a failure.
-	ReplayableOnly bool `json:"replayable_only,omitzero"`
-	// Since keeps messages received at or after it.
-	Since time.Time `json:"since,omitzero"`
-	// Statuses keeps messages in these statuses.
-	Statuses []string `json:"statuses,omitzero"`
-	// Until keeps messages received before it.
-	Until time.Time `json:"until,omitzero"`
+// dbtx is what admin's statements need of a pool or a transaction: the
+// plain methods run them on the pool, the …Tx ones on the caller's pgx.Tx.
+type dbtx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Validate reports a filter that cannot match anything sensible.
-func (f Filter) Validate() error {
-	for _, s := range f.Statuses {
-		if !slices.Contains(inboxStatuses, s) {
-			return fmt.Errorf("unknown status %q: use one of pending, running, done, dead, discarded", s)
-		}
+// batchSize returns size, or Config.BatchSize for 0; a negative size is
+// an error naming field.
+func (a *Admin) batchSize(field string, size int) (int, error) {
+	if size < 0 {
+		return 0, fmt.Errorf("admin: %s is %d: use a positive size, or 0 for Config.BatchSize (%d)", field, size, a.cfg.BatchSize)
 	}
-	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
-		return fmt.Errorf("until (%s) is not after since (%s)", f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339))
-	}
-	return nil
-}
-
-// args returns the filter as filterSQL's parameters $1 to $10.
-func (f Filter) args() []any {
-	null := func(s string) any {
-		if s == "" {
-			return nil
-		}
-		return s
-	}
-	var statuses, ids any
-	if len(f.Statuses) > 0 {
-		statuses = f.Statuses
-	}
-	if len(f.IDs) > 0 {
-		ids = f.IDs
-	}
-	var since, until any
-	if !f.Since.IsZero() {
-		since = f.Since
-	}
-	if !f.Until.IsZero() {
-		until = f.Until
-	}
-	return []any{null(f.Consumer), statuses, null(f.EventType), since, until,
-		null(f.ErrorContains), null(f.ErrorMatches), null(f.Fingerprint), ids, f.ReplayableOnly}
-}
-
-// BatchOptions tunes a bulk operation.
-type BatchOptions struct {
-	// BatchSize is how many rows one statement touches. Defaults to
-	// BatchSizeDefault.
-	BatchSize int
-	// Progress, if set, is called after each batch with the total so far.
-	Progress func(done int64)
+	return cmp.Or(size, a.cfg.BatchSize), nil
 }
 
 // dbError explains err, with the command to run when the schema is missing
-// or outdated.
+// or outdated. It asks the pool, not the statement's transaction, which
+// may be aborted by then.
 func (a *Admin) dbError(ctx context.Context, op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "2201B" { // invalid_regular_expression
 		return fmt.Errorf("%s: the error pattern is not a valid regular expression: %s", op, pgErr.Message)
 	}
-	return fmt.Errorf("%s: %w", op, schemaerr.Explain(ctx, a.pool, a.schema, err))
+	return fmt.Errorf("%s: %w", op, schemaerr.Explain(ctx, a.pool, a.cfg.Schema, err))
+}
+
+// nullable returns s, or nil (SQL NULL: no condition) when s is empty.
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }

@@ -2,10 +2,14 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgbox/pgbox"
 )
 
 // Count counts the messages matching f. With f.ReplayableOnly it counts
@@ -21,76 +25,172 @@ func (a *Admin) Count(ctx context.Context, f Filter) (int64, error) {
 	return n, nil
 }
 
-// Replay puts the messages matching f that are dead, discarded, or pending
-// after a failure back to pending, due now, with their attempts zeroed;
-// their history is kept, the replay is added to it (with note, if any), and
-// each row's replay counter goes up. Running and done messages are never
-// touched. It works in batches of opts.BatchSize, each its own short
-// statement, so a million-message replay never holds one giant lock or
-// transaction. It returns how many messages it replayed.
-func (a *Admin) Replay(ctx context.Context, f Filter, note string, opts BatchOptions) (int64, error) {
-	if err := f.Validate(); err != nil {
-		return 0, err
-	}
-	return a.batches(ctx, "replay", a.q["replay"], f, note, opts)
+// ReplayOptions says which messages Replay replays, and how.
+type ReplayOptions struct {
+	// BatchSize is how many messages one statement replays. Defaults to
+	// Config.BatchSize.
+	BatchSize int
+
+	// Filter selects the messages. Of those, only the replayable ones
+	// (dead, discarded, or pending after a failure) are replayed, whatever
+	// the filter says. Defaults to the zero Filter: every replayable
+	// message of every consumer.
+	Filter Filter
+
+	// Note is kept in each replayed message's history, for whoever looks
+	// at it next. Defaults to none.
+	Note string
+
+	// ProgressFunc, if set, is called after each batch with how many
+	// messages have been replayed so far. Defaults to nil: no reports.
+	ProgressFunc func(replayed int64)
 }
 
-// Discard sets aside the dead messages matching f, recording reason in
-// their history. A discarded message is kept (until purged) but never run,
-// and no longer holds up its ordering key. It works in batches like Replay
-// and returns how many messages it discarded.
-func (a *Admin) Discard(ctx context.Context, f Filter, reason string, opts BatchOptions) (int64, error) {
-	if err := f.Validate(); err != nil {
-		return 0, err
-	}
-	if reason == "" {
-		return 0, fmt.Errorf("discard: a reason is required, for whoever looks at these messages next")
-	}
-	return a.batches(ctx, "discard", a.q["discard"], f, reason, opts)
+// Replay puts the messages opts.Filter selects that are dead, discarded,
+// or pending after a failure back to pending, due now, with their attempts
+// zeroed; their history is kept, the replay is added to it (with
+// opts.Note, if any), and each row's replay counter goes up. Running and
+// done messages are never touched. It works in batches of opts.BatchSize,
+// each its own short statement, so a million-message replay never holds
+// one giant lock or transaction. It returns how many messages it replayed,
+// also when it fails part way.
+func (a *Admin) Replay(ctx context.Context, opts ReplayOptions) (int64, error) {
+	return a.replay(ctx, a.pool, opts)
 }
 
-// batches runs query (replayBatchSQL or discardBatchSQL) until it touches
-// nothing, walking forward by seq.
-func (a *Admin) batches(ctx context.Context, op, query string, f Filter, note string, opts BatchOptions) (int64, error) {
-	size := opts.BatchSize
-	if size <= 0 {
-		size = BatchSizeDefault
+// ReplayTx is Replay inside the caller's transaction: the replay takes
+// effect if tx commits, and its batches hold their rows locked until then.
+func (a *Admin) ReplayTx(ctx context.Context, tx pgx.Tx, opts ReplayOptions) (int64, error) {
+	return a.replay(ctx, tx, opts)
+}
+
+func (a *Admin) replay(ctx context.Context, db dbtx, opts ReplayOptions) (int64, error) {
+	if err := opts.Filter.Validate(); err != nil {
+		return 0, err
 	}
-	var (
-		total int64
-		after int64 = -1
-	)
+	size, err := a.batchSize("ReplayOptions.BatchSize", opts.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return a.inBatches(ctx, db, "replay", size, opts.ProgressFunc, a.seqBatches(a.q["replay"], opts.Filter, opts.Note))
+}
+
+// DiscardOptions says which messages Discard sets aside, why, and how.
+type DiscardOptions struct {
+	// BatchSize is how many messages one statement discards. Defaults to
+	// Config.BatchSize.
+	BatchSize int
+
+	// Filter selects the messages. Of those, only the dead ones are
+	// discarded, whatever the filter says. Defaults to the zero Filter:
+	// every dead message of every consumer.
+	Filter Filter
+
+	// ProgressFunc, if set, is called after each batch with how many
+	// messages have been discarded so far. Defaults to nil: no reports.
+	ProgressFunc func(discarded int64)
+
+	// Reason says why, in each discarded message's history. Required.
+	Reason string
+}
+
+// Discard sets aside the dead messages opts.Filter selects, recording
+// opts.Reason in their history. A discarded message is kept (until purged)
+// but never run, and no longer holds up its ordering key. It works in
+// batches like Replay and returns how many messages it discarded.
+func (a *Admin) Discard(ctx context.Context, opts DiscardOptions) (int64, error) {
+	return a.discard(ctx, a.pool, opts)
+}
+
+// DiscardTx is Discard inside the caller's transaction: the discard takes
+// effect if tx commits, and its batches hold their rows locked until then.
+func (a *Admin) DiscardTx(ctx context.Context, tx pgx.Tx, opts DiscardOptions) (int64, error) {
+	return a.discard(ctx, tx, opts)
+}
+
+func (a *Admin) discard(ctx context.Context, db dbtx, opts DiscardOptions) (int64, error) {
+	if err := opts.Filter.Validate(); err != nil {
+		return 0, err
+	}
+	if opts.Reason == "" {
+		return 0, errors.New("discard: a reason is required, for whoever looks at these messages next")
+	}
+	size, err := a.batchSize("DiscardOptions.BatchSize", opts.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return a.inBatches(ctx, db, "discard", size, opts.ProgressFunc, a.seqBatches(a.q["discard"], opts.Filter, opts.Reason))
+}
+
+// batchFunc runs one statement of a bulk operation on db, touching at most
+// size rows, and returns how many it touched and whether more may remain.
+type batchFunc func(ctx context.Context, db dbtx, size int) (n int64, more bool, err error)
+
+// inBatches runs batch on db until it reports that nothing remains, and
+// calls progress (if set) with the running total after each batch that
+// touched something. On the pool each batch is a statement, and a
+// transaction, of its own; on a caller's tx they all run in it. It returns
+// how many rows the batches touched, also when one fails.
+func (a *Admin) inBatches(ctx context.Context, db dbtx, op string, size int, progress func(int64), batch batchFunc) (int64, error) {
+	var total int64
 	for {
-		rows, err := a.pool.Query(ctx, query, append(f.args(), after, size, note)...)
+		n, more, err := batch(ctx, db, size)
 		if err != nil {
 			return total, a.dbError(ctx, op, err)
 		}
-		seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return total, a.dbError(ctx, op, err)
+		total += n
+		if progress != nil && n > 0 {
+			progress(total)
 		}
-		if len(seqs) == 0 {
+		if !more {
 			return total, nil
 		}
-		total += int64(len(seqs))
+	}
+}
+
+// seqBatches returns the batches of query (replayBatchSQL or
+// discardBatchSQL), which walk forward by seq from the start: each resumes
+// after the highest seq the one before touched, and the walk ends with a
+// batch that touches nothing. A replayed message still matches the filter
+// (pending, with its last error), so it is the walk, not the filter, that
+// keeps it from being replayed twice.
+func (a *Admin) seqBatches(query string, f Filter, note string) batchFunc {
+	after := int64(-1)
+	return func(ctx context.Context, db dbtx, size int) (int64, bool, error) {
+		seqs, err := seqBatch(ctx, db, query, f, after, size, note)
+		if err != nil {
+			return 0, false, err
+		}
 		for _, s := range seqs {
 			after = max(after, s)
 		}
-		if opts.Progress != nil {
-			opts.Progress(total)
-		}
+		return int64(len(seqs)), len(seqs) > 0, nil
 	}
+}
+
+// seqBatch runs one batch of query (replayBatchSQL or discardBatchSQL):
+// at most size rows matching f above seq after, with note. It returns the
+// seqs of the rows it changed.
+func seqBatch(ctx context.Context, db dbtx, query string, f Filter, after int64, size int, note string) ([]int64, error) {
+	rows, err := db.Query(ctx, query, slices.Concat(f.args(), []any{after, size, note})...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
 }
 
 // IDStatuses returns the status of each of ids that consumer holds; an id
 // missing from the result does not exist.
-func (a *Admin) IDStatuses(ctx context.Context, consumer string, ids []string) (map[string]string, error) {
+func (a *Admin) IDStatuses(ctx context.Context, consumer string, ids []string) (map[string]pgbox.InboxStatus, error) {
 	rows, err := a.pool.Query(ctx, a.q["idStatus"], consumer, ids)
 	if err != nil {
 		return nil, a.dbError(ctx, "look up messages", err)
 	}
-	out := map[string]string{}
-	var id, status string
+	out := map[string]pgbox.InboxStatus{}
+	var (
+		id     string
+		status pgbox.InboxStatus
+	)
 	_, err = pgx.ForEachRow(rows, []any{&id, &status}, func() error {
 		out[id] = status
 		return nil
@@ -101,106 +201,86 @@ func (a *Admin) IDStatuses(ctx context.Context, consumer string, ids []string) (
 	return out, nil
 }
 
-// purgeable reports whether status may be purged.
-func purgeable(status string) error {
-	if status != StatusDone && status != StatusDiscarded {
-		return fmt.Errorf("only done or discarded messages can be purged, not %q: dead ones are kept until an operator replays or discards them", status)
+// PurgeOptions says which messages Purge deletes, and how.
+type PurgeOptions struct {
+	// BatchSize is how many messages one statement deletes. Defaults to
+	// Config.BatchSize.
+	BatchSize int
+
+	// Consumer keeps one consumer's messages. Defaults to "": every
+	// consumer's.
+	Consumer string
+
+	// OlderThan keeps the messages processed (discarded ones: received)
+	// more than this long ago, by the database clock. Keep it longer than
+	// any producer's or broker's redelivery window. Defaults to 0: every
+	// message in Status, however recent.
+	OlderThan time.Duration
+
+	// ProgressFunc, if set, is called after each batch with how many
+	// messages have been deleted so far. Defaults to nil: no reports.
+	ProgressFunc func(deleted int64)
+
+	// Status is the status of the messages to delete: pgbox.InboxDone or
+	// pgbox.InboxDiscarded. Dead messages are never purged: replay or
+	// discard them first. Required.
+	Status pgbox.InboxStatus
+}
+
+// validate reports options Purge refuses.
+func (o PurgeOptions) validate() error {
+	if o.Status != pgbox.InboxDone && o.Status != pgbox.InboxDiscarded {
+		return fmt.Errorf("only done or discarded messages can be purged, not %q: dead ones are kept until an operator replays or discards them", o.Status)
 	}
 	return nil
 }
 
-// CountPurgeable counts the messages in status (done or discarded) older
-// than olderThan, of consumer ("" for all), that Purge would delete.
-func (a *Admin) CountPurgeable(ctx context.Context, status string, olderThan time.Duration, consumer string) (int64, error) {
-	if err := purgeable(status); err != nil {
+// CountPurgeable counts the messages Purge(ctx, opts) would delete now.
+// It ignores opts.BatchSize and opts.ProgressFunc.
+func (a *Admin) CountPurgeable(ctx context.Context, opts PurgeOptions) (int64, error) {
+	if err := opts.validate(); err != nil {
 		return 0, err
 	}
 	var n int64
-	err := a.pool.QueryRow(ctx, a.q["countPurgeable"], olderThan.Milliseconds(), status, nullable(consumer)).Scan(&n)
+	err := a.pool.QueryRow(ctx, a.q["countPurgeable"], opts.OlderThan.Milliseconds(), string(opts.Status), nullable(opts.Consumer)).Scan(&n)
 	if err != nil {
 		return 0, a.dbError(ctx, "count messages", err)
 	}
 	return n, nil
 }
 
-// Purge deletes the messages in status (done or discarded) processed
-// (discarded ones: received) more than olderThan ago, of consumer ("" for
-// all), in batches. Deleting a done message ends its dedupe: a redelivery
-// after that is stored and handled again, so keep olderThan longer than any
-// producer's retry window. It returns how many it deleted.
-func (a *Admin) Purge(ctx context.Context, status string, olderThan time.Duration, consumer string, opts BatchOptions) (int64, error) {
-	if err := purgeable(status); err != nil {
+// Purge deletes the messages in opts.Status (done or discarded) processed
+// (discarded ones: received) more than opts.OlderThan ago, of
+// opts.Consumer (or every consumer), in batches. A row locked by someone
+// else is skipped. Deleting a done message ends its dedupe: a redelivery
+// after that is stored and handled again, so keep OlderThan longer than any
+// producer's retry window. It returns how many it deleted, also when it
+// fails part way.
+func (a *Admin) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
+	return a.purge(ctx, a.pool, opts)
+}
+
+// PurgeTx is Purge inside the caller's transaction: the messages are gone
+// if tx commits, and its batches hold their rows locked until then. For a
+// large purge prefer Purge, whose batches each commit on their own.
+func (a *Admin) PurgeTx(ctx context.Context, tx pgx.Tx, opts PurgeOptions) (int64, error) {
+	return a.purge(ctx, tx, opts)
+}
+
+func (a *Admin) purge(ctx context.Context, db dbtx, opts PurgeOptions) (int64, error) {
+	if err := opts.validate(); err != nil {
 		return 0, err
 	}
-	size := opts.BatchSize
-	if size <= 0 {
-		size = BatchSizeDefault
+	size, err := a.batchSize("PurgeOptions.BatchSize", opts.BatchSize)
+	if err != nil {
+		return 0, err
 	}
-	var total int64
-	for {
-		tag, err := a.pool.Exec(ctx, a.q["purge"], olderThan.Milliseconds(), status, size, nullable(consumer))
+	olderThan, status, consumer := opts.OlderThan.Milliseconds(), string(opts.Status), nullable(opts.Consumer)
+	return a.inBatches(ctx, db, "purge", size, opts.ProgressFunc, func(ctx context.Context, db dbtx, size int) (int64, bool, error) {
+		tag, err := db.Exec(ctx, a.q["purge"], olderThan, status, size, consumer)
 		if err != nil {
-			return total, a.dbError(ctx, "purge", err)
+			return 0, false, err
 		}
-		total += tag.RowsAffected()
-		if opts.Progress != nil && tag.RowsAffected() > 0 {
-			opts.Progress(total)
-		}
-		if tag.RowsAffected() < int64(size) {
-			return total, nil
-		}
-	}
-}
-
-// FailureGroup is the dead and failing messages of one consumer that share
-// an event type and an error fingerprint.
-type FailureGroup struct {
-	Consumer    string    `json:"consumer"`
-	Count       int64     `json:"count"`
-	Dead        int64     `json:"dead"`
-	Error       string    `json:"error"`
-	EventType   string    `json:"event_type"`
-	Failing     int64     `json:"failing"`
-	Fingerprint string    `json:"fingerprint"`
-	FirstSeen   time.Time `json:"first_seen"`
-	LastSeen    time.Time `json:"last_seen"`
-	Normalized  string    `json:"normalized_error"`
-	SampleID    string    `json:"sample_id"`
-}
-
-// Failures groups the dead and failing (pending after a failure) messages
-// of consumer ("" for all) by event type and error fingerprint: the error
-// text with ids, quoted values, numbers and timestamps replaced by
-// placeholders. Largest groups first, at most limit of them. Replay a group
-// with Filter.Fingerprint.
-func (a *Admin) Failures(ctx context.Context, consumer string, limit int) ([]FailureGroup, error) {
-	if limit <= 0 {
-		limit = 1000
-	}
-	rows, err := a.pool.Query(ctx, a.q["failures"], nullable(consumer), limit)
-	if err != nil {
-		return nil, a.dbError(ctx, "group failures", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FailureGroup, error) {
-		var g FailureGroup
-		var sample *string
-		err := r.Scan(&g.Consumer, &g.EventType, &g.Fingerprint, &g.Normalized, &g.Count, &g.Dead,
-			&g.FirstSeen, &g.LastSeen, &g.SampleID, &sample)
-		if sample != nil {
-			g.Error = *sample
-		}
-		g.Failing = g.Count - g.Dead
-		return g, err
+		return tag.RowsAffected(), tag.RowsAffected() >= int64(size), nil
 	})
-	if err != nil {
-		return nil, a.dbError(ctx, "group failures", err)
-	}
-	return out, nil
-}
-
-func nullable(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
 }

@@ -7,25 +7,44 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgbox/pgbox"
 )
 
 // Message is an inbox message as operators see it in a list.
 type Message struct {
-	Attempts    int        `json:"attempts"`
-	AvailableAt time.Time  `json:"available_at"`
-	Consumer    string     `json:"consumer"`
-	EventType   string     `json:"event_type"`
-	ID          string     `json:"id"`
-	LastError   *string    `json:"last_error"`
-	MaxAttempts int        `json:"max_attempts"`
-	OrderingKey string     `json:"ordering_key,omitempty"`
+	// Attempts is how many attempts have been made since it was received
+	// or last replayed.
+	Attempts int `json:"attempts"`
+	// AvailableAt is when a pending message is next due, or when a running
+	// one's lease ends.
+	AvailableAt time.Time `json:"available_at"`
+	// Consumer is the consumer that received it.
+	Consumer string `json:"consumer"`
+	// EventType is its event type, which picks its handler.
+	EventType string `json:"event_type"`
+	// ID is its message id, unique per consumer.
+	ID string `json:"id"`
+	// LastError is its latest failed attempt's error; nil if none failed.
+	// A replay keeps it.
+	LastError *string `json:"last_error"`
+	// MaxAttempts is how many attempts it gets before it is dead.
+	MaxAttempts int `json:"max_attempts"`
+	// OrderingKey is its ordering key; "" for none.
+	OrderingKey string `json:"ordering_key,omitempty"`
+	// ProcessedAt is when its handler succeeded; nil until then.
 	ProcessedAt *time.Time `json:"processed_at"`
-	ReceivedAt  time.Time  `json:"received_at"`
-	Replays     int        `json:"replays"`
-	Seq         int64      `json:"seq"`
-	Status      string     `json:"status"`
+	// ReceivedAt is when the inbox stored it.
+	ReceivedAt time.Time `json:"received_at"`
+	// Replays counts the times an operator replayed it.
+	Replays int `json:"replays"`
+	// Seq is its place in the inbox's arrival order.
+	Seq int64 `json:"seq"`
+	// Status is where it is in its life.
+	Status pgbox.InboxStatus `json:"status"`
 }
 
+// scanTargets returns m's fields in messageColumns' order.
 func (m *Message) scanTargets() []any {
 	return []any{&m.Consumer, &m.ID, &m.Seq, &m.EventType, &m.Status, &m.OrderingKey,
 		&m.Attempts, &m.MaxAttempts, &m.Replays, &m.ReceivedAt, &m.AvailableAt, &m.ProcessedAt, &m.LastError}
@@ -48,7 +67,7 @@ type HistoryEntry struct {
 	// PreviousAttempts is how many attempts a replayed message had used.
 	PreviousAttempts int `json:"previous_attempts,omitempty"`
 	// PreviousStatus is the status a replayed message had.
-	PreviousStatus string `json:"previous_status,omitempty"`
+	PreviousStatus pgbox.InboxStatus `json:"previous_status,omitempty"`
 	// Replay is the replay's number.
 	Replay int `json:"replay,omitempty"`
 	// Trace is a panicking attempt's stack.
@@ -88,10 +107,23 @@ type Detail struct {
 	Payload []byte `json:"payload"`
 }
 
-// List calls fn with the messages matching f, newest first, at most limit
-// of them (0 or less: all). It reads a page at a time, so a large result
-// streams instead of piling up in memory.
-func (a *Admin) List(ctx context.Context, f Filter, limit int, fn func(Message) error) error {
+// ListOptions says which messages List lists.
+type ListOptions struct {
+	// Filter selects the messages. Defaults to the zero Filter: every
+	// message.
+	Filter Filter
+
+	// Limit is the most messages listed, newest first. Defaults to 0:
+	// every matching message (as does any negative limit).
+	Limit int
+}
+
+// List calls fn with the messages opts.Filter selects, newest first, at
+// most opts.Limit of them. It reads a page at a time, so a large result
+// streams instead of piling up in memory. An error from fn stops the
+// listing and is returned as is.
+func (a *Admin) List(ctx context.Context, opts ListOptions, fn func(Message) error) error {
+	f, limit := opts.Filter, opts.Limit
 	if err := f.Validate(); err != nil {
 		return err
 	}

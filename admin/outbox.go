@@ -5,40 +5,64 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-)
 
-var outboxStatuses = []string{"pending", "running", "published", "dead"}
+	"github.com/pgbox/pgbox"
+)
 
 // OutboxFilter selects outbox rows. Zero fields select everything.
 type OutboxFilter struct {
-	// Statuses keeps rows in these statuses: pending, running, published,
-	// dead.
-	Statuses []string
+	// Statuses keeps rows in these statuses.
+	Statuses []pgbox.OutboxStatus
 	// Topic keeps one topic.
 	Topic string
 }
 
-// OutboxMessage is an outbox row as operators see it in a list.
-type OutboxMessage struct {
-	Attempts    int        `json:"attempts"`
-	AvailableAt time.Time  `json:"available_at"`
-	CreatedAt   time.Time  `json:"created_at"`
-	EventType   string     `json:"event_type"`
-	ID          uuid.UUID  `json:"id"`
-	LastError   *string    `json:"last_error"`
-	OrderingKey string     `json:"ordering_key,omitempty"`
-	PublishedAt *time.Time `json:"published_at"`
-	Replays     int        `json:"replays"`
-	Seq         int64      `json:"seq"`
-	Status      string     `json:"status"`
-	Topic       string     `json:"topic"`
+// Validate reports a filter that cannot match anything sensible.
+func (f OutboxFilter) Validate() error {
+	for _, s := range f.Statuses {
+		if _, err := pgbox.ParseOutboxStatus(string(s)); err != nil {
+			return fmt.Errorf("unknown outbox status %q: use one of %s", s, strings.Join(textArray(pgbox.OutboxStatuses()), ", "))
+		}
+	}
+	return nil
 }
 
+// OutboxMessage is an outbox row as operators see it in a list.
+type OutboxMessage struct {
+	// Attempts is how many publishes have been tried since it was written
+	// or last retried.
+	Attempts int `json:"attempts"`
+	// AvailableAt is when a pending row is next due, or when a running
+	// one's lease ends.
+	AvailableAt time.Time `json:"available_at"`
+	// CreatedAt is when it was written to the outbox.
+	CreatedAt time.Time `json:"created_at"`
+	// EventType is its event type.
+	EventType string `json:"event_type"`
+	// ID is its id, which the broker sees as the message id.
+	ID uuid.UUID `json:"id"`
+	// LastError is its latest failed publish's error; nil if none failed.
+	LastError *string `json:"last_error"`
+	// OrderingKey is its ordering key; "" for none.
+	OrderingKey string `json:"ordering_key,omitempty"`
+	// PublishedAt is when the broker acknowledged it; nil until then.
+	PublishedAt *time.Time `json:"published_at"`
+	// Replays counts the times an operator retried it.
+	Replays int `json:"replays"`
+	// Seq is its place in the outbox's order.
+	Seq int64 `json:"seq"`
+	// Status is where it is in its life.
+	Status pgbox.OutboxStatus `json:"status"`
+	// Topic is the topic it is published to.
+	Topic string `json:"topic"`
+}
+
+// scanTargets returns m's fields in outboxColumns' order.
 func (m *OutboxMessage) scanTargets() []any {
 	return []any{&m.ID, &m.Seq, &m.Topic, &m.EventType, &m.OrderingKey, &m.Status, &m.Attempts, &m.Replays,
 		&m.CreatedAt, &m.AvailableAt, &m.PublishedAt, &m.LastError}
@@ -55,17 +79,28 @@ type OutboxDetail struct {
 	Payload []byte `json:"payload"`
 }
 
-// OutboxList calls fn with the outbox rows matching f, newest first, at
-// most limit of them (0 or less: all), a page at a time.
-func (a *Admin) OutboxList(ctx context.Context, f OutboxFilter, limit int, fn func(OutboxMessage) error) error {
-	for _, s := range f.Statuses {
-		if !slices.Contains(outboxStatuses, s) {
-			return fmt.Errorf("unknown outbox status %q: use one of pending, running, published, dead", s)
-		}
+// OutboxListOptions says which outbox rows OutboxList lists.
+type OutboxListOptions struct {
+	// Filter selects the rows. Defaults to the zero OutboxFilter: every
+	// row.
+	Filter OutboxFilter
+
+	// Limit is the most rows listed, newest first. Defaults to 0: every
+	// matching row (as does any negative limit).
+	Limit int
+}
+
+// OutboxList calls fn with the outbox rows opts.Filter selects, newest
+// first, at most opts.Limit of them, a page at a time. An error from fn
+// stops the listing and is returned.
+func (a *Admin) OutboxList(ctx context.Context, opts OutboxListOptions, fn func(OutboxMessage) error) error {
+	f, limit := opts.Filter, opts.Limit
+	if err := f.Validate(); err != nil {
+		return err
 	}
 	var statuses any
 	if len(f.Statuses) > 0 {
-		statuses = f.Statuses
+		statuses = textArray(f.Statuses)
 	}
 	const page = 500
 	var below any
@@ -118,31 +153,52 @@ func (a *Admin) OutboxShow(ctx context.Context, id uuid.UUID) (*OutboxDetail, er
 	return &d, nil
 }
 
+// OutboxRetryOptions says which dead outbox rows OutboxRetry puts back,
+// and how.
+type OutboxRetryOptions struct {
+	// BatchSize is how many rows one statement puts back. Defaults to
+	// Config.BatchSize.
+	BatchSize int
+
+	// IDs names the rows to retry; of those, only the dead ones are put
+	// back. Defaults to nil: every dead row. An empty but non-nil slice
+	// names none.
+	IDs []uuid.UUID
+
+	// ProgressFunc, if set, is called after each batch with how many rows
+	// have been put back so far. Defaults to nil: no reports.
+	ProgressFunc func(retried int64)
+}
+
 // OutboxRetry puts dead outbox rows back to pending, due now, with their
-// attempts zeroed and the retry in their history: the rows ids, or every
-// dead row when ids is nil. It works in batches and returns how many rows
-// it put back.
-func (a *Admin) OutboxRetry(ctx context.Context, ids []uuid.UUID, opts BatchOptions) (int64, error) {
-	size := opts.BatchSize
-	if size <= 0 {
-		size = BatchSizeDefault
+// attempts zeroed and the retry in their history: the rows opts.IDs, or
+// every dead row. It works in batches, each its own short statement, and
+// returns how many rows it put back, also when it fails part way.
+func (a *Admin) OutboxRetry(ctx context.Context, opts OutboxRetryOptions) (int64, error) {
+	return a.outboxRetry(ctx, a.pool, opts)
+}
+
+// OutboxRetryTx is OutboxRetry inside the caller's transaction: the rows
+// go back to pending if tx commits, and its batches hold them locked until
+// then.
+func (a *Admin) OutboxRetryTx(ctx context.Context, tx pgx.Tx, opts OutboxRetryOptions) (int64, error) {
+	return a.outboxRetry(ctx, tx, opts)
+}
+
+func (a *Admin) outboxRetry(ctx context.Context, db dbtx, opts OutboxRetryOptions) (int64, error) {
+	size, err := a.batchSize("OutboxRetryOptions.BatchSize", opts.BatchSize)
+	if err != nil {
+		return 0, err
 	}
-	var filter any
-	if ids != nil {
-		filter = ids
+	var ids any
+	if opts.IDs != nil {
+		ids = opts.IDs
 	}
-	var total int64
-	for {
-		tag, err := a.pool.Exec(ctx, a.q["outboxRetry"], filter, size)
+	return a.inBatches(ctx, db, "retry outbox rows", size, opts.ProgressFunc, func(ctx context.Context, db dbtx, size int) (int64, bool, error) {
+		tag, err := db.Exec(ctx, a.q["outboxRetry"], ids, size)
 		if err != nil {
-			return total, a.dbError(ctx, "retry outbox rows", err)
+			return 0, false, err
 		}
-		total += tag.RowsAffected()
-		if opts.Progress != nil && tag.RowsAffected() > 0 {
-			opts.Progress(total)
-		}
-		if tag.RowsAffected() < int64(size) {
-			return total, nil
-		}
-	}
+		return tag.RowsAffected(), tag.RowsAffected() >= int64(size), nil
+	})
 }

@@ -2,6 +2,13 @@ package admin
 
 // The admin package's SQL. "/* schema */" is replaced by the quoted schema
 // name when an Admin is created (ident.Render).
+//
+// Statuses are never spelt out here: they come from package tables, as SQL
+// literals concatenated into the text, so a misspelt status does not compile
+// and the literals still match the partial indexes' predicates. A status the
+// caller chooses (a list's statuses, a purge's status) stays a parameter.
+
+import "github.com/pgbox/pgbox/internal/tables"
 
 // normalizedErrorSQL is a message's last error with what varies from one
 // occurrence of the same failure to the next (ids, quoted values,
@@ -21,12 +28,15 @@ const normalizedErrorSQL = `regexp_replace(regexp_replace(regexp_replace(regexp_
 
 // fingerprintSQL identifies a failure group: the event type and the
 // normalized error, hashed to 12 hex digits an operator can type.
-var fingerprintSQL = `left(md5(i.event_type || chr(10) || ` + normalizedErrorSQL + `), 12)`
+const fingerprintSQL = `left(md5(i.event_type || chr(10) || ` + normalizedErrorSQL + `), 12)`
 
 // replayableSQL is the rows replay may touch: dead, discarded, or pending
 // after a failure (backing off). Never running (a worker holds it) nor done
-// (replaying it would run its handler again, behind the dedupe's back).
-const replayableSQL = `(i.status IN ('dead', 'discarded') OR (i.status = 'pending' AND i.last_error IS NOT NULL))`
+// (replaying it would run its handler again, behind the dedupe's back). It
+// is inbox_failed_idx's predicate, written the same way so the planner can
+// use that index.
+const replayableSQL = `(i.status IN (` + tables.InboxDead + `, ` + tables.InboxDiscarded + `) OR (i.status = ` +
+	tables.InboxPending + ` AND i.last_error IS NOT NULL))`
 
 // filterSQL is the WHERE clause shared by list, count, replay and discard.
 // Each condition applies only when its parameter is not NULL (or true):
@@ -34,7 +44,7 @@ const replayableSQL = `(i.status IN ('dead', 'discarded') OR (i.status = 'pendin
 // before, $6 error contains (case-insensitive, literal), $7 error matches
 // (case-insensitive regular expression), $8 failure fingerprint, $9 ids,
 // $10 replayable only.
-var filterSQL = `
+const filterSQL = `
     ($1::text IS NULL OR i.consumer = $1)
     AND ($2::text[] IS NULL OR i.status = ANY($2::text[]))
     AND ($3::text IS NULL OR i.event_type = $3)
@@ -52,7 +62,7 @@ const messageColumns = `i.consumer, i.message_id, i.seq, i.event_type, i.status,
 
 // listSQL lists messages matching the filter, newest first, after the
 // keyset $11 (a seq; messages below it) and up to $12 of them.
-var listSQL = `
+const listSQL = `
 SELECT ` + messageColumns + `
 FROM /* schema */inbox AS i
 WHERE ` + filterSQL + `
@@ -72,7 +82,7 @@ WHERE i.consumer = $1 AND i.message_id = $2`
 const consumersOfSQL = `SELECT consumer FROM /* schema */inbox WHERE message_id = $1 ORDER BY consumer LIMIT 10`
 
 // countSQL counts the messages matching the filter.
-var countSQL = `
+const countSQL = `
 SELECT count(*) FROM /* schema */inbox AS i WHERE ` + filterSQL
 
 // replayBatchSQL replays up to $12 replayable messages matching the filter
@@ -81,7 +91,7 @@ SELECT count(*) FROM /* schema */inbox AS i WHERE ` + filterSQL
 // history (which is kept). Batches walk forward by seq, so every matching
 // row is visited once however many there are, and no statement holds many
 // locks for long. $13 is the operator's note.
-var replayBatchSQL = `
+const replayBatchSQL = `
 WITH batch AS (
     SELECT i.consumer, i.message_id
     FROM /* schema */inbox AS i
@@ -91,7 +101,7 @@ WITH batch AS (
     FOR UPDATE
 )
 UPDATE /* schema */inbox AS i SET
-    status       = 'pending',
+    status       = ` + tables.InboxPending + `,
     attempts     = 0,
     available_at = now(),
     claim_token  = NULL,
@@ -106,17 +116,17 @@ RETURNING i.seq`
 // discardBatchSQL sets aside up to $12 dead messages matching the filter
 // whose seq is above $11: discarded, with the reason $13 in the history.
 // A discarded message no longer holds up its ordering key.
-var discardBatchSQL = `
+const discardBatchSQL = `
 WITH batch AS (
     SELECT i.consumer, i.message_id
     FROM /* schema */inbox AS i
-    WHERE ` + filterSQL + ` AND i.status = 'dead' AND i.seq > $11
+    WHERE ` + filterSQL + ` AND i.status = ` + tables.InboxDead + ` AND i.seq > $11
     ORDER BY i.seq
     LIMIT $12
     FOR UPDATE
 )
 UPDATE /* schema */inbox AS i SET
-    status = 'discarded',
+    status = ` + tables.InboxDiscarded + `,
     errors = i.errors || jsonb_build_array(jsonb_build_object('action', 'discarded', 'at', now(), 'reason', $13::text))
 FROM batch AS b
 WHERE i.consumer = b.consumer AND i.message_id = b.message_id
@@ -149,14 +159,14 @@ WHERE i.status = $2
 
 // failuresSQL groups dead and failing (pending after a failure) messages
 // by consumer, event type and error fingerprint, largest groups first.
-var failuresSQL = `
+const failuresSQL = `
 SELECT i.consumer, i.event_type, ` + fingerprintSQL + ` AS fingerprint,
        min(` + normalizedErrorSQL + `) AS normalized,
-       count(*), count(*) FILTER (WHERE i.status = 'dead'),
+       count(*), count(*) FILTER (WHERE i.status = ` + tables.InboxDead + `),
        min(i.received_at), max(i.received_at),
        min(i.message_id), min(i.last_error)
 FROM /* schema */inbox AS i
-WHERE (i.status = 'dead' OR (i.status = 'pending' AND i.last_error IS NOT NULL))
+WHERE ` + tables.InboxFailing + `
   AND ($1::text IS NULL OR i.consumer = $1)
 GROUP BY 1, 2, 3
 ORDER BY count(*) DESC, 1, 2, 3
@@ -166,14 +176,14 @@ LIMIT $2`
 // oldest pending message and its throughput over the last minute and hour.
 const statsSQL = `
 SELECT i.consumer,
-       count(*) FILTER (WHERE i.status = 'pending'),
-       count(*) FILTER (WHERE i.status = 'running'),
-       count(*) FILTER (WHERE i.status = 'done'),
-       count(*) FILTER (WHERE i.status = 'dead'),
-       count(*) FILTER (WHERE i.status = 'discarded'),
-       extract(epoch FROM now() - min(i.received_at) FILTER (WHERE i.status = 'pending')),
-       count(*) FILTER (WHERE i.status = 'done' AND i.processed_at > now() - interval '1 minute'),
-       count(*) FILTER (WHERE i.status = 'done' AND i.processed_at > now() - interval '1 hour')
+       count(*) FILTER (WHERE i.status = ` + tables.InboxPending + `),
+       count(*) FILTER (WHERE i.status = ` + tables.InboxRunning + `),
+       count(*) FILTER (WHERE i.status = ` + tables.InboxDone + `),
+       count(*) FILTER (WHERE i.status = ` + tables.InboxDead + `),
+       count(*) FILTER (WHERE i.status = ` + tables.InboxDiscarded + `),
+       extract(epoch FROM now() - min(i.received_at) FILTER (WHERE i.status = ` + tables.InboxPending + `)),
+       count(*) FILTER (WHERE i.status = ` + tables.InboxDone + ` AND i.processed_at > now() - interval '1 minute'),
+       count(*) FILTER (WHERE i.status = ` + tables.InboxDone + ` AND i.processed_at > now() - interval '1 hour')
 FROM /* schema */inbox AS i
 GROUP BY i.consumer
 ORDER BY i.consumer`
@@ -181,11 +191,11 @@ ORDER BY i.consumer`
 // outboxStatsSQL counts the outbox by status, with the age of the oldest
 // unpublished row.
 const outboxStatsSQL = `
-SELECT count(*) FILTER (WHERE status = 'pending'),
-       count(*) FILTER (WHERE status = 'running'),
-       count(*) FILTER (WHERE status = 'published'),
-       count(*) FILTER (WHERE status = 'dead'),
-       extract(epoch FROM now() - min(created_at) FILTER (WHERE status IN ('pending', 'running'))),
+SELECT count(*) FILTER (WHERE status = ` + tables.OutboxPending + `),
+       count(*) FILTER (WHERE status = ` + tables.OutboxRunning + `),
+       count(*) FILTER (WHERE status = ` + tables.OutboxPublished + `),
+       count(*) FILTER (WHERE status = ` + tables.OutboxDead + `),
+       extract(epoch FROM now() - min(created_at) FILTER (WHERE status IN (` + tables.OutboxPending + `, ` + tables.OutboxRunning + `))),
        now()
 FROM /* schema */outbox`
 
@@ -216,13 +226,13 @@ WHERE o.id = $1`
 const outboxRetrySQL = `
 WITH batch AS (
     SELECT o.id FROM /* schema */outbox AS o
-    WHERE o.status = 'dead' AND ($1::uuid[] IS NULL OR o.id = ANY($1::uuid[]))
+    WHERE o.status = ` + tables.OutboxDead + ` AND ($1::uuid[] IS NULL OR o.id = ANY($1::uuid[]))
     ORDER BY o.seq
     LIMIT $2
     FOR UPDATE
 )
 UPDATE /* schema */outbox AS o SET
-    status       = 'pending',
+    status       = ` + tables.OutboxPending + `,
     attempts     = 0,
     available_at = now(),
     claim_token  = NULL,
@@ -231,6 +241,17 @@ UPDATE /* schema */outbox AS o SET
 FROM batch AS b
 WHERE o.id = b.id
 RETURNING o.id`
+
+// The states of a scheduled replay as SQL literals, and the set of those
+// not finished (waiting or under way).
+const (
+	replayScheduledSQL = "'" + string(ReplayScheduled) + "'"
+	replayRunningSQL   = "'" + string(ReplayRunning) + "'"
+	replayDoneSQL      = "'" + string(ReplayDone) + "'"
+	replayFailedSQL    = "'" + string(ReplayFailed) + "'"
+	replayCancelledSQL = "'" + string(ReplayCancelled) + "'"
+	replayUnfinished   = "(" + replayScheduledSQL + ", " + replayRunningSQL + ")"
+)
 
 // scheduledReplayColumns are the columns of a ScheduledReplay, in scan
 // order.
@@ -249,14 +270,14 @@ RETURNING ` + scheduledReplayColumns
 const scheduledReplaysSQL = `
 SELECT ` + scheduledReplayColumns + `
 FROM /* schema */scheduled_replays AS r
-ORDER BY r.state IN ('scheduled', 'running') DESC,
-         CASE WHEN r.state IN ('scheduled', 'running') THEN r.run_at END,
+ORDER BY r.state IN ` + replayUnfinished + ` DESC,
+         CASE WHEN r.state IN ` + replayUnfinished + ` THEN r.run_at END,
          r.id DESC
 LIMIT $1`
 
 // countScheduledSQL counts the replays waiting for their time or under way.
 const countScheduledSQL = `
-SELECT count(*) FROM /* schema */scheduled_replays WHERE state IN ('scheduled', 'running')`
+SELECT count(*) FROM /* schema */scheduled_replays WHERE state IN ` + replayUnfinished
 
 // cancelReplaySQL cancels scheduled replay $1 if it has not started, and
 // returns its state either way (no row: no such replay).
@@ -265,9 +286,9 @@ WITH target AS (
     SELECT id, state FROM /* schema */scheduled_replays WHERE id = $1 FOR UPDATE
 ),
 cancelled AS (
-    UPDATE /* schema */scheduled_replays AS r SET state = 'cancelled', finished_at = now()
+    UPDATE /* schema */scheduled_replays AS r SET state = ` + replayCancelledSQL + `, finished_at = now()
     FROM target AS t
-    WHERE r.id = t.id AND t.state = 'scheduled'
+    WHERE r.id = t.id AND t.state = ` + replayScheduledSQL + `
     RETURNING r.id
 )
 SELECT t.state, EXISTS (SELECT 1 FROM cancelled) FROM target AS t`
@@ -278,7 +299,7 @@ SELECT t.state, EXISTS (SELECT 1 FROM cancelled) FROM target AS t`
 const claimDueReplaySQL = `
 SELECT r.id, r.filter, coalesce(r.note, ''), r.cursor_seq
 FROM /* schema */scheduled_replays AS r
-WHERE r.state IN ('scheduled', 'running') AND r.run_at <= now()
+WHERE r.state IN ` + replayUnfinished + ` AND r.run_at <= now()
 ORDER BY r.run_at, r.id
 LIMIT 1
 FOR UPDATE SKIP LOCKED`
@@ -288,7 +309,7 @@ FOR UPDATE SKIP LOCKED`
 // batch size ($4 is true) ends it.
 const advanceReplaySQL = `
 UPDATE /* schema */scheduled_replays SET
-    state       = CASE WHEN $4 THEN 'done' ELSE 'running' END,
+    state       = CASE WHEN $4 THEN ` + replayDoneSQL + ` ELSE ` + replayRunningSQL + ` END,
     replayed    = replayed + $2,
     cursor_seq  = greatest(cursor_seq, $3),
     started_at  = coalesce(started_at, now()),
@@ -299,5 +320,5 @@ WHERE id = $1`
 // never run (an invalid regular expression, say).
 const failReplaySQL = `
 UPDATE /* schema */scheduled_replays SET
-    state = 'failed', last_error = $2, started_at = coalesce(started_at, now()), finished_at = now()
+    state = ` + replayFailedSQL + `, last_error = $2, started_at = coalesce(started_at, now()), finished_at = now()
 WHERE id = $1`

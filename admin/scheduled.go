@@ -12,44 +12,56 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// States of a scheduled replay.
+// ReplayState is where a scheduled replay is in its life, as stored in
+// scheduled_replays' state column.
+type ReplayState string
+
+// The states of a scheduled replay.
 const (
-	// ReplayScheduled: waiting for its time.
-	ReplayScheduled = "scheduled"
-	// ReplayRunning: under way; part of its messages are replayed.
-	ReplayRunning = "running"
-	// ReplayDone: every matching message that was replayable has been
+	// ReplayScheduled is a replay waiting for its time.
+	ReplayScheduled ReplayState = "scheduled"
+	// ReplayRunning is a replay under way: part of its messages are
 	// replayed.
-	ReplayDone = "done"
-	// ReplayFailed: it could not run (see Error); nothing more will be done.
-	ReplayFailed = "failed"
-	// ReplayCancelled: an operator cancelled it before it started.
-	ReplayCancelled = "cancelled"
+	ReplayRunning ReplayState = "running"
+	// ReplayDone is a replay that has replayed every matching message that
+	// was replayable.
+	ReplayDone ReplayState = "done"
+	// ReplayFailed is a replay that could not run (see
+	// ScheduledReplay.Error); nothing more will be done.
+	ReplayFailed ReplayState = "failed"
+	// ReplayCancelled is a replay an operator cancelled before it started.
+	ReplayCancelled ReplayState = "cancelled"
 )
 
 // ScheduledReplay is a replay an operator scheduled for later (inboxctl
 // replay --at). The maintenance job (package maintenance) runs it once its
 // time has come, by the database clock.
 type ScheduledReplay struct {
+	// CreatedAt is when it was scheduled.
 	CreatedAt time.Time `json:"created_at"`
 	// Error is why it failed.
 	Error string `json:"error,omitzero"`
 	// Filter selects the messages; of those, the ones replayable when it
 	// runs are replayed.
-	Filter     Filter     `json:"filter"`
+	Filter Filter `json:"filter"`
+	// FinishedAt is when it ended (done, failed or cancelled); nil until
+	// then.
 	FinishedAt *time.Time `json:"finished_at"`
-	ID         int64      `json:"id"`
+	// ID identifies it, for CancelScheduledReplay.
+	ID int64 `json:"id"`
 	// Note is kept in each replayed message's history.
 	Note string `json:"note,omitzero"`
 	// Replayed counts the messages replayed so far.
-	Replayed  int64      `json:"replayed"`
-	RunAt     time.Time  `json:"run_at"`
+	Replayed int64 `json:"replayed"`
+	// RunAt is when it is due, by the database clock.
+	RunAt time.Time `json:"run_at"`
+	// StartedAt is when its first batch ran; nil until then.
 	StartedAt *time.Time `json:"started_at"`
-	// State is one of ReplayScheduled, ReplayRunning, ReplayDone,
-	// ReplayFailed and ReplayCancelled.
-	State string `json:"state"`
+	// State is where the replay is in its life.
+	State ReplayState `json:"state"`
 }
 
+// scan reads row, in scheduledReplayColumns' order, into r.
 func (r *ScheduledReplay) scan(row pgx.Row) error {
 	var filter []byte
 	var lastError *string
@@ -63,16 +75,43 @@ func (r *ScheduledReplay) scan(row pgx.Row) error {
 	return json.Unmarshal(filter, &r.Filter)
 }
 
-// ScheduleReplay records a replay of the messages matching f, to run at
-// at: the maintenance job then replays those still replayable, as Replay
-// would, with note in their history. The time is judged by the database
-// clock; a time already past runs at the maintenance job's next check.
-// Nothing is changed until then, and CancelScheduledReplay can call it off.
-func (a *Admin) ScheduleReplay(ctx context.Context, f Filter, note string, at time.Time) (*ScheduledReplay, error) {
+// ScheduleReplayOptions says what a scheduled replay replays, and when.
+type ScheduleReplayOptions struct {
+	// At is when the replay is to run, judged by the database clock; a
+	// time already past runs at the maintenance job's next check.
+	// Required.
+	At time.Time
+
+	// Filter selects the messages. Of those, the ones replayable when the
+	// replay runs are replayed (Filter.ReplayableOnly is set for it).
+	// Defaults to the zero Filter: every replayable message then.
+	Filter Filter
+
+	// Note is kept in each replayed message's history, after the scheduled
+	// replay's id. Defaults to none.
+	Note string
+}
+
+// ScheduleReplay records a replay of the messages opts.Filter selects, to
+// run at opts.At: the maintenance job then replays those still
+// replayable, as Replay would, with opts.Note in their history. Nothing is
+// changed until then, and CancelScheduledReplay can call it off.
+func (a *Admin) ScheduleReplay(ctx context.Context, opts ScheduleReplayOptions) (*ScheduledReplay, error) {
+	return a.scheduleReplay(ctx, a.pool, opts)
+}
+
+// ScheduleReplayTx is ScheduleReplay inside the caller's transaction: the
+// replay is scheduled only if tx commits.
+func (a *Admin) ScheduleReplayTx(ctx context.Context, tx pgx.Tx, opts ScheduleReplayOptions) (*ScheduledReplay, error) {
+	return a.scheduleReplay(ctx, tx, opts)
+}
+
+func (a *Admin) scheduleReplay(ctx context.Context, db dbtx, opts ScheduleReplayOptions) (*ScheduledReplay, error) {
+	f := opts.Filter
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	if at.IsZero() {
+	if opts.At.IsZero() {
 		return nil, errors.New("schedule replay: the time is zero")
 	}
 	f.ReplayableOnly = true
@@ -81,7 +120,7 @@ func (a *Admin) ScheduleReplay(ctx context.Context, f Filter, note string, at ti
 		return nil, fmt.Errorf("schedule replay: %w", err)
 	}
 	var r ScheduledReplay
-	if err := r.scan(a.pool.QueryRow(ctx, a.q["scheduleReplay"], at, filter, note)); err != nil {
+	if err := r.scan(db.QueryRow(ctx, a.q["scheduleReplay"], opts.At, filter, opts.Note)); err != nil {
 		return nil, a.dbError(ctx, "schedule replay", err)
 	}
 	return &r, nil
@@ -89,10 +128,10 @@ func (a *Admin) ScheduleReplay(ctx context.Context, f Filter, note string, at ti
 
 // ScheduledReplays lists scheduled replays: those waiting or under way
 // first, soonest first, then finished ones, newest first; at most limit (0
-// for 100).
+// or less for ScheduledReplaysLimitDefault).
 func (a *Admin) ScheduledReplays(ctx context.Context, limit int) ([]ScheduledReplay, error) {
 	if limit <= 0 {
-		limit = 100
+		limit = ScheduledReplaysLimitDefault
 	}
 	rows, err := a.pool.Query(ctx, a.q["scheduledReplays"], limit)
 	if err != nil {
@@ -123,11 +162,23 @@ func (a *Admin) CountScheduledReplays(ctx context.Context) (int64, error) {
 // returns an error wrapping ErrNotFound when there is no such replay, and
 // an error when it has already started or ended.
 func (a *Admin) CancelScheduledReplay(ctx context.Context, id int64) error {
+	return a.cancelScheduledReplay(ctx, a.pool, id)
+}
+
+// CancelScheduledReplayTx is CancelScheduledReplay inside the caller's
+// transaction: the replay is called off only if tx commits. Until then it
+// holds the replay's row locked, so the maintenance job cannot start it
+// meanwhile.
+func (a *Admin) CancelScheduledReplayTx(ctx context.Context, tx pgx.Tx, id int64) error {
+	return a.cancelScheduledReplay(ctx, tx, id)
+}
+
+func (a *Admin) cancelScheduledReplay(ctx context.Context, db dbtx, id int64) error {
 	var (
-		state     string
+		state     ReplayState
 		cancelled bool
 	)
-	err := a.pool.QueryRow(ctx, a.q["cancelReplay"], id).Scan(&state, &cancelled)
+	err := db.QueryRow(ctx, a.q["cancelReplay"], id).Scan(&state, &cancelled)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("scheduled replay %d: %w", id, ErrNotFound)
@@ -143,14 +194,14 @@ func (a *Admin) CancelScheduledReplay(ctx context.Context, id int64) error {
 // how many messages it replayed. The maintenance job calls it; several
 // processes may at once.
 //
-// A replay runs in batches of batchSize messages (0 for BatchSizeDefault).
+// A replay runs in batches of batchSize messages (0 for Config.BatchSize).
 // Each batch is one transaction that replays the messages and records the
 // replay's progress, so a replay interrupted by a crash resumes where it
 // stopped and replays no message twice. If ctx ends, it returns what it
 // replayed so far with ctx's error; the rest waits for the next call.
 func (a *Admin) RunDueReplays(ctx context.Context, batchSize int) (int64, error) {
 	if batchSize <= 0 {
-		batchSize = BatchSizeDefault
+		batchSize = a.cfg.BatchSize
 	}
 	var total int64
 	for {
@@ -195,11 +246,7 @@ func (a *Admin) runReplayBatch(ctx context.Context, size int) (replayed int64, f
 		note = "scheduled replay " + strconv.FormatInt(id, 10) + ": " + note
 	}
 
-	rows, err := tx.Query(ctx, a.q["replay"], append(f.args(), cursor, size, note)...)
-	var seqs []int64
-	if err == nil {
-		seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-	}
+	seqs, err := seqBatch(ctx, tx, a.q["replay"], f, cursor, size, note)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code[:2] == "22" { // data exception: the filter can never run
 		return 0, true, a.failReplay(ctx, tx, id, a.dbError(ctx, "replay", err))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/pgtest"
@@ -40,14 +41,17 @@ func TestScheduledReplayRunsOnceWhenDue(t *testing.T) {
 	ctx := context.Background()
 	schema := pgtest.Schema(t)
 	deadMessages(t, schema, 25)
-	adm, err := admin.New(pgtest.Pool(t), schema)
+	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: schema})
 	require.NoError(t, err)
 
-	later, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments"}, "gateway fixed", time.Now().Add(time.Hour))
+	later, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(time.Hour), Filter: admin.Filter{Consumer: "payments"}, Note: "gateway fixed"})
 	require.NoError(t, err)
 	require.Equal(t, admin.ReplayScheduled, later.State)
 	require.True(t, later.Filter.ReplayableOnly, "a scheduled replay only ever touches replayable messages")
-	due, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments", Statuses: []string{"dead"}}, "", time.Now().Add(-time.Second))
+	due, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{
+		At:     time.Now().Add(-time.Second),
+		Filter: admin.Filter{Consumer: "payments", Statuses: []pgbox.InboxStatus{pgbox.InboxDead}},
+	})
 	require.NoError(t, err)
 
 	n, err := adm.CountScheduledReplays(ctx)
@@ -103,10 +107,10 @@ func TestCancelScheduledReplay(t *testing.T) {
 	ctx := context.Background()
 	schema := pgtest.Schema(t)
 	deadMessages(t, schema, 3)
-	adm, err := admin.New(pgtest.Pool(t), schema)
+	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: schema})
 	require.NoError(t, err)
 
-	r, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments"}, "", time.Now().Add(-time.Minute))
+	r, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(-time.Minute), Filter: admin.Filter{Consumer: "payments"}})
 	require.NoError(t, err)
 	require.NoError(t, adm.CancelScheduledReplay(ctx, r.ID))
 	n, err := adm.RunDueReplays(ctx, 0)
@@ -126,12 +130,12 @@ func TestScheduledReplayWithABadFilterFails(t *testing.T) {
 	ctx := context.Background()
 	schema := pgtest.Schema(t)
 	deadMessages(t, schema, 2)
-	adm, err := admin.New(pgtest.Pool(t), schema)
+	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: schema})
 	require.NoError(t, err)
 
-	bad, err := adm.ScheduleReplay(ctx, admin.Filter{ErrorMatches: "("}, "", time.Now().Add(-time.Minute))
+	bad, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(-time.Minute), Filter: admin.Filter{ErrorMatches: "("}})
 	require.NoError(t, err)
-	good, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments"}, "", time.Now().Add(-time.Minute))
+	good, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(-time.Minute), Filter: admin.Filter{Consumer: "payments"}})
 	require.NoError(t, err)
 
 	n, err := adm.RunDueReplays(ctx, 0)
@@ -147,4 +151,64 @@ func TestScheduledReplayWithABadFilterFails(t *testing.T) {
 	require.Equal(t, admin.ReplayFailed, states[bad.ID].State)
 	require.Contains(t, states[bad.ID].Error, "not a valid regular expression")
 	require.Equal(t, admin.ReplayDone, states[good.ID].State)
+}
+
+// ScheduleReplayTx and CancelScheduledReplayTx take effect only when the
+// caller's transaction commits.
+func TestScheduledReplayTx(t *testing.T) {
+	t.Parallel()
+
+	for _, commit := range []bool{false, true} {
+		name := map[bool]string{false: "RolledBack", true: "Committed"}[commit]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t, admin.Config{})
+			b.add(t, "payments", "dead", 3, pgbox.InboxDead, "gateway timeout", 0)
+			keep, err := b.adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(time.Hour)})
+			require.NoError(t, err)
+
+			tx, err := b.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			r, err := b.adm.ScheduleReplayTx(ctx, tx, admin.ScheduleReplayOptions{
+				At:     time.Now().Add(-time.Second),
+				Filter: admin.Filter{Consumer: "payments"},
+				Note:   "in tx",
+			})
+			require.NoError(t, err)
+			require.Equal(t, admin.ReplayScheduled, r.State)
+			require.NoError(t, b.adm.CancelScheduledReplayTx(ctx, tx, keep.ID))
+
+			// Until the commit, nobody else sees either: the due replay does
+			// not run, and the other is still scheduled.
+			n, err := b.adm.RunDueReplays(ctx, 0)
+			require.NoError(t, err)
+			require.Zero(t, n)
+			list, err := b.adm.ScheduledReplays(ctx, 0)
+			require.NoError(t, err)
+			require.Len(t, list, 1)
+			require.Equal(t, admin.ReplayScheduled, list[0].State)
+
+			if !commit {
+				require.NoError(t, tx.Rollback(ctx))
+				count, err := b.adm.CountScheduledReplays(ctx)
+				require.NoError(t, err)
+				require.EqualValues(t, 1, count, "the cancelled one is still waiting; the new one never was")
+				return
+			}
+			require.NoError(t, tx.Commit(ctx))
+			n, err = b.adm.RunDueReplays(ctx, 0)
+			require.NoError(t, err)
+			require.EqualValues(t, 3, n)
+			list, err = b.adm.ScheduledReplays(ctx, 0)
+			require.NoError(t, err)
+			states := map[int64]admin.ReplayState{}
+			for _, r := range list {
+				states[r.ID] = r.State
+			}
+			require.Equal(t, map[int64]admin.ReplayState{keep.ID: admin.ReplayCancelled, r.ID: admin.ReplayDone}, states)
+			require.Equal(t, 3, countStatus(t, b.schema, "pending"))
+		})
+	}
 }

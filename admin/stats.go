@@ -18,28 +18,41 @@ type Stats struct {
 
 // ConsumerStats counts one consumer's inbox.
 type ConsumerStats struct {
-	Consumer  string `json:"consumer"`
-	Dead      int64  `json:"dead"`
-	Discarded int64  `json:"discarded"`
-	Done      int64  `json:"done"`
+	// Consumer is the consumer counted.
+	Consumer string `json:"consumer"`
+	// Dead counts its dead messages.
+	Dead int64 `json:"dead"`
+	// Discarded counts its discarded messages.
+	Discarded int64 `json:"discarded"`
+	// Done counts its done messages (the dedupe memory).
+	Done int64 `json:"done"`
 	// OldestPending is how long the oldest pending message has waited
 	// since it was received; nil when none is pending.
-	OldestPending       *Duration `json:"oldest_pending"`
-	Pending             int64     `json:"pending"`
-	ProcessedLastHour   int64     `json:"processed_last_hour"`
-	ProcessedLastMinute int64     `json:"processed_last_minute"`
-	Running             int64     `json:"running"`
+	OldestPending *Duration `json:"oldest_pending"`
+	// Pending counts its pending messages, new or backing off.
+	Pending int64 `json:"pending"`
+	// ProcessedLastHour counts the messages it completed in the last hour.
+	ProcessedLastHour int64 `json:"processed_last_hour"`
+	// ProcessedLastMinute counts the messages it completed in the last
+	// minute.
+	ProcessedLastMinute int64 `json:"processed_last_minute"`
+	// Running counts its running (claimed) messages.
+	Running int64 `json:"running"`
 }
 
 // OutboxStats counts the outbox.
 type OutboxStats struct {
+	// Dead counts the dead rows.
 	Dead int64 `json:"dead"`
 	// OldestUnpublished is the age of the oldest pending or running row;
 	// nil when there is none.
 	OldestUnpublished *Duration `json:"oldest_unpublished"`
-	Pending           int64     `json:"pending"`
-	Published         int64     `json:"published"`
-	Running           int64     `json:"running"`
+	// Pending counts the rows waiting to be published.
+	Pending int64 `json:"pending"`
+	// Published counts the published rows still kept.
+	Published int64 `json:"published"`
+	// Running counts the rows a relay is publishing.
+	Running int64 `json:"running"`
 }
 
 // Duration is a time.Duration that encodes in JSON as seconds, which
@@ -51,6 +64,7 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 	return strconv.AppendFloat(nil, time.Duration(d).Round(time.Millisecond).Seconds(), 'f', -1, 64), nil
 }
 
+// seconds returns s seconds as a Duration, or nil for nil.
 func seconds(s *float64) *Duration {
 	if s == nil {
 		return nil

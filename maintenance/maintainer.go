@@ -182,7 +182,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Maintainer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	adm, err := admin.New(pool, cfg.Schema)
+	adm, err := admin.New(pool, admin.Config{Schema: cfg.Schema})
 	if err != nil {
 		return nil, fmt.Errorf("maintenance: %w", err)
 	}

@@ -217,9 +217,13 @@ func TestScheduledReplaysRunFromTheMaintainer(t *testing.T) {
 		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
 		SELECT 'payments', 'order-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea, 'gateway timeout'
 		FROM generate_series(1, 30) AS g`)
-	adm, err := admin.New(pgtest.Pool(t), b.schema)
+	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: b.schema})
 	require.NoError(t, err)
-	r, err := adm.ScheduleReplay(ctx, admin.Filter{Consumer: "payments"}, "gateway fixed", time.Now().Add(-time.Second))
+	r, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{
+		At:     time.Now().Add(-time.Second),
+		Filter: admin.Filter{Consumer: "payments"},
+		Note:   "gateway fixed",
+	})
 	require.NoError(t, err)
 
 	reader := sdkmetric.NewManualReader()

@@ -156,11 +156,25 @@ func (a *app) connect(ctx context.Context) error {
 		return fmt.Errorf("cannot reach PostgreSQL at %s: %w: check --dsn (or DATABASE_URL) and that the server is running",
 			where(cfg), err)
 	}
-	a.admin, err = admin.New(a.pool, a.schema)
+	a.admin, err = newAdmin(a.pool, a.schema)
 	if err != nil {
 		return usageError{err}
 	}
 	return nil
+}
+
+// newAdmin is admin.New for --schema. admin names the field it rejects
+// (Config.Schema), which means nothing on the command line, so the message
+// is the one inboxctl has always printed: "admin: " and the reason.
+func newAdmin(pool *pgxpool.Pool, schema string) (*admin.Admin, error) {
+	adm, err := admin.New(pool, admin.Config{Schema: schema})
+	if err != nil {
+		if reason := errors.Unwrap(err); reason != nil {
+			return nil, fmt.Errorf("admin: %w", reason)
+		}
+		return nil, err
+	}
+	return adm, nil
 }
 
 // open connects and checks that the schema is migrated to this build's

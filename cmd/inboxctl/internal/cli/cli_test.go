@@ -460,7 +460,7 @@ func TestReplayAt(t *testing.T) {
 	// Due now: the maintenance job (here, admin's RunDueReplays, which it
 	// calls) replays it once, and scheduled shows what it did.
 	inboxctl(t, schema, "", "replay", "--group", failureGroup(t, schema), "--at", "0s", "--yes").ok(t)
-	adm, err := admin.New(pgtest.Pool(t), schema)
+	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: schema})
 	require.NoError(t, err)
 	n, err := adm.RunDueReplays(context.Background(), 0)
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
 )
 
@@ -51,7 +52,7 @@ func (f *filterFlags) filter(now time.Time) (admin.Filter, error) {
 		ErrorMatches:  f.errorMatches,
 		EventType:     f.eventType,
 		Fingerprint:   f.group,
-		Statuses:      f.statuses,
+		Statuses:      statuses[pgbox.InboxStatus](f.statuses),
 	}
 	var err error
 	if out.Since, err = parseWhen("--since", f.since, now); err != nil {
@@ -64,6 +65,28 @@ func (f *filterFlags) filter(now time.Time) (admin.Filter, error) {
 		return out, usageError{err}
 	}
 	return out, nil
+}
+
+// statuses types the --status values as given; the filter's Validate
+// rejects unknown ones. None gives nil, which selects every status.
+func statuses[S ~string](values []string) []S {
+	if len(values) == 0 {
+		return nil
+	}
+	out := make([]S, len(values))
+	for i, v := range values {
+		out[i] = S(v)
+	}
+	return out
+}
+
+// joinStatuses lists statuses as --status takes them: comma-separated.
+func joinStatuses[S ~string](statuses []S) string {
+	names := make([]string, len(statuses))
+	for i, s := range statuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ",")
 }
 
 // parseWhen reads a point in time given as a duration ago ("2h", "7d") or

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
 )
 
@@ -149,12 +150,13 @@ func (a *app) listCommand() *cobra.Command {
 }
 
 func (a *app) list(ctx context.Context, f admin.Filter, limit int, output string) error {
+	opts := admin.ListOptions{Filter: f, Limit: limit}
 	switch output {
 	case formatJSONL:
-		return a.admin.List(ctx, f, limit, func(m admin.Message) error { return writeJSONLine(a.out, m) })
+		return a.admin.List(ctx, opts, func(m admin.Message) error { return writeJSONLine(a.out, m) })
 	case formatJSON:
 		msgs := []admin.Message{}
-		if err := a.admin.List(ctx, f, limit, func(m admin.Message) error { msgs = append(msgs, m); return nil }); err != nil {
+		if err := a.admin.List(ctx, opts, func(m admin.Message) error { msgs = append(msgs, m); return nil }); err != nil {
 			return err
 		}
 		return writeJSON(a.out, msgs)
@@ -162,7 +164,7 @@ func (a *app) list(ctx context.Context, f admin.Filter, limit int, output string
 	t := newTable(a.out)
 	fmt.Fprintln(t, "RECEIVED (UTC)\tCONSUMER\tID\tTYPE\tSTATUS\tATTEMPTS\tREPLAYS\tLAST ERROR")
 	n := 0
-	err := a.admin.List(ctx, f, limit, func(m admin.Message) error {
+	err := a.admin.List(ctx, opts, func(m admin.Message) error {
 		n++
 		lastError := "-"
 		if m.LastError != nil {
@@ -267,11 +269,11 @@ func (a *app) printDetail(d *admin.Detail) {
 	}
 	row("Received", stamp(d.ReceivedAt)+" UTC")
 	switch d.Status {
-	case admin.StatusPending:
+	case pgbox.InboxPending:
 		row("Next attempt", stamp(d.AvailableAt)+" UTC")
-	case admin.StatusRunning:
+	case pgbox.InboxRunning:
 		row("Lease ends", stamp(d.AvailableAt)+" UTC")
-	case admin.StatusDone:
+	case pgbox.InboxDone:
 		if d.ProcessedAt != nil {
 			row("Processed", stamp(*d.ProcessedAt)+" UTC")
 		}
@@ -345,7 +347,7 @@ that failed the same way show as one line. Replay a group with
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			groups, err := a.admin.Failures(ctx, consumer, limit)
+			groups, err := a.admin.Failures(ctx, admin.FailuresOptions{Consumer: consumer, Limit: limit})
 			if err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
 )
 
@@ -17,13 +18,14 @@ type change struct {
 	// verb and past name the change in prompts and reports.
 	verb, past string
 	// eligible lists the statuses an id may have to be changed.
-	eligible []string
+	eligible []pgbox.InboxStatus
 	// why explains to the operator why other statuses are refused.
 	why string
 	// filter narrows a filter to what the change may touch.
 	filter func(admin.Filter) admin.Filter
-	// run makes the change.
-	run func(ctx context.Context, f admin.Filter, opts admin.BatchOptions) (int64, error)
+	// run makes the change, batchSize rows per statement, reporting
+	// progress after each batch.
+	run func(ctx context.Context, f admin.Filter, batchSize int, progress func(done int64)) (int64, error)
 }
 
 // changeFlags are the flags replay and discard share.
@@ -100,7 +102,7 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 	if bulk && !flags.yes && !a.confirm(fmt.Sprintf("%s %s?", capitalize(ch.verb), plural(n, "message"))) {
 		return fmt.Errorf("not confirmed: nothing was %s", ch.past)
 	}
-	done, err := ch.run(ctx, filter, admin.BatchOptions{BatchSize: flags.batchSize, Progress: a.progress(capitalize(ch.past), n)})
+	done, err := ch.run(ctx, filter, flags.batchSize, a.progress(capitalize(ch.past), n))
 	if err != nil {
 		return fmt.Errorf("%w (%s %s before the error)", err, ch.past, plural(done, "message"))
 	}
@@ -173,14 +175,14 @@ batches, exactly once. 'inboxctl scheduled' lists scheduled replays.`,
 			}
 			return a.apply(cmd.Context(), change{
 				verb: "replay", past: "replayed",
-				eligible: []string{admin.StatusDead, admin.StatusDiscarded, admin.StatusPending},
+				eligible: []pgbox.InboxStatus{pgbox.InboxDead, pgbox.InboxDiscarded, pgbox.InboxPending},
 				why:      "only dead, discarded or failing messages are replayed: a running one is held by a worker, a done one has had its effect",
 				filter: func(f admin.Filter) admin.Filter {
 					f.ReplayableOnly = true
 					return f
 				},
-				run: func(ctx context.Context, f admin.Filter, opts admin.BatchOptions) (int64, error) {
-					return a.admin.Replay(ctx, f, note, opts)
+				run: func(ctx context.Context, f admin.Filter, batchSize int, progress func(int64)) (int64, error) {
+					return a.admin.Replay(ctx, admin.ReplayOptions{BatchSize: batchSize, Filter: f, Note: note, ProgressFunc: progress})
 				},
 			}, flags, ids)
 		},
@@ -210,14 +212,14 @@ message's history. Only dead messages can be discarded.`,
 			}
 			return a.apply(cmd.Context(), change{
 				verb: "discard", past: "discarded",
-				eligible: []string{admin.StatusDead},
+				eligible: []pgbox.InboxStatus{pgbox.InboxDead},
 				why:      "only dead messages are discarded",
 				filter: func(f admin.Filter) admin.Filter {
-					f.Statuses = []string{admin.StatusDead}
+					f.Statuses = []pgbox.InboxStatus{pgbox.InboxDead}
 					return f
 				},
-				run: func(ctx context.Context, f admin.Filter, opts admin.BatchOptions) (int64, error) {
-					return a.admin.Discard(ctx, f, reason, opts)
+				run: func(ctx context.Context, f admin.Filter, batchSize int, progress func(int64)) (int64, error) {
+					return a.admin.Discard(ctx, admin.DiscardOptions{BatchSize: batchSize, Filter: f, ProgressFunc: progress, Reason: reason})
 				},
 			}, flags, ids)
 		},
@@ -259,13 +261,14 @@ replay or discard them first.`,
 			if batchSize < 1 {
 				return usagef("--batch-size %d: use 1 or more", batchSize)
 			}
-			if status != admin.StatusDone && status != admin.StatusDiscarded {
+			if s := pgbox.InboxStatus(status); s != pgbox.InboxDone && s != pgbox.InboxDiscarded {
 				return usagef("--status %q: only done or discarded messages can be purged", status)
 			}
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			n, err := a.admin.CountPurgeable(ctx, status, d, consumer)
+			opts := admin.PurgeOptions{BatchSize: batchSize, Consumer: consumer, OlderThan: d, Status: pgbox.InboxStatus(status)}
+			n, err := a.admin.CountPurgeable(ctx, opts)
 			if err != nil {
 				return err
 			}
@@ -283,7 +286,8 @@ replay or discard them first.`,
 			case !yes && !a.confirm("Delete "+what+"?"):
 				return fmt.Errorf("not confirmed: nothing was deleted")
 			}
-			done, err := a.admin.Purge(ctx, status, d, consumer, admin.BatchOptions{BatchSize: batchSize, Progress: a.progress("Deleted", n)})
+			opts.ProgressFunc = a.progress("Deleted", n)
+			done, err := a.admin.Purge(ctx, opts)
 			if err != nil {
 				return fmt.Errorf("%w (deleted %s before the error)", err, count(done))
 			}
@@ -292,7 +296,7 @@ replay or discard them first.`,
 		},
 	}
 	cmd.Flags().StringVar(&olderThan, "older-than", "", "delete messages older than this: 90m, 36h, 30d (required)")
-	cmd.Flags().StringVar(&status, "status", admin.StatusDone, "done or discarded")
+	cmd.Flags().StringVar(&status, "status", string(pgbox.InboxDone), "done or discarded")
 	cmd.Flags().StringVar(&consumer, "consumer", "", "only this consumer's messages")
 	cmd.Flags().IntVar(&batchSize, "batch-size", admin.BatchSizeDefault, "rows deleted per statement")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted, and delete nothing")

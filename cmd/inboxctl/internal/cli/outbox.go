@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
 )
 
@@ -24,7 +25,7 @@ func (a *app) outboxCommand() *cobra.Command {
 
 func (a *app) outboxListCommand() *cobra.Command {
 	var (
-		statuses      []string
+		statusFlags   []string
 		topic, output string
 		limit         int
 	)
@@ -40,13 +41,13 @@ func (a *app) outboxListCommand() *cobra.Command {
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			f := admin.OutboxFilter{Statuses: statuses, Topic: topic}
+			f := admin.OutboxListOptions{Filter: admin.OutboxFilter{Statuses: statuses[pgbox.OutboxStatus](statusFlags), Topic: topic}, Limit: limit}
 			switch output {
 			case formatJSONL:
-				return a.admin.OutboxList(ctx, f, limit, func(m admin.OutboxMessage) error { return writeJSONLine(a.out, m) })
+				return a.admin.OutboxList(ctx, f, func(m admin.OutboxMessage) error { return writeJSONLine(a.out, m) })
 			case formatJSON:
 				rows := []admin.OutboxMessage{}
-				if err := a.admin.OutboxList(ctx, f, limit, func(m admin.OutboxMessage) error { rows = append(rows, m); return nil }); err != nil {
+				if err := a.admin.OutboxList(ctx, f, func(m admin.OutboxMessage) error { rows = append(rows, m); return nil }); err != nil {
 					return err
 				}
 				return writeJSON(a.out, rows)
@@ -54,7 +55,7 @@ func (a *app) outboxListCommand() *cobra.Command {
 			t := newTable(a.out)
 			fmt.Fprintln(t, "CREATED (UTC)\tID\tTOPIC\tTYPE\tSTATUS\tATTEMPTS\tLAST ERROR")
 			n := 0
-			err := a.admin.OutboxList(ctx, f, limit, func(m admin.OutboxMessage) error {
+			err := a.admin.OutboxList(ctx, f, func(m admin.OutboxMessage) error {
 				n++
 				lastError := "-"
 				if m.LastError != nil {
@@ -77,7 +78,7 @@ func (a *app) outboxListCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringSliceVar(&statuses, "status", nil, "only these statuses: pending, running, published, dead (comma-separated)")
+	cmd.Flags().StringSliceVar(&statusFlags, "status", nil, "only these statuses: pending, running, published, dead (comma-separated)")
 	cmd.Flags().StringVar(&topic, "topic", "", "only this topic")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many rows; 0 for all")
 	outputFlag(cmd, &output, formatTable, formatJSON, formatJSONL)
@@ -127,9 +128,9 @@ func (a *app) outboxShowCommand() *cobra.Command {
 			switch {
 			case d.PublishedAt != nil:
 				row("Published", stamp(*d.PublishedAt)+" UTC")
-			case d.Status == "pending":
+			case d.Status == pgbox.OutboxPending:
 				row("Next attempt", stamp(d.AvailableAt)+" UTC")
-			case d.Status == "running":
+			case d.Status == pgbox.OutboxRunning:
 				row("Lease ends", stamp(d.AvailableAt)+" UTC")
 			}
 			_ = t.Flush()
@@ -192,13 +193,14 @@ ordering key until then. Name the rows by id, or pass --all-dead.`,
 				if err != nil {
 					return err
 				}
-				if d.Status != "dead" {
+				if d.Status != pgbox.OutboxDead {
 					return fmt.Errorf("outbox row %s is %s, not dead: only dead rows are retried; nothing was retried", id, d.Status)
 				}
 			}
 			n := int64(len(ids))
 			if allDead {
-				err := a.admin.OutboxList(ctx, admin.OutboxFilter{Statuses: []string{"dead"}}, 0, func(admin.OutboxMessage) error { n++; return nil })
+				dead := admin.OutboxListOptions{Filter: admin.OutboxFilter{Statuses: []pgbox.OutboxStatus{pgbox.OutboxDead}}}
+				err := a.admin.OutboxList(ctx, dead, func(admin.OutboxMessage) error { n++; return nil })
 				if err != nil {
 					return err
 				}
@@ -213,7 +215,7 @@ ordering key until then. Name the rows by id, or pass --all-dead.`,
 			case allDead && !yes && !a.confirm(fmt.Sprintf("Retry %s?", plural(n, "dead outbox row"))):
 				return fmt.Errorf("not confirmed: nothing was retried")
 			}
-			done, err := a.admin.OutboxRetry(ctx, ids, admin.BatchOptions{Progress: a.progress("Retried", n)})
+			done, err := a.admin.OutboxRetry(ctx, admin.OutboxRetryOptions{IDs: ids, ProgressFunc: a.progress("Retried", n)})
 			if err != nil {
 				return fmt.Errorf("%w (retried %s before the error)", err, plural(done, "row"))
 			}

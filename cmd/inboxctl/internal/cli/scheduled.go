@@ -70,7 +70,7 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 	if bulk && !flags.yes && !a.confirm(fmt.Sprintf("Schedule a replay for %s (%s)?", when, now)) {
 		return fmt.Errorf("not confirmed: nothing was scheduled")
 	}
-	r, err := a.admin.ScheduleReplay(ctx, filter, note, runAt)
+	r, err := a.admin.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: runAt, Filter: filter, Note: note})
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ each once its time has come, by the database clock.`,
 			t := newTable(a.out)
 			fmt.Fprintln(t, "ID\tRUN AT (UTC)\tSTATE\tREPLAYED\tSELECTION\tNOTE")
 			for _, r := range list {
-				state := r.State
+				state := string(r.State)
 				if r.State == admin.ReplayFailed {
 					state += ": " + oneLine(r.Error, 60)
 				}
@@ -160,7 +160,7 @@ func describe(f admin.Filter) string {
 		}
 	}
 	add("consumer", f.Consumer)
-	add("status", strings.Join(f.Statuses, ","))
+	add("status", joinStatuses(f.Statuses))
 	add("type", f.EventType)
 	add("group", f.Fingerprint)
 	if f.ErrorContains != "" {
