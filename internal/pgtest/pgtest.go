@@ -24,8 +24,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/pgbox/pgbox/internal/ident"
-	"github.com/pgbox/pgbox/migrations"
 	"github.com/pgbox/pgbox/pgboxtest"
 )
 
@@ -163,36 +161,4 @@ func Main(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-// ExampleDB is a pool and a freshly migrated schema for a runnable Example,
-// which has no testing.T. Close drops the schema and closes the pool.
-type ExampleDB struct {
-	// Pool connects to the test database.
-	Pool *pgxpool.Pool
-	// Schema is the example's own schema, migrated and empty.
-	Schema string
-}
-
-// NewExampleDB creates the schema named name (dropping any leftover of an
-// earlier run) and migrates it. It panics if the database is unusable,
-// which fails the example.
-func NewExampleDB(ctx context.Context, name string) *ExampleDB {
-	pool, err := newPool(ctx, 10)
-	if err != nil {
-		panic(err)
-	}
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident.Quote(name)+" CASCADE"); err != nil {
-		panic(err)
-	}
-	if err := migrations.Migrate(ctx, pool, migrations.Options{Schema: name}); err != nil {
-		panic(err)
-	}
-	return &ExampleDB{Pool: pool, Schema: name}
-}
-
-// Close drops the example's schema and closes its pool.
-func (db *ExampleDB) Close() {
-	_, _ = db.Pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+ident.Quote(db.Schema)+" CASCADE")
-	db.Pool.Close()
 }
