@@ -32,6 +32,33 @@ func setup(t *testing.T, cfg admin.Config) *testBundle {
 	return &testBundle{adm: adm, pool: pgtest.Pool(t), schema: cfg.Schema}
 }
 
+// inCallerTx runs work in a subtest for each way a caller's transaction
+// ends: "RolledBack" and "Committed". work gets a fresh bundle and the open
+// transaction; it does its part in tx, checks what tx and everybody else
+// see before the end, and returns the checks to make after a rollback and
+// after a commit.
+func inCallerTx(t *testing.T, work func(t *testing.T, b *testBundle, tx pgx.Tx) (rolledBack, committed func())) {
+	t.Helper()
+	for _, commit := range []bool{false, true} {
+		t.Run(map[bool]string{false: "RolledBack", true: "Committed"}[commit], func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t, admin.Config{})
+			tx, err := b.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			rolledBack, committed := work(t, b, tx)
+			if !commit {
+				require.NoError(t, tx.Rollback(ctx))
+				rolledBack()
+				return
+			}
+			require.NoError(t, tx.Commit(ctx))
+			committed()
+		})
+	}
+}
+
 // exec runs query, with "/* schema */" naming the bundle's schema.
 func (b *testBundle) exec(t *testing.T, query string, args ...any) {
 	t.Helper()
@@ -188,46 +215,24 @@ func TestReplayByFingerprint(t *testing.T) {
 // changes are visible inside that transaction.
 func TestReplayTx(t *testing.T) {
 	t.Parallel()
-
-	t.Run("RolledBack", func(t *testing.T) {
-		t.Parallel()
-		ctx := context.Background()
-		b := setup(t, admin.Config{})
+	inCallerTx(t, func(t *testing.T, b *testBundle, tx pgx.Tx) (func(), func()) {
 		b.mixed(t)
 		before := b.snapshot(t)
-
-		tx, err := b.pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
 		report, reports := progress()
-		n, err := b.adm.ReplayTx(ctx, tx, admin.ReplayOptions{BatchSize: 10, Filter: admin.Filter{Consumer: "payments"}, ProgressFunc: report})
+		n, err := b.adm.ReplayTx(context.Background(), tx, admin.ReplayOptions{
+			BatchSize: 10, Filter: admin.Filter{Consumer: "payments"}, Note: "in tx", ProgressFunc: report})
 		require.NoError(t, err)
 		require.EqualValues(t, 34, n)
 		require.Equal(t, []int64{10, 20, 30, 34}, *reports)
 		require.Equal(t, 34, b.count(t, tx, "replays = 1"), "the transaction sees its replay")
 		require.Equal(t, before, b.snapshot(t), "nobody else does before it commits")
-
-		require.NoError(t, tx.Rollback(ctx))
-		require.Equal(t, before, b.snapshot(t), "a rolled-back replay changes nothing")
-	})
-
-	t.Run("Committed", func(t *testing.T) {
-		t.Parallel()
-		ctx := context.Background()
-		b := setup(t, admin.Config{})
-		b.mixed(t)
-
-		tx, err := b.pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		n, err := b.adm.ReplayTx(ctx, tx, admin.ReplayOptions{BatchSize: 10, Filter: admin.Filter{Consumer: "payments"}, Note: "in tx"})
-		require.NoError(t, err)
-		require.EqualValues(t, 34, n)
-		require.NoError(t, tx.Commit(ctx))
-
-		require.Equal(t, 34, b.count(t, b.pool, "status = 'pending' AND replays = 1 AND errors->-1->>'note' = 'in tx'"))
-		require.Equal(t, 3, b.count(t, b.pool, "status = 'running'"))
-		require.Equal(t, 3, b.count(t, b.pool, "status = 'done'"))
+		return func() {
+				require.Equal(t, before, b.snapshot(t), "a rolled-back replay changes nothing")
+			}, func() {
+				require.Equal(t, 34, b.count(t, b.pool, "status = 'pending' AND replays = 1 AND errors->-1->>'note' = 'in tx'"))
+				require.Equal(t, 3, b.count(t, b.pool, "status = 'running'"))
+				require.Equal(t, 3, b.count(t, b.pool, "status = 'done'"))
+			}
 	})
 }
 
@@ -262,33 +267,20 @@ func TestDiscard(t *testing.T) {
 
 func TestDiscardTx(t *testing.T) {
 	t.Parallel()
-
-	for _, commit := range []bool{false, true} {
-		name := map[bool]string{false: "RolledBack", true: "Committed"}[commit]
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			b := setup(t, admin.Config{})
-			b.mixed(t)
-			before := b.snapshot(t)
-
-			tx, err := b.pool.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			n, err := b.adm.DiscardTx(ctx, tx, admin.DiscardOptions{BatchSize: 4, Filter: admin.Filter{Consumer: "shipping"}, Reason: "carrier gone"})
-			require.NoError(t, err)
-			require.EqualValues(t, 4, n)
-			require.Equal(t, before, b.snapshot(t), "nothing shows before the commit")
-			if !commit {
-				require.NoError(t, tx.Rollback(ctx))
+	inCallerTx(t, func(t *testing.T, b *testBundle, tx pgx.Tx) (func(), func()) {
+		b.mixed(t)
+		before := b.snapshot(t)
+		n, err := b.adm.DiscardTx(context.Background(), tx, admin.DiscardOptions{BatchSize: 4, Filter: admin.Filter{Consumer: "shipping"}, Reason: "carrier gone"})
+		require.NoError(t, err)
+		require.EqualValues(t, 4, n)
+		require.Equal(t, before, b.snapshot(t), "nothing shows before the commit")
+		return func() {
 				require.Equal(t, before, b.snapshot(t))
-				return
+			}, func() {
+				require.Equal(t, 4, b.count(t, b.pool, "consumer = 'shipping' AND status = 'discarded'"))
+				require.Equal(t, 25, b.count(t, b.pool, "consumer = 'payments' AND status = 'dead'"))
 			}
-			require.NoError(t, tx.Commit(ctx))
-			require.Equal(t, 4, b.count(t, b.pool, "consumer = 'shipping' AND status = 'discarded'"))
-			require.Equal(t, 25, b.count(t, b.pool, "consumer = 'payments' AND status = 'dead'"))
-		})
-	}
+	})
 }
 
 // purgeFixture stores, for consumer payments, 9 done messages processed two
@@ -346,35 +338,22 @@ func TestPurge(t *testing.T) {
 
 func TestPurgeTx(t *testing.T) {
 	t.Parallel()
-
-	for _, commit := range []bool{false, true} {
-		name := map[bool]string{false: "RolledBack", true: "Committed"}[commit]
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			b := setup(t, admin.Config{})
-			b.purgeFixture(t)
-			before := b.snapshot(t)
-
-			tx, err := b.pool.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			report, reports := progress()
-			n, err := b.adm.PurgeTx(ctx, tx, admin.PurgeOptions{BatchSize: 3, OlderThan: 24 * time.Hour, ProgressFunc: report, Status: pgbox.InboxDone})
-			require.NoError(t, err)
-			require.EqualValues(t, 11, n)
-			require.Equal(t, []int64{3, 6, 9, 11}, *reports)
-			require.Equal(t, before, b.snapshot(t), "nothing is deleted for others before the commit")
-			if !commit {
-				require.NoError(t, tx.Rollback(ctx))
+	inCallerTx(t, func(t *testing.T, b *testBundle, tx pgx.Tx) (func(), func()) {
+		b.purgeFixture(t)
+		before := b.snapshot(t)
+		report, reports := progress()
+		n, err := b.adm.PurgeTx(context.Background(), tx, admin.PurgeOptions{BatchSize: 3, OlderThan: 24 * time.Hour, ProgressFunc: report, Status: pgbox.InboxDone})
+		require.NoError(t, err)
+		require.EqualValues(t, 11, n)
+		require.Equal(t, []int64{3, 6, 9, 11}, *reports)
+		require.Equal(t, before, b.snapshot(t), "nothing is deleted for others before the commit")
+		return func() {
 				require.Equal(t, before, b.snapshot(t))
-				return
+			}, func() {
+				require.Zero(t, b.count(t, b.pool, "message_id LIKE 'old-%'"))
+				require.Equal(t, 2+3+4, b.count(t, b.pool, "true"))
 			}
-			require.NoError(t, tx.Commit(ctx))
-			require.Zero(t, b.count(t, b.pool, "message_id LIKE 'old-%'"))
-			require.Equal(t, 2+3+4, b.count(t, b.pool, "true"))
-		})
-	}
+	})
 }
 
 // A call with bad input is refused before it touches anything, with an

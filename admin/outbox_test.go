@@ -83,34 +83,21 @@ func TestOutboxRetry(t *testing.T) {
 
 func TestOutboxRetryTx(t *testing.T) {
 	t.Parallel()
-
-	for _, commit := range []bool{false, true} {
-		name := map[bool]string{false: "RolledBack", true: "Committed"}[commit]
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			b := setup(t, admin.Config{})
-			b.outboxRows(t, 7, pgbox.OutboxDead)
-			b.outboxRows(t, 1, pgbox.OutboxPublished)
-
-			tx, err := b.pool.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			n, err := b.adm.OutboxRetryTx(ctx, tx, admin.OutboxRetryOptions{BatchSize: 3})
-			require.NoError(t, err)
-			require.EqualValues(t, 7, n)
-			require.Zero(t, b.outboxCount(t, tx, "status = 'dead'"), "the transaction sees its retry")
-			require.Equal(t, 7, b.outboxCount(t, b.pool, "status = 'dead'"), "nobody else does before it commits")
-			if !commit {
-				require.NoError(t, tx.Rollback(ctx))
+	inCallerTx(t, func(t *testing.T, b *testBundle, tx pgx.Tx) (func(), func()) {
+		b.outboxRows(t, 7, pgbox.OutboxDead)
+		b.outboxRows(t, 1, pgbox.OutboxPublished)
+		n, err := b.adm.OutboxRetryTx(context.Background(), tx, admin.OutboxRetryOptions{BatchSize: 3})
+		require.NoError(t, err)
+		require.EqualValues(t, 7, n)
+		require.Zero(t, b.outboxCount(t, tx, "status = 'dead'"), "the transaction sees its retry")
+		require.Equal(t, 7, b.outboxCount(t, b.pool, "status = 'dead'"), "nobody else does before it commits")
+		return func() {
 				require.Equal(t, 7, b.outboxCount(t, b.pool, "status = 'dead' AND replays = 0"))
-				return
+			}, func() {
+				require.Equal(t, 7, b.outboxCount(t, b.pool, "status = 'pending' AND replays = 1"))
+				require.Equal(t, 1, b.outboxCount(t, b.pool, "status = 'published'"))
 			}
-			require.NoError(t, tx.Commit(ctx))
-			require.Equal(t, 7, b.outboxCount(t, b.pool, "status = 'pending' AND replays = 1"))
-			require.Equal(t, 1, b.outboxCount(t, b.pool, "status = 'published'"))
-		})
-	}
+	})
 }
 
 // OutboxList refuses an unknown status, naming the valid ones.

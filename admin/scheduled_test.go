@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox"
@@ -157,58 +158,46 @@ func TestScheduledReplayWithABadFilterFails(t *testing.T) {
 // caller's transaction commits.
 func TestScheduledReplayTx(t *testing.T) {
 	t.Parallel()
+	inCallerTx(t, func(t *testing.T, b *testBundle, tx pgx.Tx) (func(), func()) {
+		ctx := context.Background()
+		b.add(t, "payments", "dead", 3, pgbox.InboxDead, "gateway timeout", 0)
+		keep, err := b.adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(time.Hour)})
+		require.NoError(t, err)
+		r, err := b.adm.ScheduleReplayTx(ctx, tx, admin.ScheduleReplayOptions{
+			At:     time.Now().Add(-time.Second),
+			Filter: admin.Filter{Consumer: "payments"},
+			Note:   "in tx",
+		})
+		require.NoError(t, err)
+		require.Equal(t, admin.ReplayScheduled, r.State)
+		require.NoError(t, b.adm.CancelScheduledReplayTx(ctx, tx, keep.ID))
 
-	for _, commit := range []bool{false, true} {
-		name := map[bool]string{false: "RolledBack", true: "Committed"}[commit]
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			b := setup(t, admin.Config{})
-			b.add(t, "payments", "dead", 3, pgbox.InboxDead, "gateway timeout", 0)
-			keep, err := b.adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(time.Hour)})
-			require.NoError(t, err)
+		// Until the commit, nobody else sees either: the due replay does
+		// not run, and the other is still scheduled.
+		n, err := b.adm.RunDueReplays(ctx, 0)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		list, err := b.adm.ScheduledReplays(ctx, 0)
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		require.Equal(t, admin.ReplayScheduled, list[0].State)
 
-			tx, err := b.pool.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			r, err := b.adm.ScheduleReplayTx(ctx, tx, admin.ScheduleReplayOptions{
-				At:     time.Now().Add(-time.Second),
-				Filter: admin.Filter{Consumer: "payments"},
-				Note:   "in tx",
-			})
-			require.NoError(t, err)
-			require.Equal(t, admin.ReplayScheduled, r.State)
-			require.NoError(t, b.adm.CancelScheduledReplayTx(ctx, tx, keep.ID))
-
-			// Until the commit, nobody else sees either: the due replay does
-			// not run, and the other is still scheduled.
-			n, err := b.adm.RunDueReplays(ctx, 0)
-			require.NoError(t, err)
-			require.Zero(t, n)
-			list, err := b.adm.ScheduledReplays(ctx, 0)
-			require.NoError(t, err)
-			require.Len(t, list, 1)
-			require.Equal(t, admin.ReplayScheduled, list[0].State)
-
-			if !commit {
-				require.NoError(t, tx.Rollback(ctx))
+		return func() {
 				count, err := b.adm.CountScheduledReplays(ctx)
 				require.NoError(t, err)
 				require.EqualValues(t, 1, count, "the cancelled one is still waiting; the new one never was")
-				return
+			}, func() {
+				n, err := b.adm.RunDueReplays(ctx, 0)
+				require.NoError(t, err)
+				require.EqualValues(t, 3, n)
+				list, err := b.adm.ScheduledReplays(ctx, 0)
+				require.NoError(t, err)
+				states := map[int64]admin.ReplayState{}
+				for _, r := range list {
+					states[r.ID] = r.State
+				}
+				require.Equal(t, map[int64]admin.ReplayState{keep.ID: admin.ReplayCancelled, r.ID: admin.ReplayDone}, states)
+				require.Equal(t, 3, countStatus(t, b.schema, "pending"))
 			}
-			require.NoError(t, tx.Commit(ctx))
-			n, err = b.adm.RunDueReplays(ctx, 0)
-			require.NoError(t, err)
-			require.EqualValues(t, 3, n)
-			list, err = b.adm.ScheduledReplays(ctx, 0)
-			require.NoError(t, err)
-			states := map[int64]admin.ReplayState{}
-			for _, r := range list {
-				states[r.ID] = r.State
-			}
-			require.Equal(t, map[int64]admin.ReplayState{keep.ID: admin.ReplayCancelled, r.ID: admin.ReplayDone}, states)
-			require.Equal(t, 3, countStatus(t, b.schema, "pending"))
-		})
-	}
+	})
 }
