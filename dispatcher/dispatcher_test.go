@@ -370,9 +370,11 @@ func TestZombieWorkerRunsNothing(t *testing.T) {
 					WHERE state = 'idle in transaction' AND query LIKE '%%%s%%claim_token%%')`, b.schema))
 			}
 
-			rescuerCfg := lease
-			rescuerCfg.Handlers = handlers("rescuer")
-			b.start(t, rescuerCfg)
+			// Only the zombie's lease must run out. The rescuer keeps the
+			// default lease: with the zombie's 300ms, a loaded machine
+			// could end the rescuer's own batch transaction too, and the
+			// rescuer would then run the message twice.
+			b.start(t, dispatcher.Config{Handlers: handlers("rescuer"), Workers: 1})
 			b.waitSettled(t)
 
 			close(resume)
