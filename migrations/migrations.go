@@ -7,6 +7,19 @@
 // lock, one per schema, lets one run at a time, and the others then find
 // nothing left to do.
 //
+// The migrator keeps no session state, so it works through PgBouncer in
+// transaction pooling mode as well as on a direct connection: it sends no
+// startup parameter; each migration's own transaction points search_path
+// at the schema (set_config(…, true), which ends with the transaction);
+// goose's version table is always named with its schema; and the lock is
+// a transaction-level advisory lock (pg_advisory_xact_lock), held by a
+// transaction that stays open on a connection of its own for the whole run,
+// so the server releases it at commit, rollback or disconnection and never
+// on the wrong connection. Through PgBouncer, configure the pool with
+// default_query_exec_mode=exec or simple_protocol: pgx's default statement
+// cache needs a session. After Up, the migrator checks that every table
+// landed in the schema and fails, naming what it found where, if not.
+//
 // Migration 4 also installs River's tables (river_job, river_leader, …) in
 // the same schema, with River's own migrator (rivermigrate): package
 // maintenance runs pgbox's background jobs on River, with River's leader
@@ -24,14 +37,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
-	"database/sql/driver"
 	"embed"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"path"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -92,8 +103,9 @@ const RiverSince = 4
 // Migrator applies and rolls back pgbox's migrations in one schema.
 // Close it when done.
 type Migrator struct {
-	db       *sql.DB // goose's connections, one of which holds the migration lock
+	db       *sql.DB // goose's connections: one holds the migration lock, goose migrates on the other
 	lockID   int64
+	names    map[int64]string // migration file names by version
 	pool     *pgxpool.Pool
 	provider *goose.Provider
 	river    *rivermigrate.Migrator[pgx.Tx]
@@ -117,22 +129,31 @@ func New(pool *pgxpool.Pool, opts Options) (*Migrator, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	files, err := readMigrations(Files())
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err) // a broken build, caught by the package's tests
+	}
+	names := make(map[int64]string, len(files))
+	for _, f := range files {
+		names[f.version] = f.name
+	}
 
-	// The migration files name their tables without a schema; the
-	// connection's search_path puts them in ours. goose's own version table
-	// is found the same way, which keeps the schema name out of goose's
-	// string-built queries.
-	connConfig := pool.Config().ConnConfig.Copy()
-	connConfig.RuntimeParams["search_path"] = ident.Quote(schema)
-	db := stdlib.OpenDB(*connConfig)
+	// goose's connections are configured exactly as the pool's: no startup
+	// parameter of ours, so a transaction-pooling PgBouncer accepts them.
+	// The schema reaches the SQL through each migration's transaction (see
+	// goMigrations) and goose's version table through versionStore.
+	db := stdlib.OpenDB(*pool.Config().ConnConfig.Copy())
 	db.SetMaxOpenConns(2)
 
-	// No goose session locker: the Migrator takes the lock itself, so that
-	// River's migrations run under it too (see locked).
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, Files(),
+	// The embedded files run as Go migrations (fsys nil), so that each can
+	// set the schema in its own transaction before its SQL. No goose
+	// locker: the Migrator takes the lock itself, so that River's
+	// migrations run under it too (see locked).
+	provider, err := goose.NewProvider(goose.DialectCustom, db, nil,
 		goose.WithDisableGlobalRegistry(true),
+		goose.WithGoMigrations(goMigrations(files, schema)...),
 		goose.WithSlog(logger),
-		goose.WithTableName(pgbox.MigrationsTable),
+		goose.WithStore(newVersionStore(schema)),
 	)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("migrations: %w", err), db.Close())
@@ -140,12 +161,13 @@ func New(pool *pgxpool.Pool, opts Options) (*Migrator, error) {
 
 	// River's migrator uses the caller's pool: no connection of that pool is
 	// held while waiting for the lock (that is one of goose's), so migrators
-	// queueing on the lock cannot starve the one holding it.
+	// queueing on the lock cannot starve the one holding it. River names
+	// its schema in every statement.
 	river, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger, Schema: schema})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("migrations: river: %w", err), provider.Close())
 	}
-	return &Migrator{db: db, lockID: lockID(schema), pool: pool, provider: provider, river: river, schema: schema}, nil
+	return &Migrator{db: db, lockID: lockID(schema), names: names, pool: pool, provider: provider, river: river, schema: schema}, nil
 }
 
 // Close releases the Migrator's connections.
@@ -153,35 +175,50 @@ func (m *Migrator) Close() error {
 	return m.provider.Close()
 }
 
-// locked runs fn holding the schema's migration lock: a session-level
-// advisory lock, waited for in the server, so that the next migrator goes the
-// moment it is free. goose's own Postgres locker polls at intervals of a
-// second or more, and could not cover River's migrations. The lock is held
-// on one of goose's two connections; goose migrates on the other.
+// locked runs fn holding the schema's migration lock.
+//
+// The lock is a transaction-level advisory lock taken in a transaction
+// opened for it on one of goose's two connections (goose migrates on the
+// other, River on the caller's pool) and kept open, idle, until fn returns.
+// A session-level lock would not survive a pooler: PgBouncer in
+// transaction mode runs the lock and the unlock on whichever server
+// connections are free, so the unlock fails and the lock stays with a
+// connection other clients then use. A transaction pins its server
+// connection until it ends, and the server releases the lock when it ends,
+// however it ends (rollback, a dropped client, a killed backend).
+//
+// The wait happens in the server (pg_advisory_xact_lock), so the next
+// migrator goes the moment the lock is free; goose's table-based locker
+// polls at intervals and would need its own stale-lock expiry instead.
+// idle_in_transaction_session_timeout is switched off for the lock's
+// transaction alone, since that transaction sits idle while the migrations
+// run; PgBouncer's idle_transaction_timeout (off by default) must exceed
+// the migrations' duration for the same reason.
 func (m *Migrator) locked(ctx context.Context, fn func() error) error {
-	conn, err := m.db.Conn(ctx)
+	// The transaction outlives ctx's cancellation until fn has returned:
+	// database/sql would otherwise roll it back, releasing the lock, while
+	// fn's statements may still be finishing.
+	tx, err := m.db.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		return m.explain(fmt.Errorf("connect: %w", err))
 	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", m.lockID); err != nil {
-		return m.explain(fmt.Errorf("wait for the migration lock: %w", err))
+	if _, err := tx.ExecContext(ctx, lockSQL, m.lockID); err != nil {
+		return errors.Join(m.explain(fmt.Errorf("wait for the migration lock: %w", err)), tx.Rollback())
 	}
 	fnErr := fn()
-	// Unlock even when ctx has ended; if that fails, the session's end
-	// releases the lock, so discard the connection rather than reuse it.
-	unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if _, err := conn.ExecContext(unlockCtx, "SELECT pg_advisory_unlock($1)", m.lockID); err != nil {
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		return errors.Join(fnErr, m.explain(fmt.Errorf("release the migration lock: %w", err)))
+	// Ending the transaction releases the lock. If it cannot be ended
+	// cleanly, the connection was lost, and the lock with it, at some
+	// point during fn: say so, since another migrator may have run too.
+	if err := tx.Rollback(); err != nil {
+		return errors.Join(fnErr, m.explain(fmt.Errorf("the migration lock's transaction ended early (%w): another migrator may have run at the same time; run the migration again to check the schema", err)))
 	}
 	return fnErr
 }
 
 // Up creates the schema if needed and applies every pending migration,
-// then River's (see RiverSince). It returns pgbox's migrations it applied:
-// none when the schema was up to date. River's are logged, and
+// then River's (see RiverSince), and then checks that every table is in the
+// schema at the expected version (see verify). It returns pgbox's
+// migrations it applied: none when the schema was up to date. River's are logged, and
 // RiverVersion reports where they stand.
 func (m *Migrator) Up(ctx context.Context) ([]Result, error) {
 	if err := m.createSchema(ctx); err != nil {
@@ -190,11 +227,14 @@ func (m *Migrator) Up(ctx context.Context) ([]Result, error) {
 	var out []Result
 	err := m.locked(ctx, func() error {
 		res, err := m.provider.Up(ctx)
-		out = results(res)
+		out = m.results(res)
 		if err != nil {
 			return m.explain(err)
 		}
-		return m.riverUp(ctx)
+		if err := m.riverUp(ctx); err != nil {
+			return err
+		}
+		return m.verify(ctx)
 	})
 	return out, err
 }
@@ -221,7 +261,7 @@ func (m *Migrator) Down(ctx context.Context) (Result, error) {
 		if err != nil {
 			return m.explain(err)
 		}
-		out = results([]*goose.MigrationResult{res})[0]
+		out = m.results([]*goose.MigrationResult{res})[0]
 		return nil
 	})
 	return out, err
@@ -240,7 +280,7 @@ func (m *Migrator) DownTo(ctx context.Context, version int64) ([]Result, error) 
 			return err
 		}
 		res, err := m.provider.DownTo(ctx, version)
-		out = results(res)
+		out = m.results(res)
 		if err != nil {
 			return m.explain(err)
 		}
@@ -322,7 +362,7 @@ func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 		// goose would create its version table to answer; report instead.
 		var out []Status
 		for _, src := range m.provider.ListSources() {
-			out = append(out, Status{Name: path.Base(src.Path), Version: src.Version})
+			out = append(out, Status{Name: m.names[src.Version], Version: src.Version})
 		}
 		return out, err
 	}
@@ -335,7 +375,7 @@ func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 		out = append(out, Status{
 			Applied:   s.State == goose.StateApplied,
 			AppliedAt: s.AppliedAt,
-			Name:      path.Base(s.Source.Path),
+			Name:      m.names[s.Source.Version],
 			Version:   s.Source.Version,
 		})
 	}
@@ -381,13 +421,13 @@ func (m *Migrator) explain(err error) error {
 	return fmt.Errorf("migrations: schema %s: %w", m.schema, err)
 }
 
-func results(in []*goose.MigrationResult) []Result {
+func (m *Migrator) results(in []*goose.MigrationResult) []Result {
 	out := make([]Result, 0, len(in))
 	for _, r := range in {
 		out = append(out, Result{
 			Direction: r.Direction,
 			Duration:  r.Duration,
-			Name:      path.Base(r.Source.Path),
+			Name:      m.names[r.Source.Version],
 			Version:   r.Source.Version,
 		})
 	}
@@ -398,6 +438,10 @@ func isUndefined(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000")
 }
+
+// lockSQL takes the migration lock for the rest of the transaction,
+// waiting for it.
+const lockSQL = "SELECT pg_catalog.pg_advisory_xact_lock($1)"
 
 // lockID is the advisory lock that serializes migrators of one schema.
 // Migrators of different schemas do not wait for each other.

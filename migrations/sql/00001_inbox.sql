@@ -3,7 +3,8 @@
 -- the dispatcher's work queue (pending and running rows, covered by partial
 -- indexes so the queue stays small however large the memory grows).
 --
--- Tables are created unqualified: the migrator runs with search_path set to
+-- Tables are created unqualified: the migrator runs each migration in a
+-- transaction that first sets search_path (for that transaction only) to
 -- the quoted pgbox schema, so they land there whatever it is called.
 
 -- +goose Up
