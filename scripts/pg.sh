@@ -10,7 +10,10 @@
 #
 # The cluster lives in .pgbox/pg (git-ignored), listens only on 127.0.0.1 on a
 # free port, trusts local connections and keeps durability on (fsync,
-# synchronous_commit) so benchmark figures mean what they say. When run as
+# synchronous_commit) so benchmark figures mean what they say. Its database
+# gives sessions an empty search_path (ALTER DATABASE … SET search_path =
+# ''), so a query that forgets to name its schema fails in tests instead of
+# finding a table by luck; internal/pgtest checks for it. When run as
 # root, the server runs as the `postgres` OS user, because PostgreSQL refuses
 # to run as root.
 set -euo pipefail
@@ -94,6 +97,7 @@ CONF
 
 up() {
   if running; then
+    ensure_db "$(cat "$dir/port")"
     url
     return
   fi
@@ -107,10 +111,21 @@ up() {
     fi
     [ $attempt = 3 ] && { tail -20 "$dir/server.log" >&2; die "could not start PostgreSQL (log: $dir/server.log)"; }
   done
+  ensure_db "$port"
+  url
+}
+
+# ensure_db creates the database unless it exists and empties its default
+# search_path; both are idempotent, so a cluster made by an older pg.sh gets
+# the setting on its next `up`. A server-side default rather than a
+# connection's startup parameter: the tests connect the way users do,
+# through PgBouncer too, which refuses startup parameters.
+ensure_db() {
+  local port=$1
   if ! "$psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1; then
     "$psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE $db" >/dev/null
   fi
-  url
+  "$psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "ALTER DATABASE $db SET search_path = ''" >/dev/null
 }
 
 crash_restart() {

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
@@ -68,9 +69,9 @@ var (
 	sharedErr  error
 )
 
-// Pool returns the package's shared pool. Its search_path is empty, so a
-// query that forgets to name its schema fails instead of finding a table by
-// luck. Main closes it.
+// Pool returns the package's shared pool. Its search_path is empty (see
+// checkSearchPath), so a query that forgets to name its schema fails instead
+// of finding a table by luck. Main closes it.
 func Pool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
 	sharedOnce.Do(func() {
@@ -106,7 +107,6 @@ func newPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("pgtest: parse database URL: %w", err)
 	}
 	cfg.MaxConns = maxConns
-	cfg.ConnConfig.RuntimeParams["search_path"] = ""
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
@@ -117,7 +117,41 @@ func newPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 		pool.Close()
 		return nil, fmt.Errorf("pgtest: database unreachable: %w (is the test cluster up? run `make pg-up`)", err)
 	}
+	if err := checkSearchPath(pingCtx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	return pool, nil
+}
+
+// checkSearchPath fails unless the test database gives its sessions an
+// empty search_path.
+//
+// The tests connect without startup parameters, as pgbox does, because
+// PgBouncer in transaction pooling mode refuses them (and a SET after
+// connecting would be session state that a pooler hands to other clients).
+// So the empty search_path has to be the database's own default: `ALTER
+// DATABASE … SET search_path = ”`, which scripts/pg.sh applies to its
+// cluster. pgtest does not alter a database named by DATABASE_URL itself,
+// which may not be a throwaway one; it checks, once per pool, and says what
+// to run. current_schemas(false) is what the check is about: the schemas
+// where an unqualified name would be found.
+func checkSearchPath(ctx context.Context, pool *pgxpool.Pool) error {
+	var (
+		database string
+		schemas  []string
+	)
+	err := pool.QueryRow(ctx, "SELECT pg_catalog.current_database(), pg_catalog.current_schemas(false)").Scan(&database, &schemas)
+	if err != nil {
+		return fmt.Errorf("pgtest: read the test database's search_path: %w", err)
+	}
+	if len(schemas) > 0 {
+		return fmt.Errorf("pgtest: unqualified names resolve in the test database (its search_path puts %s on it); "+
+			"pgbox's tests need an empty search_path, so that a query that forgets its schema fails instead of finding a table by luck: "+
+			"run ALTER DATABASE %s SET search_path = '' (scripts/pg.sh up does this for its own cluster), then run the tests again",
+			strings.Join(schemas, ", "), pgx.Identifier{database}.Sanitize())
+	}
+	return nil
 }
 
 // Schema creates a schema of the test's own, migrated to the current
