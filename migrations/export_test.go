@@ -9,3 +9,6 @@ func ParseMigration(name, body string) (up, down string, err error) {
 	m, err := parseMigration(name, body)
 	return m.up, m.down, err
 }
+
+// LockID exposes the migration lock's key, to look for it in pg_locks.
+var LockID = lockID

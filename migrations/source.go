@@ -55,8 +55,7 @@ func readMigrations(files fs.FS) ([]migration, error) {
 // parseMigration splits a goose SQL file at its "-- +goose Up" and "--
 // +goose Down" lines. Each direction then runs as one multi-statement
 // string in the migration's transaction, so goose's statement splitting
-// is not needed; StatementBegin/End lines are accepted (and are plain
-// comments to PostgreSQL). Any other annotation is refused rather than
+// is not needed and StatementBegin/End lines are simply dropped. Any other annotation is refused rather than
 // ignored: "NO TRANSACTION" in particular cannot work here, because the
 // schema is set for the migration's transaction only.
 func parseMigration(name, body string) (migration, error) {
@@ -87,6 +86,7 @@ func parseMigration(name, body string) (migration, error) {
 				seenDown = true
 				continue
 			case "StatementBegin", "StatementEnd":
+				continue
 			default:
 				return migration{}, fmt.Errorf("migration file %s: annotation %q is not supported: every pgbox migration runs in one transaction that sets the schema", name, strings.TrimSpace(line))
 			}

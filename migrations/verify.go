@@ -18,13 +18,21 @@ var pgboxTables = []string{"idempotency_keys", "inbox", "inbox_claims", "inbox_c
 // has; RiverVersion checks the rest.
 var riverTables = []string{"river_job", "river_leader", "river_migration", "river_queue"}
 
-// locateTablesSQL lists the schemas holding a table of each given name.
+// locateTablesSQL lists the schemas holding a table of each given name,
+// for each name first the schemas without a version table of their own:
+// where tables misplaced by another search_path would be (other pgbox
+// schemas in the database hold the same tables, rightly).
 const locateTablesSQL = `
 SELECT c.relname, n.nspname
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p') AND c.relname = ANY($1)
-ORDER BY 1, 2`
+ORDER BY 1,
+	EXISTS (SELECT 1 FROM pg_catalog.pg_class v WHERE v.relnamespace = n.oid AND v.relname = $2),
+	2`
+
+// maxElsewhere caps the schemas an error names per missing table.
+const maxElsewhere = 3
 
 // verify checks, after Up, that goose's version table, pgbox's tables and
 // River's are all in the schema, at SchemaVersion and River's newest
@@ -37,7 +45,7 @@ ORDER BY 1, 2`
 // time.
 func (m *Migrator) verify(ctx context.Context) error {
 	want := append(append([]string{pgbox.MigrationsTable}, pgboxTables...), riverTables...)
-	rows, err := m.pool.Query(ctx, locateTablesSQL, want)
+	rows, err := m.pool.Query(ctx, locateTablesSQL, want, pgbox.MigrationsTable)
 	if err != nil {
 		return m.explain(fmt.Errorf("check where the tables are: %w", err))
 	}
@@ -61,10 +69,13 @@ func (m *Migrator) verify(ctx context.Context) error {
 		}
 		switch {
 		case here:
+		case len(elsewhere) > maxElsewhere:
+			problems = append(problems, fmt.Sprintf("%s is missing (found in schemas %s and %d more)",
+				table, strings.Join(elsewhere[:maxElsewhere], ", "), len(elsewhere)-maxElsewhere))
 		case len(elsewhere) > 0:
-			problems = append(problems, fmt.Sprintf("%s is in schema %s instead", table, strings.Join(elsewhere, ", ")))
+			problems = append(problems, fmt.Sprintf("%s is missing (found in schema %s)", table, strings.Join(elsewhere, ", ")))
 		default:
-			problems = append(problems, table+" is in no schema")
+			problems = append(problems, table+" is missing (and in no other schema)")
 		}
 	}
 	if len(problems) > 0 {
