@@ -8,8 +8,9 @@
 //	mailsink       the stand-in mail service
 //	demo           all of the above as child processes, under load and faults
 //
-// Every service process connects to PostgreSQL with search_path set to its
-// own schema, migrates that schema at start-up, listens on HTTP, prints
+// Every service process connects to PostgreSQL without session settings
+// (its SQL names its own schema, so it runs behind PgBouncer in
+// transaction pooling mode too), migrates that schema at start-up, listens on HTTP, prints
 // "ready <url>" on stdout once it is serving, and shuts down gracefully on
 // SIGINT or SIGTERM (or, with -exit-on-stdin-eof, when its parent goes away).
 package cli
@@ -30,7 +31,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbox/pgbox/examples/orders/broker"
@@ -190,7 +190,7 @@ func runService(ctx context.Context, name string, args []string, stdout, stderr 
 			cancel()
 		}()
 	}
-	pool, err := connect(ctx, f.db, f.schema, f.name)
+	pool, err := connect(ctx, f.db, f.name)
 	if err != nil {
 		return err
 	}
@@ -228,15 +228,15 @@ func build(ctx context.Context, name string, f serviceFlags, pool *pgxpool.Pool,
 	}
 	switch name {
 	case "gateway", "mailsink":
-		cfg := provider.Config{FailRate: f.failRate, Logger: logger, LostRate: f.lostRate, MaxLatency: f.maxLatency, Pool: pool}
+		cfg := provider.Config{FailRate: f.failRate, Logger: logger, LostRate: f.lostRate, MaxLatency: f.maxLatency, Pool: pool, Schema: f.schema}
 		if name == "gateway" {
 			g := provider.NewGateway(cfg)
 			svc.handler = g.Handler()
-			return svc, g.Migrate(ctx, f.schema)
+			return svc, g.Migrate(ctx)
 		}
 		m := provider.NewMailSink(cfg)
 		svc.handler = m.Handler()
-		return svc, m.Migrate(ctx, f.schema)
+		return svc, m.Migrate(ctx)
 
 	case "orders":
 		if err := orders.Migrate(ctx, pool, f.schema); err != nil {
@@ -343,16 +343,16 @@ func serve(ctx context.Context, f serviceFlags, svc service, stdout io.Writer, l
 	return errors.Join(srv.Shutdown(stopCtx), svc.stop(stopCtx))
 }
 
-// connect opens the process's pool: its schema first on the search_path
-// (the service's SQL names its tables unqualified), and its name in
-// pg_stat_activity.
-func connect(ctx context.Context, url, schema, name string) (*pgxpool.Pool, error) {
+// connect opens the process's pool, with its name in pg_stat_activity.
+// application_name is its only startup parameter, one PgBouncer supports;
+// no search_path, which a transaction-pooling PgBouncer refuses: the
+// process's SQL names its schema instead (ddl.Render).
+func connect(ctx context.Context, url, name string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database URL: %w", err)
 	}
 	cfg.MaxConns = 16
-	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
 	cfg.ConnConfig.RuntimeParams["application_name"] = "pgbox example " + name
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -1,27 +1,44 @@
 // Package ddl creates the example's own tables, each process of a service
-// or provider doing it at start-up.
+// or provider doing it at start-up, and names their schema in the
+// example's SQL.
+//
+// Every query names its schema, "{schema}.orders", rendered by Render:
+// the processes connect without startup parameters (no search_path), so
+// they run unchanged behind PgBouncer in transaction pooling mode, where a
+// session setting would not follow the process from one transaction to the
+// next.
 package ddl
 
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// Render returns query with every "{schema}" replaced by schema as a
+// quoted identifier, so that "{schema}.orders" names the orders table of
+// that schema whatever its name.
+func Render(schema, query string) string {
+	return strings.ReplaceAll(query, "{schema}", pgx.Identifier{schema}.Sanitize())
+}
+
 // Create makes schema if it is missing and runs statements (CREATE …
-// IF NOT EXISTS) in it, in one transaction. Processes starting together
-// take turns on an advisory lock per schema, since CREATE … IF NOT EXISTS
-// is not safe to run concurrently.
+// IF NOT EXISTS {schema}.…, rendered by Render) in one transaction.
+// Processes starting together take turns on an advisory lock per schema,
+// since CREATE … IF NOT EXISTS is not safe to run concurrently.
 func Create(ctx context.Context, pool *pgxpool.Pool, schema string, statements ...string) error {
+	if schema == "" {
+		return fmt.Errorf("create tables: no schema given")
+	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('pgbox-example:' || $1))", schema); err != nil {
 			return err
 		}
-		quoted := pgx.Identifier{schema}.Sanitize()
-		for _, q := range append([]string{"CREATE SCHEMA IF NOT EXISTS " + quoted, "SET LOCAL search_path TO " + quoted}, statements...) {
-			if _, err := tx.Exec(ctx, q); err != nil {
+		for _, q := range append([]string{"CREATE SCHEMA IF NOT EXISTS {schema}"}, statements...) {
+			if _, err := tx.Exec(ctx, Render(schema, q)); err != nil {
 				return fmt.Errorf("create the tables of schema %s: %w", schema, err)
 			}
 		}

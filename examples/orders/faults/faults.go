@@ -11,6 +11,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"github.com/pgbox/pgbox/examples/orders/ddl"
 	"math/rand/v2"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -70,9 +71,9 @@ func (p DuplicatingPublisher) Publish(topic string, msgs ...*message.Message) er
 }
 
 // DeliveriesTableSQL creates the table DeliveryLog writes, in the consumer
-// service's schema (its pool's search_path).
+// service's schema (rendered by ddl.Render).
 const DeliveriesTableSQL = `
-CREATE TABLE IF NOT EXISTS deliveries (
+CREATE TABLE IF NOT EXISTS {schema}.deliveries (
     seq          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     message_id   text        NOT NULL,
     injected     boolean     NOT NULL,
@@ -90,26 +91,36 @@ CREATE TABLE IF NOT EXISTS deliveries (
 // stored message has at least one logged delivery and the count of absorbed
 // duplicates is never overstated.
 type DeliveryLog struct {
-	pool    *pgxpool.Pool
-	process string
+	insertSQL string
+	pool      *pgxpool.Pool
+	process   string
 }
 
-// NewDeliveryLog returns a log that names process as the receiver. It
-// writes through a small pool of its own, configured like cfg but with
-// synchronous_commit off: the log is instrumentation, and losing its last
+// insertDeliverySQL logs one delivery. It switches synchronous_commit off
+// for its own transaction (set_config's third argument): a per-statement
+// setting, so the pool needs no startup parameter or session state, which
+// a transaction-pooling PgBouncer would refuse or hand to other clients.
+const insertDeliverySQL = `
+INSERT INTO {schema}.deliveries (message_id, injected, process)
+SELECT $1::text, $2::boolean, $3::text
+FROM (SELECT pg_catalog.set_config('synchronous_commit', 'off', true)) AS async`
+
+// NewDeliveryLog returns a log that names process as the receiver and
+// writes to the deliveries table of schema. It writes through a small pool
+// of its own, configured like cfg, with synchronous_commit off for its
+// writes: the log is instrumentation, and losing its last
 // rows to a PostgreSQL crash would cost nothing but a count. That makes a
 // row cost one round trip and no disk flush, so the log hardly slows the
 // hop it measures (a Watermill subscription handles its messages one at a
 // time). Close it when done.
-func NewDeliveryLog(ctx context.Context, cfg *pgxpool.Config, process string) (*DeliveryLog, error) {
+func NewDeliveryLog(ctx context.Context, cfg *pgxpool.Config, schema, process string) (*DeliveryLog, error) {
 	cfg = cfg.Copy()
 	cfg.MaxConns = 2
-	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &DeliveryLog{pool: pool, process: process}, nil
+	return &DeliveryLog{insertSQL: ddl.Render(schema, insertDeliverySQL), pool: pool, process: process}, nil
 }
 
 // Close closes the log's pool.
@@ -123,7 +134,7 @@ func (l *DeliveryLog) Wrap(next message.NoPublishHandlerFunc) message.NoPublishH
 			return err
 		}
 		injected, _ := m.Context().Value(injectedKey{}).(bool)
-		_, err := l.pool.Exec(m.Context(), "INSERT INTO deliveries (message_id, injected, process) VALUES ($1, $2, $3)", m.UUID, injected, l.process)
+		_, err := l.pool.Exec(m.Context(), l.insertSQL, m.UUID, injected, l.process)
 		if err != nil {
 			// Nack: the broker delivers the message again, and the inbox
 			// recognises it.

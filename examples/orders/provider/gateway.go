@@ -41,7 +41,7 @@ type Charge struct {
 // client that loses track of its keys would double-charge, and the demo
 // would count it.
 const chargesTableSQL = `
-CREATE TABLE IF NOT EXISTS charges (
+CREATE TABLE IF NOT EXISTS {schema}.charges (
     id              text        PRIMARY KEY,
     idempotency_key text        NOT NULL UNIQUE,
     order_id        text        NOT NULL,
@@ -51,11 +51,11 @@ CREATE TABLE IF NOT EXISTS charges (
 
 const (
 	insertChargeSQL = `
-INSERT INTO charges (id, idempotency_key, order_id, cents) VALUES ($1, $2, $3, $4)
+INSERT INTO {schema}.charges (id, idempotency_key, order_id, cents) VALUES ($1, $2, $3, $4)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, order_id, cents, created_at`
 
-	selectChargeSQL = `SELECT id, order_id, cents, created_at FROM charges WHERE idempotency_key = $1`
+	selectChargeSQL = `SELECT id, order_id, cents, created_at FROM {schema}.charges WHERE idempotency_key = $1`
 )
 
 // Gateway is a payment gateway: POST /v1/charges charges an order once per
@@ -67,10 +67,10 @@ func NewGateway(cfg Config) *Gateway {
 	return &Gateway{s: server{cfg: withDefaults(cfg), kind: "charge"}}
 }
 
-// Migrate creates the gateway's schema and tables: charges, and the log of
-// requests.
-func (g *Gateway) Migrate(ctx context.Context, schema string) error {
-	return ddl.Create(ctx, g.s.cfg.Pool, schema, requestsTableSQL, chargesTableSQL)
+// Migrate creates the gateway's schema and tables (in Config.Schema): charges,
+// and the log of requests.
+func (g *Gateway) Migrate(ctx context.Context) error {
+	return ddl.Create(ctx, g.s.cfg.Pool, g.s.cfg.Schema, requestsTableSQL, chargesTableSQL)
 }
 
 // Handler serves POST /v1/charges and GET /healthz.
@@ -90,11 +90,11 @@ func (g *Gateway) Handler() http.Handler {
 		}
 		g.s.serve(w, r, decode, func(ctx context.Context, tx pgx.Tx, rec record) (result, error) {
 			var c Charge
-			err := tx.QueryRow(ctx, insertChargeSQL, "ch_"+uuid.NewString(), rec.key, req.OrderID, req.Cents).
+			err := tx.QueryRow(ctx, g.s.sql(insertChargeSQL), "ch_"+uuid.NewString(), rec.key, req.OrderID, req.Cents).
 				Scan(&c.ID, &c.OrderID, &c.Cents, &c.Created)
 			replayed := errors.Is(err, pgx.ErrNoRows)
 			if replayed {
-				err = tx.QueryRow(ctx, selectChargeSQL, rec.key).Scan(&c.ID, &c.OrderID, &c.Cents, &c.Created)
+				err = tx.QueryRow(ctx, g.s.sql(selectChargeSQL), rec.key).Scan(&c.ID, &c.OrderID, &c.Cents, &c.Created)
 			}
 			if err != nil {
 				return result{}, err

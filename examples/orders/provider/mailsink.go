@@ -41,7 +41,7 @@ type Queued struct {
 // messagesTableSQL holds one row per email sent. order_id is not unique:
 // a second email for an order, under a new key, is sent, and counted.
 const messagesTableSQL = `
-CREATE TABLE IF NOT EXISTS messages (
+CREATE TABLE IF NOT EXISTS {schema}.messages (
     id              text        PRIMARY KEY,
     idempotency_key text        NOT NULL UNIQUE,
     order_id        text        NOT NULL,
@@ -52,11 +52,11 @@ CREATE TABLE IF NOT EXISTS messages (
 
 const (
 	insertMessageSQL = `
-INSERT INTO messages (id, idempotency_key, order_id, recipient, subject) VALUES ($1, $2, $3, $4, $5)
+INSERT INTO {schema}.messages (id, idempotency_key, order_id, recipient, subject) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, queued_at`
 
-	selectMessageSQL = `SELECT id, queued_at, order_id, recipient FROM messages WHERE idempotency_key = $1`
+	selectMessageSQL = `SELECT id, queued_at, order_id, recipient FROM {schema}.messages WHERE idempotency_key = $1`
 )
 
 // MailSink is a mail service: POST /v1/messages sends an email once per
@@ -71,8 +71,8 @@ func NewMailSink(cfg Config) *MailSink {
 
 // Migrate creates the sink's schema and tables: messages, and the log of
 // requests.
-func (m *MailSink) Migrate(ctx context.Context, schema string) error {
-	return ddl.Create(ctx, m.s.cfg.Pool, schema, requestsTableSQL, messagesTableSQL)
+func (m *MailSink) Migrate(ctx context.Context) error {
+	return ddl.Create(ctx, m.s.cfg.Pool, m.s.cfg.Schema, requestsTableSQL, messagesTableSQL)
 }
 
 // Handler serves POST /v1/messages and GET /healthz.
@@ -92,12 +92,12 @@ func (m *MailSink) Handler() http.Handler {
 		}
 		m.s.serve(w, r, decode, func(ctx context.Context, tx pgx.Tx, rec record) (result, error) {
 			q := Queued{Status: "queued"}
-			err := tx.QueryRow(ctx, insertMessageSQL, "msg_"+uuid.NewString(), rec.key, e.OrderID, e.To, e.Subject).Scan(&q.ID, &q.Queued)
+			err := tx.QueryRow(ctx, m.s.sql(insertMessageSQL), "msg_"+uuid.NewString(), rec.key, e.OrderID, e.To, e.Subject).Scan(&q.ID, &q.Queued)
 			if !errors.Is(err, pgx.ErrNoRows) {
 				return result{body: q}, err
 			}
 			var orderID, to string
-			if err := tx.QueryRow(ctx, selectMessageSQL, rec.key).Scan(&q.ID, &q.Queued, &orderID, &to); err != nil {
+			if err := tx.QueryRow(ctx, m.s.sql(selectMessageSQL), rec.key).Scan(&q.ID, &q.Queued, &orderID, &to); err != nil {
 				return result{}, err
 			}
 			if orderID != e.OrderID || to != e.To {

@@ -23,6 +23,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/pgbox/pgbox/examples/orders/ddl"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -61,9 +62,12 @@ type Config struct {
 	// Defaults to none.
 	MaxLatency time.Duration
 
-	// Pool connects to PostgreSQL with search_path set to the provider's
-	// own schema. Required.
+	// Pool connects to PostgreSQL. Required.
 	Pool *pgxpool.Pool
+
+	// Schema holds the provider's tables; its SQL names it, so the pool
+	// needs no search_path. Required.
+	Schema string
 }
 
 // server is what Gateway and MailSink share: the request log, the
@@ -144,7 +148,7 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, decode func([]byt
 		if res.replayed {
 			outcome = "replayed"
 		}
-		_, err = tx.Exec(ctx, insertRequestSQL, rec.key, rec.orderID, outcome, lost, caller)
+		_, err = tx.Exec(ctx, s.sql(insertRequestSQL), rec.key, rec.orderID, outcome, lost, caller)
 		return err
 	})
 	switch {
@@ -171,12 +175,12 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, decode func([]byt
 
 // insertRequestSQL logs a request the provider received.
 const insertRequestSQL = `
-INSERT INTO requests (idempotency_key, order_id, outcome, response_lost, caller)
+INSERT INTO {schema}.requests (idempotency_key, order_id, outcome, response_lost, caller)
 VALUES (nullif($1, ''), nullif($2, ''), $3, $4, $5)`
 
 // logRequest logs a request that was not applied, on its own.
 func (s *server) logRequest(ctx context.Context, rec record, outcome, caller string) {
-	if _, err := s.cfg.Pool.Exec(ctx, insertRequestSQL, rec.key, rec.orderID, outcome, false, caller); err != nil {
+	if _, err := s.cfg.Pool.Exec(ctx, s.sql(insertRequestSQL), rec.key, rec.orderID, outcome, false, caller); err != nil {
 		s.cfg.Logger.Error("provider: could not log a request", slog.String("kind", s.kind), slog.String("error", err.Error()))
 	}
 }
@@ -186,7 +190,7 @@ func (s *server) logRequest(ctx context.Context, rec record, outcome, caller str
 // result returned, nothing applied), unavailable (an injected 503) or
 // rejected (a bad request, or a key reused with other parameters).
 const requestsTableSQL = `
-CREATE TABLE IF NOT EXISTS requests (
+CREATE TABLE IF NOT EXISTS {schema}.requests (
     seq             bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     idempotency_key text,
     order_id        text,
@@ -201,6 +205,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
+
+// sql renders one of the provider's queries for its schema.
+func (s *server) sql(query string) string { return ddl.Render(s.cfg.Schema, query) }
 
 func withDefaults(cfg Config) Config {
 	if cfg.Logger == nil {

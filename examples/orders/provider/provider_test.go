@@ -10,10 +10,10 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbox/pgbox/examples/orders/ddl"
 	"github.com/pgbox/pgbox/examples/orders/provider"
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
@@ -48,10 +48,10 @@ func TestGatewayChargesOncePerKey(t *testing.T) {
 	require.Equal(t, http.StatusCreated, second.status)
 	require.NotEqual(t, first.charge.ID, second.charge.ID, "a new key is a new charge, whatever the order")
 
-	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM charges WHERE order_id = 'order-1'"))
-	require.Equal(t, 5, b.count(t, "SELECT count(*) FROM requests"))
-	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM requests WHERE outcome = 'replayed'"))
-	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM requests WHERE outcome = 'rejected'"))
+	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM {schema}.charges WHERE order_id = 'order-1'"))
+	require.Equal(t, 5, b.count(t, "SELECT count(*) FROM {schema}.requests"))
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM {schema}.requests WHERE outcome = 'replayed'"))
+	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM {schema}.requests WHERE outcome = 'rejected'"))
 }
 
 // Requests with one key racing each other make one charge, and every one of
@@ -75,8 +75,8 @@ func TestGatewayConcurrentRequestsWithOneKey(t *testing.T) {
 		require.Equal(t, ids[0], id)
 	}
 	require.NotEmpty(t, ids[0])
-	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM charges"))
-	require.Equal(t, 15, b.count(t, "SELECT count(*) FROM requests WHERE outcome = 'replayed'"))
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM {schema}.charges"))
+	require.Equal(t, 15, b.count(t, "SELECT count(*) FROM {schema}.requests WHERE outcome = 'replayed'"))
 }
 
 // A lost answer is a charge the client never hears of; its retry with the
@@ -87,16 +87,16 @@ func TestGatewayLostAnswerIsReplayedToTheRetry(t *testing.T) {
 	key := uuid.NewString()
 	_, err := lossy.post(key, provider.ChargeRequest{OrderID: "order-3", Cents: 700})
 	require.Error(t, err, "the connection is dropped without an answer")
-	require.Equal(t, 1, lossy.count(t, "SELECT count(*) FROM charges"), "but the charge was made")
-	require.Equal(t, 1, lossy.count(t, "SELECT count(*) FROM requests WHERE response_lost"))
+	require.Equal(t, 1, lossy.count(t, "SELECT count(*) FROM {schema}.charges"), "but the charge was made")
+	require.Equal(t, 1, lossy.count(t, "SELECT count(*) FROM {schema}.requests WHERE response_lost"))
 }
 
 // The mail sink sends once per key too.
 func TestMailSinkSendsOncePerKey(t *testing.T) {
 	t.Parallel()
 	pool, schema := schemaPool(t)
-	sink := provider.NewMailSink(provider.Config{Pool: pool})
-	require.NoError(t, sink.Migrate(t.Context(), schema))
+	sink := provider.NewMailSink(provider.Config{Pool: pool, Schema: schema})
+	require.NoError(t, sink.Migrate(t.Context()))
 	srv := httptest.NewServer(sink.Handler())
 	t.Cleanup(srv.Close)
 
@@ -116,13 +116,14 @@ func TestMailSinkSendsOncePerKey(t *testing.T) {
 	require.Equal(t, "true", replay.Header.Get(provider.ReplayedHeader))
 	require.Equal(t, http.StatusUnprocessableEntity, send(key, "b@example.com").StatusCode)
 	var n int
-	require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM messages").Scan(&n))
+	require.NoError(t, pool.QueryRow(t.Context(), ddl.Render(schema, "SELECT count(*) FROM {schema}.messages")).Scan(&n))
 	require.Equal(t, 1, n)
 }
 
 type bundle struct {
-	pool *pgxpool.Pool
-	srv  *httptest.Server
+	pool   *pgxpool.Pool
+	schema string
+	srv    *httptest.Server
 }
 
 type chargeResult struct {
@@ -135,23 +136,22 @@ type chargeResult struct {
 func setup(t *testing.T, cfg provider.Config) *bundle {
 	t.Helper()
 	pool, schema := schemaPool(t)
-	cfg.Pool = pool
+	cfg.Pool, cfg.Schema = pool, schema
 	g := provider.NewGateway(cfg)
-	require.NoError(t, g.Migrate(t.Context(), schema))
+	require.NoError(t, g.Migrate(t.Context()))
 	srv := httptest.NewServer(g.Handler())
 	t.Cleanup(srv.Close)
-	return &bundle{pool: pool, srv: srv}
+	return &bundle{pool: pool, schema: schema, srv: srv}
 }
 
-// schemaPool returns a pool whose search_path is a fresh schema of the
-// test's own, as the providers expect, and that schema's name.
+// schemaPool returns a pool and a fresh schema of the test's own for a
+// provider's tables.
 func schemaPool(t *testing.T) (*pgxpool.Pool, string) {
 	t.Helper()
 	schema := pgtest.EmptySchema(t)
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
 	require.NoError(t, err)
 	cfg.MaxConns = 20
-	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -179,9 +179,10 @@ func (b *bundle) charge(t *testing.T, key string, req provider.ChargeRequest) ch
 	return res
 }
 
+// count runs a count query, "{schema}" rendered with the bundle's schema.
 func (b *bundle) count(t *testing.T, q string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.pool.QueryRow(t.Context(), q).Scan(&n))
+	require.NoError(t, b.pool.QueryRow(t.Context(), ddl.Render(b.schema, q)).Scan(&n))
 	return n
 }

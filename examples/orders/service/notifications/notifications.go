@@ -54,7 +54,8 @@ type Config struct {
 	// and in the delivery log.
 	Name string
 
-	// Pool connects to PostgreSQL with search_path set to Schema. Required.
+	// Pool connects to PostgreSQL. The service's SQL names Schema, so the
+	// pool needs no search_path (nor any other session setting). Required.
 	Pool *pgxpool.Pool
 
 	// RedeliverRate is the fraction of broker deliveries handed to the
@@ -112,7 +113,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	store := watermillinbox.Handler(watermillinbox.Config{Inbox: in, Logger: cfg.Logger})
-	if s.deliveries, err = faults.NewDeliveryLog(context.Background(), cfg.Pool.Config(), cfg.Name); err != nil {
+	if s.deliveries, err = faults.NewDeliveryLog(context.Background(), cfg.Pool.Config(), cfg.Schema, cfg.Name); err != nil {
 		return nil, err
 	}
 	store = s.deliveries.Wrap(store)                   // demo instrumentation
@@ -177,7 +178,7 @@ func (s *Service) handlePaymentCaptured(ctx context.Context, m *dispatcher.Messa
 	// Keep our own record of what was sent, for support staff. Should this
 	// fail, the retry sends again with the same key: the mail service
 	// answers with the same id, and no second email goes out.
-	_, err = s.cfg.Pool.Exec(ctx, insertEmailSQL, p.OrderID, m.ID, id)
+	_, err = s.cfg.Pool.Exec(ctx, s.sql(insertEmailSQL), p.OrderID, m.ID, id)
 	return err
 }
 
@@ -187,3 +188,6 @@ func retryBackoff(attempt int) time.Duration {
 	d := min(50*time.Millisecond<<min(attempt-1, 5), time.Second)
 	return d/2 + rand.N(d/2)
 }
+
+// sql renders one of the service's queries for its schema.
+func (s *Service) sql(query string) string { return ddl.Render(s.cfg.Schema, query) }

@@ -1,12 +1,12 @@
 package notifications
 
-// The service's SQL. Table names are unqualified: the service's pool sets
-// search_path to its schema.
+// The service's SQL. Every table is named "{schema}.table", rendered with
+// the service's schema by ddl.Render: the pool has no search_path.
 
 // emailsTableSQL creates the service's record of confirmations sent: one
 // per order.
 const emailsTableSQL = `
-CREATE TABLE IF NOT EXISTS emails (
+CREATE TABLE IF NOT EXISTS {schema}.emails (
     order_id   text        PRIMARY KEY,
     message_id text        NOT NULL,
     mail_id    text        NOT NULL,
@@ -14,5 +14,5 @@ CREATE TABLE IF NOT EXISTS emails (
 )`
 
 const insertEmailSQL = `
-INSERT INTO emails (order_id, message_id, mail_id) VALUES ($1, $2, $3)
+INSERT INTO {schema}.emails (order_id, message_id, mail_id) VALUES ($1, $2, $3)
 ON CONFLICT (order_id) DO NOTHING`

@@ -55,7 +55,8 @@ type Config struct {
 	// Logger receives the service's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 
-	// Pool connects to PostgreSQL with search_path set to Schema. Required.
+	// Pool connects to PostgreSQL. The service's SQL names Schema, so the
+	// pool needs no search_path (nor any other session setting). Required.
 	Pool *pgxpool.Pool
 
 	// Publisher is where the relay publishes OrderPlaced messages: the
@@ -192,7 +193,7 @@ func (s *Service) placeOrder(w http.ResponseWriter, r *http.Request, tx pgx.Tx) 
 		ID:       uuid.Must(uuid.NewV7()).String(),
 	}
 	ctx := r.Context()
-	err := tx.QueryRow(ctx, insertOrderSQL, o.ID, o.Customer, o.Cart, o.Email, o.Cents).Scan(&o.PlacedAt)
+	err := tx.QueryRow(ctx, s.sql(insertOrderSQL), o.ID, o.Customer, o.Cart, o.Email, o.Cents).Scan(&o.PlacedAt)
 	if err == nil {
 		err = s.emitPlaced(ctx, tx, o)
 	}
@@ -265,7 +266,7 @@ func (s *Service) load(ctx context.Context, db interface {
 	if _, err := uuid.Parse(id); err != nil {
 		return o, pgx.ErrNoRows
 	}
-	err := db.QueryRow(ctx, selectOrderSQL, id, customer).Scan(&o.Customer, &o.Cart, &o.Email, &o.Cents, &o.PlacedAt)
+	err := db.QueryRow(ctx, s.sql(selectOrderSQL), id, customer).Scan(&o.Customer, &o.Cart, &o.Email, &o.Cents, &o.PlacedAt)
 	return o, err
 }
 
@@ -294,3 +295,6 @@ func retryBackoff(attempt int) time.Duration {
 	d := min(50*time.Millisecond<<min(attempt-1, 5), time.Second)
 	return d/2 + rand.N(d/2)
 }
+
+// sql renders one of the service's queries for its schema.
+func (s *Service) sql(query string) string { return ddl.Render(s.cfg.Schema, query) }

@@ -23,7 +23,7 @@ func (s *Service) handleOrderPlaced(ctx context.Context, tx pgx.Tx, m *dispatche
 	if err != nil {
 		return dispatcher.Permanent(err) // retrying cannot fix a bad payload: dead, for an operator
 	}
-	tag, err := tx.Exec(ctx, insertPaymentSQL, o.OrderID, o.Cents, o.Email, m.ID)
+	tag, err := tx.Exec(ctx, s.sql(insertPaymentSQL), o.OrderID, o.Cents, o.Email, m.ID)
 	if err != nil {
 		return err
 	}
@@ -33,13 +33,13 @@ func (s *Service) handleOrderPlaced(ctx context.Context, tx pgx.Tx, m *dispatche
 		// key absorbs it. (Should the amount differ, it is not the same
 		// order at all: fail loudly, never charge.)
 		var cents int64
-		if err := tx.QueryRow(ctx, paymentCentsSQL, o.OrderID).Scan(&cents); err != nil {
+		if err := tx.QueryRow(ctx, s.sql(paymentCentsSQL), o.OrderID).Scan(&cents); err != nil {
 			return err
 		}
 		if cents != o.Cents {
 			return dispatcher.Permanent(fmt.Errorf("order %s arrived again with %d cents, but its payment is for %d", o.OrderID, o.Cents, cents))
 		}
-		_, err := tx.Exec(ctx, insertIgnoredSQL, m.ID, o.OrderID, "payment for this order already recorded from message "+m.ID)
+		_, err := tx.Exec(ctx, s.sql(insertIgnoredSQL), m.ID, o.OrderID, "payment for this order already recorded from message "+m.ID)
 		return err
 	}
 
@@ -83,7 +83,7 @@ func (s *Service) handleChargeRequested(ctx context.Context, m *dispatcher.Messa
 	// finds the payment captured and writes nothing.
 	return pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
 		var email string
-		err := tx.QueryRow(ctx, capturePaymentSQL, c.OrderID, charge.ID).Scan(&email)
+		err := tx.QueryRow(ctx, s.sql(capturePaymentSQL), c.OrderID, charge.ID).Scan(&email)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // captured already
 		}

@@ -75,7 +75,8 @@ type Config struct {
 	// its User-Agent) and in the delivery log: "payments-1".
 	Name string
 
-	// Pool connects to PostgreSQL with search_path set to Schema. Required.
+	// Pool connects to PostgreSQL. The service's SQL names Schema, so the
+	// pool needs no search_path (nor any other session setting). Required.
 	Pool *pgxpool.Pool
 
 	// Publisher is where the relay publishes PaymentCaptured: the broker.
@@ -171,7 +172,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	store := watermillinbox.Handler(watermillinbox.Config{Inbox: s.inbox, Logger: cfg.Logger})
-	if s.deliveries, err = faults.NewDeliveryLog(context.Background(), cfg.Pool.Config(), cfg.Name); err != nil {
+	if s.deliveries, err = faults.NewDeliveryLog(context.Background(), cfg.Pool.Config(), cfg.Schema, cfg.Name); err != nil {
 		return nil, err
 	}
 	store = s.deliveries.Wrap(store)                   // demo instrumentation
@@ -241,3 +242,6 @@ func retryBackoff(attempt int) time.Duration {
 	d := min(50*time.Millisecond<<min(attempt-1, 5), time.Second)
 	return d/2 + rand.N(d/2)
 }
+
+// sql renders one of the service's queries for its schema.
+func (s *Service) sql(query string) string { return ddl.Render(s.cfg.Schema, query) }

@@ -1,13 +1,13 @@
 package payments
 
-// The service's SQL. Table names are unqualified: the service's pool sets
-// search_path to its schema.
+// The service's SQL. Every table is named "{schema}.table", rendered with
+// the service's schema by ddl.Render: the pool has no search_path.
 
 // paymentsTableSQL creates the payments table: one row per order, whatever
 // happens upstream. The primary key is the natural-idempotency guard: the
 // inbox dedupes message ids, and this dedupes orders.
 const paymentsTableSQL = `
-CREATE TABLE IF NOT EXISTS payments (
+CREATE TABLE IF NOT EXISTS {schema}.payments (
     order_id          text        PRIMARY KEY,
     cents             bigint      NOT NULL,
     email             text        NOT NULL,
@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS payments (
 // ignoredTableSQL creates the record of OrderPlaced messages the natural
 // key absorbed: orders that arrived again under a new message id.
 const ignoredTableSQL = `
-CREATE TABLE IF NOT EXISTS ignored_events (
+CREATE TABLE IF NOT EXISTS {schema}.ignored_events (
     message_id  text        PRIMARY KEY,
     order_id    text        NOT NULL,
     reason      text        NOT NULL,
@@ -29,18 +29,18 @@ CREATE TABLE IF NOT EXISTS ignored_events (
 )`
 
 const insertPaymentSQL = `
-INSERT INTO payments (order_id, cents, email, placed_message_id) VALUES ($1, $2, $3, $4)
+INSERT INTO {schema}.payments (order_id, cents, email, placed_message_id) VALUES ($1, $2, $3, $4)
 ON CONFLICT (order_id) DO NOTHING`
 
-const paymentCentsSQL = `SELECT cents FROM payments WHERE order_id = $1`
+const paymentCentsSQL = `SELECT cents FROM {schema}.payments WHERE order_id = $1`
 
 const insertIgnoredSQL = `
-INSERT INTO ignored_events (message_id, order_id, reason) VALUES ($1, $2, $3)
+INSERT INTO {schema}.ignored_events (message_id, order_id, reason) VALUES ($1, $2, $3)
 ON CONFLICT (message_id) DO NOTHING`
 
 // capturePaymentSQL marks a pending payment captured and returns where the
 // confirmation goes; it matches nothing if the payment is captured already.
 const capturePaymentSQL = `
-UPDATE payments SET status = 'captured', charge_id = $2, captured_at = now()
+UPDATE {schema}.payments SET status = 'captured', charge_id = $2, captured_at = now()
 WHERE order_id = $1 AND status = 'pending'
 RETURNING email`
