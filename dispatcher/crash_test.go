@@ -40,7 +40,6 @@ func TestChildProcess(t *testing.T) {
 	schema := os.Getenv("PGBOX_TEST_SCHEMA")
 	cfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
 	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["search_path"] = ""
 	cfg.MaxConns = 16 // each of the 4 workers holds one for its batch; handlers need more
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)

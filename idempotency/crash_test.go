@@ -303,7 +303,6 @@ func TestChildProcess(t *testing.T) {
 	schema := os.Getenv("PGBOX_TEST_SCHEMA")
 	cfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
 	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["search_path"] = ""
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 

@@ -36,7 +36,6 @@ func TestChildProcess(t *testing.T) {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
 	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["search_path"] = ""
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 

@@ -56,7 +56,6 @@ func (c *cluster) pool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(c.url)
 	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["search_path"] = ""
 	cfg.ConnConfig.RuntimeParams["application_name"] = "chaos driver"
 	cfg.MaxConns = 4
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)

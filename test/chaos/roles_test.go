@@ -96,7 +96,6 @@ func childPool(t *testing.T, conns int32) *pgxpool.Pool {
 	cfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
 	require.NoError(t, err)
 	cfg.MaxConns = conns
-	cfg.ConnConfig.RuntimeParams["search_path"] = ""
 	cfg.ConnConfig.RuntimeParams["application_name"] = "chaos " + pgtest.ChildRole()
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
