@@ -528,13 +528,7 @@ func TestArrivalOrderFollowsTheBatchNotTheIDs(t *testing.T) {
 // listen returns a connection listening on the schema's inbox channel.
 func listen(t *testing.T, schema string) *pgx.Conn {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, pgtest.URL(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	_, err = conn.Exec(ctx, "LISTEN "+ident.Quote(ident.Channel(schema, "inbox")))
-	require.NoError(t, err)
-	return conn
+	return pgtest.Listen(t, ident.Channel(schema, "inbox"))
 }
 
 func nextNotification(t *testing.T, conn *pgx.Conn) string {

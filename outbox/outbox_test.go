@@ -260,11 +260,7 @@ func TestWriteNotifiesOnCommitOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, outbox.Config{NotifyInterval: -1}) // every Write may notify: nothing is folded
-	conn, err := pgx.Connect(ctx, pgtest.URL(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	_, err = conn.Exec(ctx, "LISTEN "+ident.Quote(ident.Channel(b.schema, "outbox")))
-	require.NoError(t, err)
+	conn := pgtest.Listen(t, ident.Channel(b.schema, "outbox"))
 
 	require.NoError(t, b.inTx(t, false, func(tx pgx.Tx) error {
 		_, err := b.outbox.Write(ctx, tx, outbox.Message{Topic: "rolled-back"})
@@ -276,7 +272,7 @@ func TestWriteNotifiesOnCommitOnly(t *testing.T) {
 	}))
 	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err = conn.WaitForNotification(waitCtx)
+	_, err := conn.WaitForNotification(waitCtx)
 	require.NoError(t, err)
 
 	// Nothing else is pending: a rollback notifies nobody, and two messages

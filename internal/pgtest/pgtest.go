@@ -28,6 +28,35 @@ import (
 	"github.com/pgbox/pgbox/pgboxtest"
 )
 
+// DirectURL returns a connection string that reaches the test database
+// without a connection pooler in between: PGBOX_DIRECT_URL, which `make
+// test` sets when it runs a package's tests through PgBouncer, or else
+// URL. LISTEN needs it, since a transaction-pooling PgBouncer delivers no
+// notifications.
+func DirectURL(tb testing.TB) string {
+	tb.Helper()
+	if u := os.Getenv("PGBOX_DIRECT_URL"); u != "" {
+		return u
+	}
+	return URL(tb)
+}
+
+// Listen returns a connection of its own, on DirectURL, that listens on
+// channel; it is closed when the test ends.
+func Listen(tb testing.TB, channel string) *pgx.Conn {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, DirectURL(tb))
+	if err != nil {
+		tb.Fatalf("pgtest: connect to listen on %s: %v", channel, err)
+	}
+	tb.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		tb.Fatalf("pgtest: listen on %s: %v", channel, err)
+	}
+	return conn
+}
+
 // URL returns the connection string of the test database.
 func URL(tb testing.TB) string {
 	tb.Helper()
