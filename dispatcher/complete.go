@@ -37,16 +37,22 @@ func (d *Dispatcher) complete(ctx context.Context, db interface {
 	return int(tag.RowsAffected()), nil
 }
 
-// record completes outcomes outside a transaction, logging a failure: the
-// lease then brings the messages back.
+// record completes outcomes outside a transaction. While it cannot, it
+// retries, and the dispatcher claims nothing more (workloop.Record): a
+// dispatcher that ran handlers whose outcomes go nowhere would run them
+// again and again. Only Stop's deadline makes it give up; the lease then
+// brings the messages back.
 func (d *Dispatcher) record(ctx context.Context, token int64, outcomes []outcome) {
-	ctx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
-	defer cancel()
-	n, err := d.complete(ctx, d.pool, token, outcomes)
+	var n int
+	err := d.loop.Record("handler outcomes", func() error {
+		ctx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
+		defer cancel()
+		var err error
+		n, err = d.complete(ctx, d.pool, token, outcomes)
+		return err
+	})
 	switch {
 	case err != nil:
-		d.cfg.Logger.Error("dispatcher: could not record an outcome; the message will be retried when its lease expires",
-			slog.String("consumer", d.consumer), slog.String("error", err.Error()))
 	case n < len(outcomes):
 		// Another worker took the message over after our lease expired: its
 		// outcome is the one that counts.
@@ -58,7 +64,9 @@ func (d *Dispatcher) record(ctx context.Context, token int64, outcomes []outcome
 }
 
 // settle records the failed attempts of a batch whose transaction failed
-// (see settleSQL).
+// (see settleSQL), retrying as record does while it cannot. It returns an
+// error only if Stop's deadline made it give up: the claim record then
+// stays behind and the next claim counts the batch as lost.
 func (d *Dispatcher) settle(ctx context.Context, b *batch, failed []outcome) error {
 	if len(b.run) == 0 {
 		return nil // nothing was recorded, so nothing ran: the batch runs again
@@ -73,6 +81,10 @@ func (d *Dispatcher) settle(ctx context.Context, b *batch, failed []outcome) err
 			traces[i] = &failed[i].trace
 		}
 	}
-	_, err := d.pool.Exec(ctx, d.q.settle, d.consumer, b.xid, ids, statuses, delays, errs, traces)
-	return err
+	return d.loop.Record("the failed batch's attempts", func() error {
+		ctx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
+		defer cancel()
+		_, err := d.pool.Exec(ctx, d.q.settle, d.consumer, b.xid, ids, statuses, delays, errs, traces)
+		return err
+	})
 }

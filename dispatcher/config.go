@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -70,9 +71,17 @@ type Config struct {
 	// HandlerTimeout plus one minute.
 	Lease time.Duration
 
-	// Logger receives the dispatcher's logs: handler failures at warn,
-	// dead messages and database trouble at error. Defaults to
-	// slog.Default().
+	// ListenConnConfig is how the dispatcher connects to LISTEN for new
+	// messages: one connection of its own, outside the pool. Set it to a
+	// direct connection to the database (pgx.ParseConfig of its URL) when
+	// the pool goes through a transaction-pooling PgBouncer, where LISTEN
+	// succeeds and then hears nothing. Defaults to the pool's connection
+	// configuration. Not allowed with PollOnly.
+	ListenConnConfig *pgx.ConnConfig
+
+	// Logger receives the dispatcher's logs: handler failures and
+	// notifications that do not arrive at warn, dead messages and database
+	// trouble at error. Defaults to slog.Default().
 	Logger *slog.Logger
 
 	// MeterProvider receives the dispatcher's metrics (processed, failed,
@@ -87,6 +96,15 @@ type Config struct {
 	// anything a lost notification missed. Defaults to PollIntervalDefault
 	// (one second).
 	PollInterval time.Duration
+
+	// PollOnly makes the dispatcher open no LISTEN connection and find new
+	// messages by polling alone, every PollInterval: for a deployment where
+	// no connection can LISTEN (every route to the database goes through a
+	// transaction pooler). Without it the dispatcher listens, checks once
+	// connected that a notification sent through the pool comes back, and
+	// says so (a warning, Dispatcher.NotifyErr, the health check) when none
+	// does. Defaults to false.
+	PollOnly bool
 
 	// Propagator reads the trace context the producer left in a message's
 	// metadata (through the outbox, the broker and the inbox) into the
@@ -110,7 +128,8 @@ type Config struct {
 	// than the transaction they are given) or if the service shares it.
 	// Besides, the dispatcher opens up to Workers connections of its own
 	// (a pool made with the same configuration) to record claims, and one
-	// to LISTEN: count them in the server's max_connections. Defaults to
+	// to LISTEN (none with PollOnly): count them in the server's
+	// max_connections. Defaults to
 	// WorkersDefault (4).
 	Workers int
 }
@@ -165,6 +184,9 @@ func (c Config) validate() error {
 	}
 	if c.Lease <= c.HandlerTimeout {
 		add("Config.Lease (%s) must exceed Config.HandlerTimeout (%s), or a slow handler could still run when another worker takes its message", c.Lease, c.HandlerTimeout)
+	}
+	if c.PollOnly && c.ListenConnConfig != nil {
+		add("Config.PollOnly and Config.ListenConnConfig are both set: a poll-only dispatcher opens no LISTEN connection; set one of them")
 	}
 	if c.PollInterval < PollIntervalMin {
 		add("Config.PollInterval is %s: it must be at least %s", c.PollInterval, PollIntervalMin)

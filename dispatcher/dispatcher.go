@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -96,12 +97,16 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		Batch:        d.runBatch,
 		BatchSize:    cfg.BatchSize,
 		Channel:      cfg.Inbox.Channel(),
-		ConnConfig:   pool.Config().ConnConfig,
+		ConnConfig:   cmp.Or(cfg.ListenConnConfig, pool.Config().ConnConfig),
 		Logger:       cfg.Logger.With("consumer", consumer),
 		Name:         "dispatcher (" + consumer + ")",
+		Notifier:     pool,
 		PollInterval: cfg.PollInterval,
-		Wanted:       func(c string) bool { return c == consumer },
-		Workers:      cfg.Workers,
+		PollOnly:     cfg.PollOnly,
+		Telemetry: telemetry.NewLoop(cfg.MeterProvider,
+			telemetry.AttrComponent.String("dispatcher"), telemetry.AttrConsumer.String(consumer)),
+		Wanted:  func(c string) bool { return c == consumer },
+		Workers: cfg.Workers,
 	})
 	return d, nil
 }

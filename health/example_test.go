@@ -78,6 +78,10 @@ func ExampleChecker() {
 	//       "status": "ok"
 	//     },
 	//     {
+	//       "name": "notifications payments",
+	//       "status": "ok"
+	//     },
+	//     {
 	//       "detail": "0 pending, the oldest due for 0s",
 	//       "name": "backlog payments",
 	//       "status": "ok"

@@ -10,8 +10,13 @@
 //	})
 //	mux.Handle("GET /healthz", checker)
 //
-// The handler answers 200 when every check passes and 503 otherwise, with a
-// JSON report of each check either way. Use it for readiness and alerting.
+// The handler answers 200 when no check fails and 503 otherwise, with a
+// JSON report of each check either way. A check that finds something that
+// costs latency but not correctness warns instead of failing (status
+// "warn", still 200): notifications that never reach a dispatcher or relay
+// (a LISTEN through a transaction pooler) leave new work to wait for the
+// next poll. A dispatcher or relay that cannot record its outcomes, and so
+// has stopped claiming, fails. Use it for readiness and alerting.
 // Think twice before using it as a liveness probe: a backlog that ages
 // because a downstream system is slow, or a database that is down, is not
 // cured by restarting the process.
@@ -50,6 +55,10 @@ const (
 	StatusOK = "ok"
 	// StatusFail means it did not; Check.Error says why.
 	StatusFail = "fail"
+	// StatusWarn means the check found something degraded that costs
+	// latency, not correctness (notifications that do not arrive), so it
+	// does not fail the report; Check.Error says why.
+	StatusWarn = "warn"
 )
 
 // Config configures a Checker.
@@ -63,14 +72,17 @@ type Config struct {
 	// checks no backlog.
 	BacklogAgeMax time.Duration
 
-	// Dispatchers must be running, and their consumers' backlogs young
-	// enough.
+	// Dispatchers must be running and recording their outcomes, and their
+	// consumers' backlogs young enough. Notifications that do not reach
+	// one only warn.
 	Dispatchers []*dispatcher.Dispatcher
 
 	// Maintainer, if set, must be running.
 	Maintainer *maintenance.Maintainer
 
-	// Relays must be running, and the outbox's backlog young enough.
+	// Relays must be running and recording their outcomes, and the
+	// outbox's backlog young enough. Notifications that do not reach one
+	// only warn.
 	Relays []*relay.Relay
 
 	// Schema is the PostgreSQL schema holding pgbox's tables. Defaults to
@@ -125,10 +137,11 @@ type CheckResult struct {
 	// Error says why a check failed.
 	Error string `json:"error,omitzero"`
 	// Name says what was checked: "database", "schema",
-	// "dispatcher payments", "backlog payments", "relay", "outbox",
-	// "maintenance".
+	// "dispatcher payments", "relay", "maintenance",
+	// "notifications payments", "notifications relay", "backlog payments",
+	// "outbox".
 	Name string `json:"name"`
-	// Status is StatusOK or StatusFail.
+	// Status is StatusOK, StatusWarn or StatusFail.
 	Status string `json:"status"`
 }
 
@@ -136,12 +149,13 @@ type CheckResult struct {
 type Report struct {
 	// Checks are the individual checks, in a fixed order.
 	Checks []CheckResult `json:"checks"`
-	// Status is StatusOK when every check passed, StatusFail otherwise.
+	// Status is StatusFail when a check failed, StatusWarn when none failed
+	// but one warned, and StatusOK otherwise.
 	Status string `json:"status"`
 }
 
-// Healthy reports whether every check passed.
-func (r *Report) Healthy() bool { return r.Status == StatusOK }
+// Healthy reports whether no check failed: a warning is healthy.
+func (r *Report) Healthy() bool { return r.Status != StatusFail }
 
 // Check runs every check, within Config.Timeout, and reports them all.
 func (c *Checker) Check(ctx context.Context) *Report {
@@ -168,25 +182,49 @@ func (c *Checker) Check(ctx context.Context) *Report {
 		add("schema", "version "+strconv.Itoa(pgbox.SchemaVersion), nil)
 	}
 
-	running := func(name string, ok bool) {
-		if ok {
-			add(name, "running", nil)
-		} else {
-			add(name, "", errors.New("not running"))
+	warn := func(name string, err error) {
+		r := CheckResult{Name: name, Status: StatusOK}
+		if err != nil {
+			r.Status, r.Error = StatusWarn, err.Error()
+			if rep.Status == StatusOK {
+				rep.Status = StatusWarn
+			}
 		}
+		rep.Checks = append(rep.Checks, r)
+	}
+
+	// A component that runs but has stopped claiming because it cannot
+	// record its outcomes is as good as stopped.
+	running := func(name string, ok bool, recordErr error) {
+		switch {
+		case !ok:
+			add(name, "", errors.New("not running"))
+		case recordErr != nil:
+			add(name, "", recordErr)
+		default:
+			add(name, "running", nil)
+		}
+	}
+	relayName := func(i int) string {
+		if len(c.cfg.Relays) > 1 {
+			return "relay " + strconv.Itoa(i+1)
+		}
+		return "relay"
 	}
 	for _, d := range c.cfg.Dispatchers {
-		running("dispatcher "+d.Consumer(), d.Running())
+		running("dispatcher "+d.Consumer(), d.Running(), d.RecordErr())
 	}
 	for i, r := range c.cfg.Relays {
-		name := "relay"
-		if len(c.cfg.Relays) > 1 {
-			name = "relay " + strconv.Itoa(i+1)
-		}
-		running(name, r.Running())
+		running(relayName(i), r.Running(), r.RecordErr())
 	}
 	if c.cfg.Maintainer != nil {
-		running("maintenance", c.cfg.Maintainer.Running())
+		running("maintenance", c.cfg.Maintainer.Running(), nil)
+	}
+	for _, d := range c.cfg.Dispatchers {
+		warn("notifications "+d.Consumer(), d.NotifyErr())
+	}
+	for i, r := range c.cfg.Relays {
+		warn("notifications "+relayName(i), r.NotifyErr())
 	}
 
 	if c.cfg.BacklogAgeMax < 0 {

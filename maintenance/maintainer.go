@@ -79,6 +79,16 @@ type Config struct {
 	// to OutboxRetentionDefault (7 days); -1 keeps them for ever.
 	OutboxRetention time.Duration
 
+	// PollOnly puts River's client in poll-only mode (river.Config.PollOnly):
+	// it opens no LISTEN connection, and learns of leadership changes and
+	// new jobs by polling. Set it when the pool goes through a
+	// transaction-pooling PgBouncer, where River's listener, which takes a
+	// connection from the pool, would hear nothing. The maintenance jobs
+	// are periodic, so polling costs them nothing that matters; a new
+	// leader is elected at River's poll pace after the old one stops.
+	// Defaults to false.
+	PollOnly bool
+
 	// PruneInterval is how often the retention job runs. Intervals are
 	// aligned to the clock. Defaults to PruneIntervalDefault (one minute);
 	// at least IntervalMin.
@@ -207,6 +217,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Maintainer, error) {
 		ID:           cfg.ID,
 		Logger:       slog.New(levelFloor{Handler: cfg.Logger.Handler(), min: slog.LevelWarn}),
 		PeriodicJobs: m.periodicJobs(),
+		PollOnly:     cfg.PollOnly,
 		Queues:       map[string]river.QueueConfig{Queue: {MaxWorkers: 2}},
 		Schema:       cfg.Schema,
 		Workers:      workers,

@@ -180,12 +180,13 @@ func (r *Relay) failed(rw *row, err error) outcome {
 	return o
 }
 
-// complete records outcomes, fenced by token. If it fails, the rows stay
-// claimed until their lease expires and are then published again, which
-// consumers dedupe.
+// complete records outcomes, fenced by token. While it cannot (the
+// database is down, or rejects the update), it retries, and the relay
+// claims nothing more (workloop.Record): rows published again and again
+// while their outcomes go nowhere would flood the consumers. Only Stop's
+// deadline makes it give up; the rows are then published again once
+// their lease expires, which consumers dedupe.
 func (r *Relay) complete(token int64, outcomes []outcome) {
-	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
-	defer cancel()
 	n := len(outcomes)
 	ids, statuses := make([]uuid.UUID, n), make([]string, n)
 	delays, refunds, errs := make([]int64, n), make([]int32, n), make([]*string, n)
@@ -198,12 +199,15 @@ func (r *Relay) complete(token int64, outcomes []outcome) {
 			errs[i] = &outcomes[i].err
 		}
 	}
-	recorded, err := r.recordOutcomes(ctx, token, ids, statuses, delays, refunds, errs)
-	switch {
-	case err != nil:
-		r.cfg.Logger.Error("relay: could not record publish outcomes; the rows will be published again when their lease expires",
-			slog.Int("rows", n), slog.String("error", err.Error()))
-	case recorded < n:
+	var recorded int
+	err := r.loop.Record("publish outcomes", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
+		defer cancel()
+		var err error
+		recorded, err = r.recordOutcomes(ctx, token, ids, statuses, delays, refunds, errs)
+		return err
+	})
+	if err == nil && recorded < n {
 		r.cfg.Logger.Warn("relay: some outcomes were not recorded because another relay had taken the rows over (lease expired)",
 			slog.Int("rows", n), slog.Int("recorded", recorded))
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -45,8 +46,17 @@ type Config struct {
 	// on its id. Defaults to LeaseDefault (one minute).
 	Lease time.Duration
 
-	// Logger receives publish failures at warn, dead rows and database
-	// trouble at error. Defaults to slog.Default().
+	// ListenConnConfig is how the relay connects to LISTEN for new rows:
+	// one connection of its own, outside the pool. Set it to a direct
+	// connection to the database (pgx.ParseConfig of its URL) when the
+	// pool goes through a transaction-pooling PgBouncer, where LISTEN
+	// succeeds and then hears nothing. Defaults to the pool's connection
+	// configuration. Not allowed with PollOnly.
+	ListenConnConfig *pgx.ConnConfig
+
+	// Logger receives publish failures and notifications that do not
+	// arrive at warn, dead rows and database trouble at error. Defaults to
+	// slog.Default().
 	Logger *slog.Logger
 
 	// MaxAttempts, when positive, marks a row dead after that many failed
@@ -63,6 +73,15 @@ type Config struct {
 	// PollInterval is how often an idle relay looks for rows when no
 	// notification wakes it. Defaults to PollIntervalDefault (one second).
 	PollInterval time.Duration
+
+	// PollOnly makes the relay open no LISTEN connection and find new rows
+	// by polling alone, every PollInterval: for a deployment where no
+	// connection can LISTEN (every route to the database goes through a
+	// transaction pooler). Without it the relay listens, checks once
+	// connected that a notification sent through the pool comes back, and
+	// says so (a warning, Relay.NotifyErr, the health check) when none
+	// does. Defaults to false.
+	PollOnly bool
 
 	// Propagator reads the trace context the producer left in a row's
 	// metadata (outbox.Write puts it there) to make each publish span its
@@ -139,6 +158,9 @@ func (c Config) validate() error {
 	if c.MaxAttempts < 0 {
 		add("Config.MaxAttempts is %d: use 0 to retry for ever or a positive number", c.MaxAttempts)
 	}
+	if c.PollOnly && c.ListenConnConfig != nil {
+		add("Config.PollOnly and Config.ListenConnConfig are both set: a poll-only relay opens no LISTEN connection; set one of them")
+	}
 	if c.PollInterval < time.Millisecond {
 		add("Config.PollInterval is %s: it must be at least 1ms", c.PollInterval)
 	}
@@ -189,10 +211,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		Batch:        r.runBatch,
 		BatchSize:    cfg.BatchSize,
 		Channel:      ident.Channel(cfg.Schema, "outbox"),
-		ConnConfig:   pool.Config().ConnConfig,
+		ConnConfig:   cmp.Or(cfg.ListenConnConfig, pool.Config().ConnConfig),
 		Logger:       cfg.Logger,
 		Name:         "relay",
+		Notifier:     pool,
 		PollInterval: cfg.PollInterval,
+		PollOnly:     cfg.PollOnly,
+		Telemetry:    telemetry.NewLoop(cfg.MeterProvider, telemetry.AttrComponent.String("relay")),
 		Workers:      cfg.Workers,
 	})
 	return r, nil

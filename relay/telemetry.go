@@ -3,3 +3,14 @@ package relay
 // Running reports whether the relay has started and not begun to stop:
 // its workers are claiming rows. A health check reads it.
 func (r *Relay) Running() bool { return r.loop.Running() }
+
+// NotifyErr says why notifications of new rows do not reach the relay, so
+// that rows wait up to PollInterval to be published, or returns nil: when
+// they do, before the listener's first self-check, and with PollOnly. The
+// health check reports it.
+func (r *Relay) NotifyErr() error { return r.loop.NotifyErr() }
+
+// RecordErr says why the relay has stopped claiming rows, or returns nil:
+// it published rows but cannot record that it did, and retries recording
+// before it claims anything more. The health check reports it.
+func (r *Relay) RecordErr() error { return r.loop.RecordErr() }

@@ -7,6 +7,11 @@
 // notice a silently dead one, and after every (re)connect calls OnConnect so
 // its user can look for work that may have been announced while nobody
 // listened.
+//
+// A LISTEN that succeeds is no proof that notifications arrive: through a
+// transaction-pooling PgBouncer it succeeds and then hears nothing. So the
+// Listener can check itself (Config.Probe): it sends a notification the
+// way producers do and expects it back.
 package notify
 
 import (
@@ -14,6 +19,8 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,10 +43,34 @@ type Config struct {
 	OnConnect func()
 	// OnNotify is called with the payload of each notification.
 	OnNotify func(payload string)
+	// OnProbe, if set, is called with the outcome of each self-check:
+	// whether the probe notification came back within ProbeTimeout.
+	OnProbe func(arrived bool)
 	// PingInterval is how long the connection may be idle before it is
 	// pinged. Zero means 30 seconds.
 	PingInterval time.Duration
+	// Probe, if set, sends a notification with the given payload on
+	// Channel the way producers do (through their pool). After each
+	// successful LISTEN the Listener probes itself with it and expects the
+	// notification back within ProbeTimeout: a connection that LISTENs
+	// through a transaction-pooling PgBouncer, say, succeeds and then hears
+	// nothing. Until a probe comes back on a connection, it is sent again
+	// at every idle ping. Nil checks nothing.
+	Probe func(ctx context.Context, payload string) error
+	// ProbeTimeout is how long a probe may take to come back. Zero means
+	// ProbeTimeoutDefault.
+	ProbeTimeout time.Duration
 }
+
+// ProbeTimeoutDefault is the default Config.ProbeTimeout: a notification
+// normally arrives within milliseconds; this leaves room for a loaded
+// server.
+const ProbeTimeoutDefault = 5 * time.Second
+
+// ProbePrefix starts every probe's payload. Listeners drop notifications
+// that start with it, their own and other processes' alike, so a probe
+// never wakes a worker.
+const ProbePrefix = "pgbox-probe:"
 
 // Listener is a running LISTEN loop. Close stops it.
 type Listener struct {
@@ -52,6 +83,9 @@ type Listener struct {
 func Start(cfg Config) *Listener {
 	if cfg.PingInterval == 0 {
 		cfg.PingInterval = 30 * time.Second
+	}
+	if cfg.ProbeTimeout == 0 {
+		cfg.ProbeTimeout = ProbeTimeoutDefault
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Listener{cancel: cancel, done: make(chan struct{})}
@@ -104,24 +138,74 @@ func session(ctx context.Context, cfg Config, connected func()) error {
 	}
 	connected()
 	cfg.OnConnect()
+	var (
+		probe         string    // the payload awaited, if any
+		probeDeadline time.Time // when it is overdue
+		verified      bool      // a probe came back on this connection
+	)
+	sendProbe := func() {
+		if cfg.Probe == nil || verified {
+			return
+		}
+		payload := ProbePrefix + strconv.FormatUint(rand.Uint64(), 36)
+		sendCtx, cancel := context.WithTimeout(ctx, cfg.ProbeTimeout)
+		defer cancel()
+		if err := cfg.Probe(sendCtx, payload); err != nil {
+			if ctx.Err() == nil {
+				cfg.Logger.WarnContext(ctx, "notify: could not send the self-check notification; will try again at the next idle ping",
+					slog.String("channel", cfg.Channel), slog.String("error", err.Error()))
+			}
+			return
+		}
+		probe, probeDeadline = payload, time.Now().Add(cfg.ProbeTimeout)
+	}
+	sendProbe()
+	nextPing := time.Now().Add(cfg.PingInterval)
 	for {
-		waitCtx, cancel := context.WithTimeout(ctx, cfg.PingInterval)
+		deadline := nextPing
+		if probe != "" && probeDeadline.Before(deadline) {
+			deadline = probeDeadline
+		}
+		waitCtx, cancel := context.WithDeadline(ctx, deadline)
 		n, err := conn.WaitForNotification(waitCtx)
 		cancel()
 		switch {
 		case err == nil:
-			cfg.OnNotify(n.Payload)
+			nextPing = time.Now().Add(cfg.PingInterval)
+			if !strings.HasPrefix(n.Payload, ProbePrefix) {
+				cfg.OnNotify(n.Payload)
+			} else if probe != "" && n.Payload == probe {
+				probe, verified = "", true
+				if cfg.OnProbe != nil {
+					cfg.OnProbe(true)
+				}
+			}
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, context.DeadlineExceeded):
-			// Idle: make sure the connection is still alive. A cancelled
-			// wait leaves a pgx connection closed, so reconnect instead of
-			// pinging when that happened.
+			// A cancelled wait leaves a pgx connection closed, so reconnect
+			// instead of pinging when that happened.
 			if conn.IsClosed() {
 				return errors.New("connection closed after idle wait")
 			}
+			now := time.Now()
+			if probe != "" && !now.Before(probeDeadline) {
+				probe = ""
+				if cfg.OnProbe != nil {
+					cfg.OnProbe(false)
+				}
+			}
+			if now.Before(nextPing) {
+				continue
+			}
+			// Idle: make sure the connection is still alive, and try the
+			// self-check again if it has not passed yet.
 			if err := conn.Ping(ctx); err != nil {
 				return err
+			}
+			nextPing = now.Add(cfg.PingInterval)
+			if probe == "" {
+				sendProbe()
 			}
 		default:
 			return err

@@ -35,6 +35,9 @@ const (
 	AttrTopic = attribute.Key("pgbox.topic")
 	// AttrAttempt is the attempt's number, on a handler's span.
 	AttrAttempt = attribute.Key("pgbox.attempt")
+	// AttrComponent is the component a work loop's metric is about:
+	// "dispatcher" or "relay".
+	AttrComponent = attribute.Key("pgbox.component")
 )
 
 // OpenTelemetry messaging semantic-convention keys used on spans.
@@ -66,6 +69,8 @@ const (
 	OutboxBacklog         = "pgbox.outbox.backlog"
 	MaintenanceDeleted    = "pgbox.maintenance.deleted"
 	MaintenanceReplayed   = "pgbox.maintenance.replayed"
+	NotificationsArriving = "pgbox.notifications.arriving"
+	ClaimingPaused        = "pgbox.claiming.paused"
 )
 
 // DurationBuckets are the handler duration histogram's bucket bounds, in

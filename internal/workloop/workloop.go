@@ -3,6 +3,14 @@
 // LISTEN/NOTIFY and by polling as the fallback, with a stop that drains the
 // work in flight and, at its deadline, cancels it.
 //
+// Two kinds of trouble are watched for and reported (logs, NotifyErr and
+// RecordErr for the health check, gauges):
+//   - notifications that never arrive (a LISTEN through a transaction
+//     pooler): the listener checks itself, and the loop goes on polling;
+//   - outcomes that cannot be recorded: Record retries them, and no worker
+//     claims anything until they are recorded, so that rows are not handled
+//     again and again while their results go nowhere.
+//
 // A Service has the life cycle of River's clients: Start does not block and
 // fails fast if its preflight check (a schema check) fails; Stop may be
 // called more than once and before Start; Stopped tells when it is over.
@@ -20,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgbox/pgbox/internal/notify"
+	"github.com/pgbox/pgbox/internal/telemetry"
 )
 
 // ErrStopped is the cause of the work context's cancellation when Stop's
@@ -39,6 +48,9 @@ type Config struct {
 	Channel string
 	// ConnConfig is how the listener connects (its own connection).
 	ConnConfig *pgx.ConnConfig
+	// Notifier sends the listener's self-check notification, the way
+	// producers send theirs: the service's pool.
+	Notifier notify.Execer
 	// Logger receives the loop's own trouble.
 	Logger *slog.Logger
 	// Name prefixes errors and logs, and names the listener's connection in
@@ -46,6 +58,13 @@ type Config struct {
 	Name string
 	// PollInterval is how often an idle worker looks for work unprompted.
 	PollInterval time.Duration
+	// PollOnly opens no listener: workers wake on the poll interval alone.
+	PollOnly bool
+	// ProbeTimeout is how long the listener's self-check notification may
+	// take to come back. Zero means notify.ProbeTimeoutDefault.
+	ProbeTimeout time.Duration
+	// Telemetry records the loop's gauges.
+	Telemetry *telemetry.Loop
 	// Wanted reports whether a notification's payload concerns this
 	// service; nil means every notification does.
 	Wanted func(payload string) bool
@@ -69,6 +88,16 @@ type Service struct {
 	workers    sync.WaitGroup
 	listener   *notify.Listener
 	wake       chan struct{} // a token for one idle worker
+
+	notifyMu  sync.Mutex
+	notifyErr error // why notifications do not arrive; nil if they do or unknown
+
+	recMu      sync.Mutex
+	recFailing int           // recorders whose outcomes could not be recorded yet
+	recErr     error         // the last recording error while recFailing > 0
+	recSince   time.Time     // when recFailing last left 0
+	recLogged  time.Time     // when the trouble was last logged
+	recResumed chan struct{} // closed when recFailing drops to 0; nil while 0
 }
 
 // New returns a Service that has not started.
@@ -98,19 +127,26 @@ func (s *Service) Start(ctx context.Context, preflight func(context.Context) err
 	if err := preflight(ctx); err != nil {
 		return err
 	}
-	connConfig := s.cfg.ConnConfig.Copy()
-	connConfig.RuntimeParams["application_name"] = "pgbox " + s.cfg.Name + " listener"
-	s.listener = notify.Start(notify.Config{
-		Channel:    s.cfg.Channel,
-		ConnConfig: connConfig,
-		Logger:     s.cfg.Logger,
-		OnConnect:  s.Wake, // work may have been announced while nobody listened
-		OnNotify: func(payload string) {
-			if s.cfg.Wanted == nil || s.cfg.Wanted(payload) {
-				s.Wake()
-			}
-		},
-	})
+	if !s.cfg.PollOnly {
+		connConfig := s.cfg.ConnConfig.Copy()
+		connConfig.RuntimeParams["application_name"] = "pgbox " + s.cfg.Name + " listener"
+		s.listener = notify.Start(notify.Config{
+			Channel:    s.cfg.Channel,
+			ConnConfig: connConfig,
+			Logger:     s.cfg.Logger,
+			OnConnect:  s.Wake, // work may have been announced while nobody listened
+			OnNotify: func(payload string) {
+				if s.cfg.Wanted == nil || s.cfg.Wanted(payload) {
+					s.Wake()
+				}
+			},
+			OnProbe: s.probed,
+			Probe: func(ctx context.Context, payload string) error {
+				return notify.Send(ctx, s.cfg.Notifier, s.cfg.Channel, payload)
+			},
+			ProbeTimeout: s.cfg.ProbeTimeout,
+		})
+	}
 	for range s.cfg.Workers {
 		s.workers.Go(s.work)
 	}
@@ -136,7 +172,9 @@ func (s *Service) Stop(ctx context.Context) error {
 			s.cancelWork(ErrStopped)
 			<-done
 		}
-		s.listener.Close()
+		if s.listener != nil {
+			s.listener.Close()
+		}
 	}
 	s.cancelWork(ErrStopped)
 	s.stoppedOnce.Do(func() { close(s.stopped) })
@@ -189,6 +227,9 @@ func (s *Service) work() {
 	const minErrWait, maxErrWait = 100 * time.Millisecond, 5 * time.Second
 	errWait := minErrWait
 	for !s.Stopping() {
+		if !s.awaitRecording() {
+			return
+		}
 		n, err := s.cfg.Batch()
 		if err != nil {
 			s.cfg.Logger.Error(s.cfg.Name+": claiming failed; retrying",

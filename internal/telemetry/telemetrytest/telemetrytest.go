@@ -31,3 +31,25 @@ func Sums(tb testing.TB, reader *sdkmetric.ManualReader, name, key string) map[s
 	}
 	return out
 }
+
+// Gauges reads the last values of the int64 gauge name from reader, by
+// the value of attribute key ("" for a gauge without it). A gauge never
+// recorded is absent.
+func Gauges(tb testing.TB, reader *sdkmetric.ManualReader, name, key string) map[string]int64 {
+	tb.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(tb, reader.Collect(context.Background(), &rm))
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
+				v, _ := dp.Attributes.Value(attribute.Key(key))
+				out[v.AsString()] = dp.Value
+			}
+		}
+	}
+	return out
+}

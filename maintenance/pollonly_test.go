@@ -1,0 +1,32 @@
+package maintenance_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox/internal/pgtest"
+	"github.com/pgbox/pgbox/maintenance"
+)
+
+// A poll-only Maintainer puts River in poll-only mode: River's client
+// LISTENs on nothing. The same query sees the listener of one that is not.
+func TestPollOnlyMaintainerDoesNotListen(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	listeners := func() (n int) {
+		// River listens on "<schema>.<topic>" channels.
+		require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(),
+			"SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'listen%' AND query LIKE '%' || $1 || '.%'", b.schema).Scan(&n))
+		return n
+	}
+	m := b.start(t, maintenance.Config{PollOnly: true, PruneInterval: time.Hour, ReplayInterval: -1})
+	// By the time it leads, River would have been listening for long.
+	b.waitFor(t, "SELECT EXISTS (SELECT 1 FROM /* schema */river_leader WHERE leader_id = $1)", m.ID())
+	require.Zero(t, listeners())
+
+	b.start(t, maintenance.Config{PruneInterval: time.Hour, ReplayInterval: -1})
+	require.Eventually(t, func() bool { return listeners() > 0 }, 30*time.Second, 10*time.Millisecond)
+}
