@@ -89,6 +89,9 @@ func (b *testBundle) config(t *testing.T, cfg dispatcher.Config) dispatcher.Conf
 	if cfg.Inbox == nil {
 		cfg.Inbox = b.inbox
 	}
+	if cfg.ListenConnConfig == nil && !cfg.PollOnly {
+		cfg.ListenConnConfig = pgtest.ListenConnConfig(t)
+	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 20 * time.Millisecond
 	}

@@ -95,6 +95,9 @@ func (b *testBundle) write(t *testing.T, msgs ...outbox.Message) []uuid.UUID {
 func (b *testBundle) start(t *testing.T, cfg relay.Config) *relay.Relay {
 	t.Helper()
 	cfg.Schema = b.schema
+	if cfg.ListenConnConfig == nil && !cfg.PollOnly {
+		cfg.ListenConnConfig = pgtest.ListenConnConfig(t)
+	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 20 * time.Millisecond
 	}

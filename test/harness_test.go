@@ -174,6 +174,7 @@ func (p *producer) place(t testing.TB, o order, key string, commit bool) uuid.UU
 func (p *producer) startRelay(t testing.TB, pub message.Publisher) {
 	t.Helper()
 	r, err := relay.New(p.pool, relay.Config{
+		ListenConnConfig: pgtest.ListenConnConfig(t),
 		Publisher:        pub,
 		Schema:           p.schema,
 		PollInterval:     20 * time.Millisecond,
@@ -230,9 +231,10 @@ func startConsumer(t testing.TB, b broker) *consumer {
 	<-router.Running()
 
 	d, err := dispatcher.New(c.pool, dispatcher.Config{
-		Inbox:        c.inbox,
-		PollInterval: 20 * time.Millisecond,
-		Logger:       slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Inbox:            c.inbox,
+		ListenConnConfig: pgtest.ListenConnConfig(t),
+		PollInterval:     20 * time.Millisecond,
+		Logger:           slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Handlers: map[string]dispatcher.Handler{
 			"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
 				var o order

@@ -41,6 +41,23 @@ func DirectURL(tb testing.TB) string {
 	return URL(tb)
 }
 
+// ListenConnConfig is what a dispatcher or relay under test should LISTEN
+// on (their Config.ListenConnConfig): DirectURL's configuration when the
+// tests run through a pooler (PGBOX_DIRECT_URL is set), or nil, the
+// pool's own, on a direct connection.
+func ListenConnConfig(tb testing.TB) *pgx.ConnConfig {
+	tb.Helper()
+	u := os.Getenv("PGBOX_DIRECT_URL")
+	if u == "" {
+		return nil
+	}
+	cfg, err := pgx.ParseConfig(u)
+	if err != nil {
+		tb.Fatalf("pgtest: PGBOX_DIRECT_URL: %v", err)
+	}
+	return cfg
+}
+
 // Listen returns a connection of its own, on DirectURL, that listens on
 // channel; it is closed when the test ends.
 func Listen(tb testing.TB, channel string) *pgx.Conn {
