@@ -13,6 +13,7 @@ SHELL := /usr/bin/env bash
 
 PG := scripts/pg.sh
 NATS := scripts/nats.sh
+PGBOUNCER := scripts/pgbouncer.sh
 # The database URL: DATABASE_URL, or the local cluster (started if needed).
 DB = $${DATABASE_URL:-$$($(PG) up)}
 # The NATS URL: NATS_URL, or the local server (started if needed).
@@ -27,7 +28,7 @@ BROKER = $${NATS_URL:-$$($(NATS) up)}
 FUZZ := FuzzReceive:./inbox FuzzWrite:./outbox FuzzHandler:./watermillinbox
 FUZZTIME ?= 4000x
 
-.PHONY: test chaos bench demo demo-quickstart pg-up pg-down nats-up nats-down down
+.PHONY: test chaos bench demo demo-pooler demo-quickstart pg-up pg-down nats-up nats-down pgbouncer-up pgbouncer-down down
 
 test:
 	@url=$(DB); nats=$(BROKER); \
@@ -63,6 +64,14 @@ DEMO_FLAGS ?=
 demo:
 	@url=$(DB); DATABASE_URL="$$url" go run ./examples/orders demo $(DEMO_FLAGS)
 
+# The orders example with every service and provider connecting through a
+# transaction-pooling PgBouncer (scripts/pgbouncer.sh, installed if
+# missing) in pgx's exec query mode; the run's setup and verification stay
+# on the direct URL.
+demo-pooler:
+	@url=$(DB); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
+	DATABASE_URL="$$url" go run ./examples/orders demo -services-db "$$pooler&default_query_exec_mode=exec" $(DEMO_FLAGS)
+
 # The smaller, single-process example: an inbox and a dispatcher.
 demo-quickstart:
 	@url=$(DB); DATABASE_URL="$$url" go run ./examples/quickstart
@@ -79,4 +88,10 @@ nats-up:
 nats-down:
 	@$(NATS) down
 
-down: nats-down pg-down
+pgbouncer-up:
+	@$(PGBOUNCER) up
+
+pgbouncer-down:
+	@$(PGBOUNCER) down
+
+down: pgbouncer-down nats-down pg-down

@@ -378,6 +378,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&cfg.LogDir, "logs", "", "directory for the services' logs (default: a new temporary directory)")
 	fs.StringVar(&cfg.Namespace, "namespace", demo.NamespaceDefault, "prefix of every schema (and NATS stream) the demo creates; they are dropped first")
 	fs.IntVar(&cfg.Orders, "orders", demo.OrdersDefault, "orders to place")
+	fs.StringVar(&cfg.ServicesURL, "services-db", "", "PostgreSQL URL the services connect through, such as a PgBouncer's (default: -db)")
 	fs.DurationVar(&cfg.Timeout, "timeout", demo.TimeoutDefault, "give up if the run has not settled by then")
 	if err := parse(fs, args); err != nil {
 		return err

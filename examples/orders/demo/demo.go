@@ -74,7 +74,9 @@ type Config struct {
 	// the rest its flags, as package cli takes them. Required.
 	Command func(args ...string) *exec.Cmd
 
-	// DatabaseURL is the PostgreSQL every process connects to. Required.
+	// DatabaseURL is the PostgreSQL the run prepares and verifies on, and
+	// every process connects to unless ServicesURL says otherwise.
+	// Required.
 	DatabaseURL string
 
 	// Kill, when true, SIGKILLs a payments process mid-run and starts it
@@ -98,6 +100,14 @@ type Config struct {
 	// Out receives the progress lines and the final table. Defaults to
 	// io.Discard.
 	Out io.Writer
+
+	// ServicesURL is the PostgreSQL URL the services and providers connect
+	// through, such as a transaction-pooling PgBouncer's in front of
+	// DatabaseURL's server (with default_query_exec_mode=exec: see
+	// docs/operations.md). Their dispatchers and relays then LISTEN
+	// through it too, find that notifications do not arrive, say so once
+	// and poll. Defaults to DatabaseURL.
+	ServicesURL string
 
 	// Timeout bounds the whole run. Defaults to TimeoutDefault.
 	Timeout time.Duration
@@ -218,7 +228,9 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	r.progress("dropped the schemas %s* of any earlier run", r.cfg.Namespace)
 
 	// The outside world first: the services need its URLs.
-	common := func(schema string) []string { return []string{"-db", r.cfg.DatabaseURL, "-schema", schema} }
+	common := func(schema string) []string {
+		return []string{"-db", cmp.Or(r.cfg.ServicesURL, r.cfg.DatabaseURL), "-schema", schema}
+	}
 	withBroker := func(schema string) []string {
 		return append(common(schema), "-broker", r.cfg.Broker, "-broker-namespace", s.Broker)
 	}
