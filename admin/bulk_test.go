@@ -26,10 +26,16 @@ type testBundle struct {
 // setup returns a testBundle whose Admin has cfg (its Schema filled in).
 func setup(t *testing.T, cfg admin.Config) *testBundle {
 	t.Helper()
+	return setupOn(t, pgtest.Pool(t), cfg)
+}
+
+// setupOn is setup with the Admin, and the test's own queries, on pool.
+func setupOn(t *testing.T, pool *pgxpool.Pool, cfg admin.Config) *testBundle {
+	t.Helper()
 	cfg.Schema = pgtest.Schema(t)
-	adm, err := admin.New(pgtest.Pool(t), cfg)
+	adm, err := admin.New(pool, cfg)
 	require.NoError(t, err)
-	return &testBundle{adm: adm, pool: pgtest.Pool(t), schema: cfg.Schema}
+	return &testBundle{adm: adm, pool: pool, schema: cfg.Schema}
 }
 
 // inCallerTx runs work in a subtest for each way a caller's transaction

@@ -190,9 +190,16 @@ func (a *Admin) outboxRetry(ctx context.Context, db dbtx, opts OutboxRetryOption
 	if err != nil {
 		return 0, err
 	}
-	var ids any
+	// The ids go as text, cast to uuid[] in SQL: pgx encodes a
+	// []uuid.UUID only when it knows the parameter's type, which the exec
+	// and simple_protocol query modes never tell it.
+	var ids any // NULL: every dead row
 	if opts.IDs != nil {
-		ids = opts.IDs
+		text := make([]string, len(opts.IDs))
+		for i, id := range opts.IDs {
+			text[i] = id.String()
+		}
+		ids = text
 	}
 	return a.inBatches(ctx, db, "retry outbox rows", size, opts.ProgressFunc, func(ctx context.Context, db dbtx, size int) (int64, bool, error) {
 		tag, err := db.Exec(ctx, a.q["outboxRetry"], ids, size)

@@ -11,6 +11,7 @@ import (
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/pgtest"
 )
 
 // outboxRows stores n outbox rows in status, on topic orders, with their
@@ -79,6 +80,31 @@ func TestOutboxRetry(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, pgbox.OutboxPending, d.Status)
 	require.Equal(t, "retried", d.History[len(d.History)-1].Action)
+}
+
+// Through a pool whose query mode sends parameters without their types (as
+// a user behind PgBouncer may configure), OutboxRetry puts back the rows it
+// names, then every dead row.
+func TestOutboxRetryInUntypedQueryModes(t *testing.T) {
+	t.Parallel()
+	for _, mode := range pgtest.UntypedModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setupOn(t, pgtest.NewPoolMode(t, mode, 2), admin.Config{})
+			dead := b.outboxRows(t, 5, pgbox.OutboxDead)
+
+			n, err := b.adm.OutboxRetry(ctx, admin.OutboxRetryOptions{IDs: dead[:2]})
+			require.NoError(t, err)
+			require.EqualValues(t, 2, n)
+			require.Equal(t, 2, b.outboxCount(t, b.pool, "id = ANY($1::uuid[]) AND status = 'pending'", []string{dead[0].String(), dead[1].String()}))
+
+			n, err = b.adm.OutboxRetry(ctx, admin.OutboxRetryOptions{BatchSize: 2})
+			require.NoError(t, err)
+			require.EqualValues(t, 3, n)
+			require.Zero(t, b.outboxCount(t, b.pool, "status = 'dead'"))
+		})
+	}
 }
 
 func TestOutboxRetryTx(t *testing.T) {

@@ -120,7 +120,10 @@ func (a *Admin) scheduleReplay(ctx context.Context, db dbtx, opts ScheduleReplay
 		return nil, fmt.Errorf("schedule replay: %w", err)
 	}
 	var r ScheduledReplay
-	if err := r.scan(db.QueryRow(ctx, a.q["scheduleReplay"], opts.At, filter, opts.Note)); err != nil {
+	// The filter goes as text: pgx would send a []byte as bytea unless it
+	// knew the parameter is jsonb, which the exec and simple_protocol query
+	// modes never tell it.
+	if err := r.scan(db.QueryRow(ctx, a.q["scheduleReplay"], opts.At, string(filter), opts.Note)); err != nil {
 		return nil, a.dbError(ctx, "schedule replay", err)
 	}
 	return &r, nil

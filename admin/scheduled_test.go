@@ -103,6 +103,42 @@ func TestScheduledReplayRunsOnceWhenDue(t *testing.T) {
 	require.Zero(t, again)
 }
 
+// Through a pool whose query mode sends parameters without their types (as
+// a user behind PgBouncer may configure), a replay is scheduled with its
+// filter, listed, and run.
+func TestScheduledReplayInUntypedQueryModes(t *testing.T) {
+	t.Parallel()
+	for _, mode := range pgtest.UntypedModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setupOn(t, pgtest.NewPoolMode(t, mode, 2), admin.Config{})
+			b.add(t, "payments", "dead", 5, pgbox.InboxDead, "gateway timeout", time.Minute)
+			r, err := b.adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{
+				At: time.Now().Add(-time.Second),
+				Filter: admin.Filter{
+					Consumer: "payments", Statuses: []pgbox.InboxStatus{pgbox.InboxDead},
+					IDs: []string{"dead-1", "dead-2", "dead-3"}, Since: time.Now().Add(-time.Hour),
+				},
+				Note: "gateway fixed",
+			})
+			require.NoError(t, err)
+			require.Equal(t, []string{"dead-1", "dead-2", "dead-3"}, r.Filter.IDs)
+
+			n, err := b.adm.RunDueReplays(ctx, 2)
+			require.NoError(t, err)
+			require.EqualValues(t, 3, n)
+			require.Equal(t, 3, countStatus(t, b.schema, "pending"))
+			list, err := b.adm.ScheduledReplays(ctx, 0)
+			require.NoError(t, err)
+			require.Len(t, list, 1)
+			require.Equal(t, admin.ReplayDone, list[0].State)
+			require.EqualValues(t, 3, list[0].Replayed)
+			require.Equal(t, []pgbox.InboxStatus{pgbox.InboxDead}, list[0].Filter.Statuses)
+		})
+	}
+}
+
 func TestCancelScheduledReplay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

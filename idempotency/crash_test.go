@@ -205,6 +205,7 @@ func TestStalledRequestLosesItsKeyToARetry(t *testing.T) {
 		m := b.middleware(t, crashConfig)
 		b.setupCharges(t)
 		var runs atomic.Int64
+		var stalledPID uint32 // the stalled request's session; set before entered closes
 		entered := make(chan struct{})
 		stall, free := stallUntil(t)
 		h := m.WrapTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) {
@@ -214,6 +215,7 @@ func TestStalledRequestLosesItsKeyToARetry(t *testing.T) {
 				return
 			}
 			if n == 1 {
+				stalledPID = tx.Conn().PgConn().PID()
 				close(entered)
 				<-stall // idle in its transaction, ignoring its context
 			}
@@ -225,6 +227,14 @@ func TestStalledRequestLosesItsKeyToARetry(t *testing.T) {
 		wg.Go(func() { stalled = send(h, req) })
 		<-entered
 		require.Equal(t, http.StatusCreated, retryUntilTakenOver(t, h, req).Status)
+		// The session's idle time runs from its last statement, a little
+		// after the claim that started the lease, so the takeover can come
+		// first: free the request only once the server has ended its session.
+		require.Eventually(t, func() bool {
+			var alive bool
+			err := b.pool.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)", int64(stalledPID)).Scan(&alive)
+			return err == nil && !alive
+		}, 20*time.Second, 20*time.Millisecond, "the server never ended the idle session")
 		free()
 		wg.Wait()
 		require.Equal(t, http.StatusInternalServerError, stalled.Status, "%s", stalled.Body)

@@ -30,7 +30,14 @@ type testBundle struct {
 // logs on the test's output.
 func setup(t *testing.T, cfg idempotency.Config) (*idempotency.Middleware, *testBundle) {
 	t.Helper()
-	b := &testBundle{pool: pgtest.Pool(t), schema: pgtest.Schema(t)}
+	return setupOn(t, pgtest.Pool(t), cfg)
+}
+
+// setupOn is setup with the Middleware, and the test's own queries, on
+// pool.
+func setupOn(t *testing.T, pool *pgxpool.Pool, cfg idempotency.Config) (*idempotency.Middleware, *testBundle) {
+	t.Helper()
+	b := &testBundle{pool: pool, schema: pgtest.Schema(t)}
 	return b.middleware(t, cfg), b
 }
 

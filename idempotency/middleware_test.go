@@ -80,6 +80,49 @@ func TestFirstRequestRunsOnceAndIsReplayedByteForByte(t *testing.T) {
 	}, row.Headers)
 }
 
+// Through a pool whose query mode sends parameters without their types (as
+// a user behind PgBouncer may configure), a response is stored and
+// replayed, by Wrap and by WrapTx, and the handler runs once.
+func TestReplayInUntypedQueryModes(t *testing.T) {
+	t.Parallel()
+	for _, mode := range pgtest.UntypedModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			m, b := setupOn(t, pgtest.NewPoolMode(t, mode, 4), idempotency.Config{})
+			b.setupCharges(t)
+			var runs, txRuns atomic.Int64
+			mux := http.NewServeMux()
+			mux.Handle("POST /charges", m.Wrap(charge(&runs)))
+			mux.Handle("POST /tx-charges", m.WrapTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) {
+				txRuns.Add(1)
+				if err := b.insertCharge(r.Context(), tx, "charged"); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				w.Header().Set("Location", "/tx-charges/1")
+				w.WriteHeader(http.StatusCreated)
+			}))
+
+			for _, req := range []request{
+				{target: "/charges", key: "k1", body: `{"cents":4200}`},
+				{target: "/tx-charges", key: "k2", body: `{"cents":4200}`},
+			} {
+				first := send(mux, req)
+				require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
+				again := send(mux, req)
+				require.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
+				require.True(t, again.replayed(), req.target)
+				require.Equal(t, first.Body, again.Body)
+				require.Equal(t, first.Header.Get("Location"), again.Header.Get("Location"))
+				require.Equal(t, "done", b.row(t, req.key).State)
+			}
+			require.EqualValues(t, 1, runs.Load())
+			require.EqualValues(t, 1, txRuns.Load())
+			require.Equal(t, 1, b.charges(t))
+		})
+	}
+}
+
 func TestReplayKeepsConfiguredHeadersAndSniffedType(t *testing.T) {
 	t.Parallel()
 	m, _ := setup(t, idempotency.Config{ReplayHeaders: []string{"etag", "X-Multi"}})

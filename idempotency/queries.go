@@ -73,7 +73,7 @@ UPDATE /* schema */idempotency_keys SET
     lock_token   = NULL,
     locked_until = NULL,
     status       = $5,
-    headers      = $6,
+    headers      = $6::jsonb,
     body         = $7,
     completed_at = now()
 WHERE route = $1 AND caller = $2 AND key = $3 AND state = 'in_progress' AND lock_token = $4`

@@ -90,10 +90,12 @@ func bodyAllowed(status int) bool {
 }
 
 // stored returns the headers of res to store: those on the allow-list, as
-// JSON. A header value that is not valid UTF-8, or holds a NUL, cannot
+// JSON text. (Text, not []byte: pgx sends a []byte as bytea unless it knows
+// the parameter is jsonb, which the exec and simple_protocol query modes
+// never tell it.) A header value that is not valid UTF-8, or holds a NUL, cannot
 // round-trip through jsonb and is left out, with its name returned in
 // skipped for the log.
-func (res response) stored(allow []string) (headers []byte, skipped []string) {
+func (res response) stored(allow []string) (headers string, skipped []string) {
 	out := make(map[string][]string, len(allow))
 	for _, name := range allow {
 		values := res.header.Values(name)
@@ -110,11 +112,11 @@ func (res response) stored(allow []string) (headers []byte, skipped []string) {
 		}
 		out[http.CanonicalHeaderKey(name)] = values
 	}
-	headers, err := json.Marshal(out)
+	b, err := json.Marshal(out)
 	if err != nil {
 		panic(err) // valid UTF-8 strings always encode
 	}
-	return headers, skipped
+	return string(b), skipped
 }
 
 // write sends res to the client, adding its headers to any that outer

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,13 @@ type testBundle struct {
 
 func setup(t *testing.T, cfg outbox.Config) *testBundle {
 	t.Helper()
-	b := &testBundle{pool: pgtest.Pool(t), schema: pgtest.Schema(t)}
+	return setupOn(t, pgtest.Pool(t), cfg)
+}
+
+// setupOn is setup with the Outbox, and the test's own queries, on pool.
+func setupOn(t *testing.T, pool *pgxpool.Pool, cfg outbox.Config) *testBundle {
+	t.Helper()
+	b := &testBundle{pool: pool, schema: pgtest.Schema(t)}
 	cfg.Schema = b.schema
 	var err error
 	b.outbox, err = outbox.New(b.pool, cfg)
@@ -189,6 +196,46 @@ func TestWriteStoresASingleMessageAlikeOnEitherPath(t *testing.T) {
 	}
 	want := outboxRow{EventType: "OrderPlaced", Metadata: map[string]string{"tenant": "acme"}, Payload: []byte{0, 1, 0xff}, Status: "pending", Topic: "orders"}
 	require.Equal(t, []outboxRow{want, want}, rows)
+}
+
+// Write works on a pool whose query mode sends parameters without their
+// types, as a user behind PgBouncer may configure: both paths, the
+// array one (many messages, a key, a NOTIFY) and the single message.
+func TestWriteInUntypedQueryModes(t *testing.T) {
+	t.Parallel()
+	for _, mode := range pgtest.UntypedModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setupOn(t, pgtest.NewPoolMode(t, mode, 2), outbox.Config{NotifyInterval: time.Hour})
+			msgs := make([]outbox.Message, 100)
+			for i := range msgs {
+				msgs[i] = outbox.Message{Topic: "orders", Payload: []byte{byte(i), 0, 0xff}, Metadata: map[string]string{"n": fmt.Sprint(i)}}
+			}
+			msgs[1].OrderingKey = "order-1"
+			var ids []uuid.UUID
+			require.NoError(t, b.inTx(t, true, func(tx pgx.Tx) error {
+				var err error
+				ids, err = b.outbox.Write(ctx, tx, msgs...) // the first Write notifies
+				if err != nil {
+					return err
+				}
+				one, err := b.outbox.Write(ctx, tx, outbox.Message{Topic: "orders", Payload: []byte("one")})
+				ids = append(ids, one...)
+				return err
+			}))
+			rows := b.rows(t)
+			require.Len(t, rows, len(msgs)+1)
+			for i, r := range rows[:len(msgs)] {
+				require.Equal(t, ids[i], r.ID, "seq follows the order given")
+				require.Equal(t, msgs[i].Payload, r.Payload)
+				require.Equal(t, fmt.Sprint(i), r.Metadata["n"])
+			}
+			require.Equal(t, "order-1", *rows[1].OrderingKey)
+			require.Equal(t, ids[len(msgs)], rows[len(msgs)].ID)
+			require.Equal(t, []byte("one"), rows[len(msgs)].Payload)
+		})
+	}
 }
 
 // The producer's trace context travels in the metadata; a trace context

@@ -73,7 +73,14 @@ func (o *Outbox) Write(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]uuid.
 		tag, err = tx.Exec(ctx, o.writeOne, ids[0], topics[0], eventTypes[0], payloads[0], metadata[0])
 		inserted = int(tag.RowsAffected())
 	} else {
-		err = tx.QueryRow(ctx, o.write, ids, topics, eventTypes, keys, payloads, metadata, o.seqName, channel).Scan(&inserted, nil)
+		// The ids go as text, cast to uuid[] in SQL: pgx encodes a
+		// []uuid.UUID only when it knows the parameter's type, which the
+		// exec and simple_protocol query modes never tell it.
+		idText := make([]string, n)
+		for i, id := range ids {
+			idText[i] = id.String()
+		}
+		err = tx.QueryRow(ctx, o.write, idText, topics, eventTypes, keys, payloads, metadata, o.seqName, channel).Scan(&inserted, nil)
 	}
 	if err != nil {
 		var pgErr *pgconn.PgError

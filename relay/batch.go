@@ -188,10 +188,14 @@ func (r *Relay) failed(rw *row, err error) outcome {
 // their lease expires, which consumers dedupe.
 func (r *Relay) complete(token int64, outcomes []outcome) {
 	n := len(outcomes)
-	ids, statuses := make([]uuid.UUID, n), make([]string, n)
+	// Ids go as text (completeSQL casts them to uuid[]) and statuses as
+	// plain strings: pgx encodes a []uuid.UUID, or a slice of a named
+	// string type, only when it knows the parameter's type, which the exec
+	// and simple_protocol query modes never tell it.
+	ids, statuses := make([]string, n), make([]string, n)
 	delays, refunds, errs := make([]int64, n), make([]int32, n), make([]*string, n)
 	for i, o := range outcomes {
-		ids[i], statuses[i], delays[i] = o.id, string(o.status), o.delay.Milliseconds()
+		ids[i], statuses[i], delays[i] = o.id.String(), string(o.status), o.delay.Milliseconds()
 		if o.refund {
 			refunds[i] = 1
 		}

@@ -70,7 +70,14 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	b := &testBundle{pool: pgtest.Pool(t), schema: pgtest.Schema(t)}
+	return setupOn(t, pgtest.Pool(t))
+}
+
+// setupOn is setup with the Outbox, the Relay and the test's own queries on
+// pool.
+func setupOn(t *testing.T, pool *pgxpool.Pool) *testBundle {
+	t.Helper()
+	b := &testBundle{pool: pool, schema: pgtest.Schema(t)}
 	var err error
 	b.outbox, err = outbox.New(b.pool, outbox.Config{Schema: b.schema})
 	require.NoError(t, err)
@@ -175,6 +182,43 @@ func TestRelayPublishesCommittedRowsOnly(t *testing.T) {
 	var published int
 	require.NoError(t, b.pool.QueryRow(ctx, b.sql("SELECT count(*) FROM /* schema */outbox WHERE status = 'published' AND published_at IS NOT NULL")).Scan(&published))
 	require.Equal(t, 30, published)
+}
+
+// A relay on a pool whose query mode sends parameters without their types
+// (as a user behind PgBouncer may configure) records what became of each
+// row, a failed publish included, so each row is published once.
+func TestRelayInUntypedQueryModes(t *testing.T) {
+	t.Parallel()
+	for _, mode := range pgtest.UntypedModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setupOn(t, pgtest.NewPoolMode(t, mode, 4))
+			msgs := make([]outbox.Message, 20)
+			for i := range msgs {
+				msgs[i] = outbox.Message{Topic: "orders", OrderingKey: fmt.Sprint("order-", i%4), Payload: []byte{byte(i)}}
+			}
+			msgs[7].Topic = "flaky"
+			ids := b.write(t, msgs...)
+
+			failed := false
+			pub := &recorder{fail: func(topic string, _ *message.Message) error {
+				if topic == "flaky" && !failed {
+					failed = true
+					return errors.New("broker unavailable")
+				}
+				return nil
+			}}
+			b.start(t, relay.Config{Publisher: pub})
+			b.waitPublished(t)
+
+			require.ElementsMatch(t, strs(ids), pub.published(), "each row published once")
+			var attempts int
+			var lastError string
+			require.NoError(t, b.pool.QueryRow(context.Background(), b.sql("SELECT attempts, last_error FROM /* schema */outbox WHERE id = $1"), ids[7]).Scan(&attempts, &lastError))
+			require.Equal(t, 2, attempts)
+			require.Equal(t, "publish: broker unavailable", lastError)
+		})
+	}
 }
 
 // Transaction A takes the lower id but commits after B: a relay reading

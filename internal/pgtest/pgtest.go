@@ -121,7 +121,7 @@ var (
 func Pool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
 	sharedOnce.Do(func() {
-		shared, sharedErr = newPool(context.Background(), 20)
+		shared, sharedErr = newPool(context.Background(), 20, nil)
 	})
 	if sharedErr != nil {
 		tb.Fatal(sharedErr)
@@ -135,7 +135,7 @@ func Pool(tb testing.TB) *pgxpool.Pool {
 // whose connections a test will cut).
 func NewPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 	tb.Helper()
-	pool, err := newPool(context.Background(), maxConns)
+	pool, err := newPool(context.Background(), maxConns, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -143,7 +143,34 @@ func NewPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 	return pool
 }
 
-func newPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+// UntypedModes are the pgx query exec modes that send parameters without
+// their types: pgx encodes each value as text by its Go type alone, and the
+// server infers the type from the statement. They are the modes that
+// refuse a value pgx can encode only for a known type, such as a
+// []uuid.UUID, or a []byte meant for jsonb (sent as bytea). The other
+// modes describe every statement first. Users pick one with
+// default_query_exec_mode in the connection string, as behind PgBouncer.
+var UntypedModes = []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol}
+
+// NewPoolMode is NewPool, its connections sending every statement in query
+// exec mode mode, whatever DATABASE_URL says. Tests use it to show that a
+// statement works in each of UntypedModes even when the suite runs in the
+// default mode.
+func NewPoolMode(tb testing.TB, mode pgx.QueryExecMode, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	pool, err := newPool(context.Background(), maxConns, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+// newPool opens a pool on the test database; configure, if set, adjusts
+// its configuration first.
+func newPool(ctx context.Context, maxConns int32, configure func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	u, err := url()
 	if err != nil {
 		return nil, err
@@ -153,6 +180,9 @@ func newPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("pgtest: parse database URL: %w", err)
 	}
 	cfg.MaxConns = maxConns
+	if configure != nil {
+		configure(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
