@@ -6,7 +6,9 @@
 # cluster in .pgbox/pg (scripts/pg.sh) and leave it running for the next
 # run. The end-to-end tests also need NATS JetStream: NATS_URL, or a
 # throwaway nats-server in .pgbox/nats (scripts/nats.sh, which installs
-# Debian's package if missing). `make down` stops and removes both.
+# Debian's package if missing), and make test a PgBouncer in transaction
+# pooling mode in .pgbox/pgbouncer (scripts/pgbouncer.sh, likewise), or
+# PGBOUNCER_URL. `make down` stops and removes all three.
 
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
@@ -41,18 +43,36 @@ QUERY_MODES := exec simple_protocol
 QUERY_MODE_PKGS := ./inbox ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance \
 	./health ./pgboxtest ./watermillinbox ./internal/notify ./internal/telemetry
 
+# make test also runs the packages that talk to PostgreSQL through a
+# transaction-pooling PgBouncer (scripts/pgbouncer.sh, Debian's pgbouncer,
+# stock settings), as most Kubernetes deployments do, in pgx's
+# cache_describe mode (docs/operations.md says why that one): the core
+# packages, the end-to-end tests (outbox → relay → NATS or watermill-sql →
+# inbox → dispatcher, crashes included) and the quickstart. Tests that
+# LISTEN, or need one server session of their own, reach the server
+# directly through PGBOX_DIRECT_URL. PGBOUNCER_URL, set for every run, lets
+# the pooler-specific tests (migrations, LISTEN behind a pooler) run.
+POOLER_MODE := cache_describe
+POOLER_PKGS := ./migrations ./inbox ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance \
+	./health ./pgboxtest ./watermillinbox ./test ./examples/quickstart
+
 .PHONY: test chaos bench demo demo-pooler demo-quickstart pg-up pg-down nats-up nats-down pgbouncer-up pgbouncer-down down
 
 test:
-	@url=$(DB); nats=$(BROKER); \
+	@url=$(DB); nats=$(BROKER); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
+	export NATS_URL="$$nats" PGBOUNCER_URL="$$pooler"; \
 	go vet ./...; \
-	DATABASE_URL="$$url" NATS_URL="$$nats" go test -race -count=1 -timeout 20m ./...; \
+	DATABASE_URL="$$url" go test -race -count=1 -timeout 20m ./...; \
 	case "$$url" in *://*\?*) sep='&';; *://*) sep='?';; *) sep=' ';; esac; \
 	for mode in $(QUERY_MODES); do \
 		echo "go test: default_query_exec_mode=$$mode"; \
-		DATABASE_URL="$$url$${sep}default_query_exec_mode=$$mode" NATS_URL="$$nats" \
+		DATABASE_URL="$$url$${sep}default_query_exec_mode=$$mode" \
 			go test -count=1 -timeout 10m $(QUERY_MODE_PKGS); \
 	done; \
+	echo "go test: through PgBouncer (transaction pooling), default_query_exec_mode=$(POOLER_MODE)"; \
+	case "$$pooler" in *\?*) psep='&';; *) psep='?';; esac; \
+	DATABASE_URL="$$pooler$${psep}default_query_exec_mode=$(POOLER_MODE)" PGBOX_DIRECT_URL="$$url" \
+		go test -count=1 -timeout 10m $(POOLER_PKGS); \
 	for target in $(FUZZ); do \
 		DATABASE_URL="$$url" go test -run='^$$' -fuzz="^$${target%%:*}$$" -fuzztime=$(FUZZTIME) "$${target#*:}"; \
 	done

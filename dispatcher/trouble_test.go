@@ -128,7 +128,7 @@ func TestListenConnConfigAndPollOnly(t *testing.T) {
 		_, err := pgtest.Pool(t).Exec(context.Background(), "DROP ROLE "+role)
 		require.NoError(t, err)
 	})
-	listen, err := pgx.ParseConfig(pgtest.URL(t))
+	listen, err := pgx.ParseConfig(pgtest.DirectURL(t))
 	require.NoError(t, err)
 	listen.User = role
 	handlers := map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(b.recordEffect)}

@@ -146,13 +146,15 @@ func TestStalledRequestLosesItsKeyToARetry(t *testing.T) {
 		m, b := setup(t, crashConfig)
 		b.setupCharges(t)
 		lockID := rand.Int64()
-		holder, err := b.pool.Acquire(context.Background())
+		// The test's own session lock, on a connection of its own that
+		// no pooler shares out.
+		holder, err := pgx.Connect(context.Background(), pgtest.DirectURL(t))
 		require.NoError(t, err)
 		unlock := func() {
 			_, err := holder.Exec(context.Background(), "SELECT pg_advisory_unlock_all()")
 			require.NoError(t, err)
 		}
-		t.Cleanup(func() { unlock(); holder.Release() }) // even if the test fails half-way
+		t.Cleanup(func() { unlock(); _ = holder.Close(context.Background()) }) // even if the test fails half-way
 		_, err = holder.Exec(context.Background(), "SELECT pg_advisory_lock($1)", lockID)
 		require.NoError(t, err)
 

@@ -144,7 +144,7 @@ func TestDirectListenConnectionBehindAPooler(t *testing.T) {
 	t.Parallel()
 	bouncer := bouncerPool(t)
 	b := setup(t)
-	listen, err := pgx.ParseConfig(pgtest.URL(t))
+	listen, err := pgx.ParseConfig(pgtest.DirectURL(t))
 	require.NoError(t, err)
 	reader := sdkmetric.NewManualReader()
 	pub := &recorder{}
