@@ -41,17 +41,21 @@ func DirectURL(tb testing.TB) string {
 	return URL(tb)
 }
 
+// ThroughPooler reports whether the tests run through a connection pooler
+// (PGBOX_DIRECT_URL is set): a LISTEN on the pool's connections then
+// leaves no trace a test can find in pg_stat_activity.
+func ThroughPooler() bool { return os.Getenv("PGBOX_DIRECT_URL") != "" }
+
 // ListenConnConfig is what a dispatcher or relay under test should LISTEN
 // on (their Config.ListenConnConfig): DirectURL's configuration when the
 // tests run through a pooler (PGBOX_DIRECT_URL is set), or nil, the
 // pool's own, on a direct connection.
 func ListenConnConfig(tb testing.TB) *pgx.ConnConfig {
 	tb.Helper()
-	u := os.Getenv("PGBOX_DIRECT_URL")
-	if u == "" {
+	if !ThroughPooler() {
 		return nil
 	}
-	cfg, err := pgx.ParseConfig(u)
+	cfg, err := pgx.ParseConfig(os.Getenv("PGBOX_DIRECT_URL"))
 	if err != nil {
 		tb.Fatalf("pgtest: PGBOX_DIRECT_URL: %v", err)
 	}
