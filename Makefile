@@ -105,11 +105,12 @@ demo:
 
 # The orders example with every service and provider connecting through a
 # transaction-pooling PgBouncer (scripts/pgbouncer.sh, installed if
-# missing) in pgx's exec query mode; the run's setup and verification stay
-# on the direct URL.
+# missing) in POOLER_MODE; the run's setup and verification stay on the
+# direct URL. (In exec mode its watermill-sql broker cannot publish:
+# watermill-sql sends its metadata as bytes to a JSON column.)
 demo-pooler:
 	@url=$(DB); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
-	DATABASE_URL="$$url" go run ./examples/orders demo -services-db "$$pooler&default_query_exec_mode=exec" $(DEMO_FLAGS)
+	DATABASE_URL="$$url" go run ./examples/orders demo -services-db "$$pooler&default_query_exec_mode=$(POOLER_MODE)" $(DEMO_FLAGS)
 
 # The smaller, single-process example: an inbox and a dispatcher.
 demo-quickstart:
