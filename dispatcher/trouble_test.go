@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,36 +15,9 @@ import (
 
 	"github.com/pgbox/pgbox/dispatcher"
 	"github.com/pgbox/pgbox/health"
+	"github.com/pgbox/pgbox/internal/logtest"
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
-
-// logCounter is a slog handler that counts records by level and message.
-type logCounter struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (l *logCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logCounter) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.recs = append(l.recs, r)
-	return nil
-}
-func (l *logCounter) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *logCounter) WithGroup(string) slog.Handler      { return l }
-
-func (l *logCounter) count(level slog.Level, s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, r := range l.recs {
-		if r.Level == level && strings.Contains(r.Message, s) {
-			n++
-		}
-	}
-	return n
-}
 
 // A dispatcher whose leased outcomes cannot be recorded stops claiming,
 // says so once, fails the health check, and retries; once it can record
@@ -71,7 +43,7 @@ func TestDispatcherPausesWhileOutcomesCannotBeRecorded(t *testing.T) {
 		mu    sync.Mutex
 		calls = map[string]int{}
 	)
-	logs := &logCounter{}
+	logs := &logtest.Recorder{}
 	d := b.start(t, dispatcher.Config{
 		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.Leased(func(_ context.Context, m *dispatcher.Message) error {
 			mu.Lock()
@@ -100,7 +72,7 @@ func TestDispatcherPausesWhileOutcomesCannotBeRecorded(t *testing.T) {
 	seen := rejections()
 	require.Eventually(t, func() bool { return rejections() >= seen+3 }, 30*time.Second, 10*time.Millisecond)
 	require.Zero(t, b.row(t, "b").Attempts, "claimed while paused")
-	require.Equal(t, 1, logs.count(slog.LevelError, "cannot record handler outcomes"))
+	require.Equal(t, 1, logs.Count(slog.LevelError, "cannot record handler outcomes"))
 
 	b.exec(t, "DROP TRIGGER reject_done ON /* schema */inbox")
 	b.waitSettled(t)
@@ -110,8 +82,8 @@ func TestDispatcherPausesWhileOutcomesCannotBeRecorded(t *testing.T) {
 	mu.Lock()
 	require.Equal(t, map[string]int{"a": 1, "b": 1}, calls, "each handler ran once")
 	mu.Unlock()
-	require.Equal(t, 1, logs.count(slog.LevelError, "cannot record handler outcomes"))
-	require.Equal(t, 1, logs.count(slog.LevelInfo, "recorded again; claiming resumed"))
+	require.Equal(t, 1, logs.Count(slog.LevelError, "cannot record handler outcomes"))
+	require.Equal(t, 1, logs.Count(slog.LevelInfo, "recorded again; claiming resumed"))
 	require.Equal(t, http.StatusOK, status())
 }
 

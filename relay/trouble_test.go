@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,41 +17,13 @@ import (
 
 	"github.com/pgbox/pgbox/health"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/logtest"
 	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/internal/telemetry"
 	"github.com/pgbox/pgbox/internal/telemetry/telemetrytest"
 	"github.com/pgbox/pgbox/outbox"
 	"github.com/pgbox/pgbox/relay"
 )
-
-// logRecorder is a slog handler that keeps every record.
-type logRecorder struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.recs = append(l.recs, r)
-	return nil
-}
-func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
-
-// count returns how many records at level have a message containing s.
-func (l *logRecorder) count(level slog.Level, s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, r := range l.recs {
-		if r.Level == level && strings.Contains(r.Message, s) {
-			n++
-		}
-	}
-	return n
-}
 
 // bouncerPool opens a pool through the PgBouncer of PGBOUNCER_URL
 // (transaction pooling), or skips the test when it is unset.
@@ -110,7 +81,7 @@ func TestListenThroughTransactionPoolerIsReported(t *testing.T) {
 	t.Parallel()
 	bouncer := bouncerPool(t)
 	b := setup(t) // the schema is made through the direct pool
-	logs := &logRecorder{}
+	logs := &logtest.Recorder{}
 	reader := sdkmetric.NewManualReader()
 	pub := &recorder{}
 	r := startOn(t, bouncer, relay.Config{
@@ -124,7 +95,7 @@ func TestListenThroughTransactionPoolerIsReported(t *testing.T) {
 	require.Eventually(t, func() bool { return r.NotifyErr() != nil }, time.Minute, 10*time.Millisecond)
 	require.ErrorContains(t, r.NotifyErr(), "ListenConnConfig")
 	require.ErrorContains(t, r.NotifyErr(), "PollOnly")
-	require.Equal(t, 1, logs.count(slog.LevelWarn, "notifications do not arrive"))
+	require.Equal(t, 1, logs.Count(slog.LevelWarn, "notifications do not arrive"))
 	require.Equal(t, map[string]int64{"relay": 0}, telemetrytest.Gauges(t, reader, telemetry.NotificationsArriving, string(telemetry.AttrComponent)))
 
 	code, checks := checkHealth(t, b.pool, b.schema, r)
@@ -215,7 +186,7 @@ func TestRelayPausesWhileOutcomesCannotBeRecorded(t *testing.T) {
 		require.NoError(t, b.pool.QueryRow(ctx, b.sql("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM /* schema */rejections")).Scan(&n))
 		return n
 	}
-	logs := &logRecorder{}
+	logs := &logtest.Recorder{}
 	reader := sdkmetric.NewManualReader()
 	pub := &recorder{}
 	r := b.start(t, relay.Config{
@@ -242,15 +213,15 @@ func TestRelayPausesWhileOutcomesCannotBeRecorded(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, b.sql("SELECT attempts FROM /* schema */outbox WHERE id = $1"), second[0]).Scan(&attempts))
 	require.Zero(t, attempts, "claimed while paused")
 	require.Equal(t, strs(first), pub.published())
-	require.Equal(t, 1, logs.count(slog.LevelError, "cannot record publish outcomes"))
+	require.Equal(t, 1, logs.Count(slog.LevelError, "cannot record publish outcomes"))
 
 	_, err := b.pool.Exec(ctx, b.sql("DROP TRIGGER reject_published ON /* schema */outbox"))
 	require.NoError(t, err)
 	b.waitPublished(t)
 	require.NoError(t, r.RecordErr())
 	require.Equal(t, append(strs(first), strs(second)...), pub.published(), "each row published once")
-	require.Equal(t, 1, logs.count(slog.LevelError, "cannot record publish outcomes"))
-	require.Equal(t, 1, logs.count(slog.LevelInfo, "recorded again; claiming resumed"))
+	require.Equal(t, 1, logs.Count(slog.LevelError, "cannot record publish outcomes"))
+	require.Equal(t, 1, logs.Count(slog.LevelInfo, "recorded again; claiming resumed"))
 	require.Equal(t, map[string]int64{"relay": 0}, telemetrytest.Gauges(t, reader, telemetry.ClaimingPaused, string(telemetry.AttrComponent)))
 	code, _ = checkHealth(t, b.pool, b.schema, r)
 	require.Equal(t, http.StatusOK, code)

@@ -15,19 +15,12 @@ import (
 // of attribute key ("" for a sum without attributes).
 func Sums(tb testing.TB, reader *sdkmetric.ManualReader, name, key string) map[string]int64 {
 	tb.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(tb, reader.Collect(context.Background(), &rm))
 	out := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				v, _ := dp.Attributes.Value(attribute.Key(key))
-				out[v.AsString()] += dp.Value
-			}
-		}
+	for _, dp := range points(tb, reader, name, func(d metricdata.Aggregation) []metricdata.DataPoint[int64] {
+		return d.(metricdata.Sum[int64]).DataPoints
+	}) {
+		v, _ := dp.Attributes.Value(attribute.Key(key))
+		out[v.AsString()] += dp.Value
 	}
 	return out
 }
@@ -37,17 +30,27 @@ func Sums(tb testing.TB, reader *sdkmetric.ManualReader, name, key string) map[s
 // recorded is absent.
 func Gauges(tb testing.TB, reader *sdkmetric.ManualReader, name, key string) map[string]int64 {
 	tb.Helper()
+	out := map[string]int64{}
+	for _, dp := range points(tb, reader, name, func(d metricdata.Aggregation) []metricdata.DataPoint[int64] {
+		return d.(metricdata.Gauge[int64]).DataPoints
+	}) {
+		v, _ := dp.Attributes.Value(attribute.Key(key))
+		out[v.AsString()] = dp.Value
+	}
+	return out
+}
+
+// points collects reader and returns the data points of the metric name,
+// which of picks out of its aggregation.
+func points(tb testing.TB, reader *sdkmetric.ManualReader, name string, of func(metricdata.Aggregation) []metricdata.DataPoint[int64]) []metricdata.DataPoint[int64] {
+	tb.Helper()
 	var rm metricdata.ResourceMetrics
 	require.NoError(tb, reader.Collect(context.Background(), &rm))
-	out := map[string]int64{}
+	var out []metricdata.DataPoint[int64]
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
-				v, _ := dp.Attributes.Value(attribute.Key(key))
-				out[v.AsString()] = dp.Value
+			if m.Name == name {
+				out = append(out, of(m.Data)...)
 			}
 		}
 	}

@@ -1,0 +1,48 @@
+// Package logtest gives pgbox's tests a slog handler that keeps what it is
+// given, so a test can require that a component said something once (and
+// not once per retry).
+package logtest
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+)
+
+// Recorder is a slog.Handler that keeps every record. The zero value is
+// ready; it is safe for concurrent use.
+type Recorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+// Enabled reports true: every level is kept.
+func (l *Recorder) Enabled(context.Context, slog.Level) bool { return true }
+
+// Handle keeps r.
+func (l *Recorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r)
+	return nil
+}
+
+// WithAttrs returns l: attributes are not kept.
+func (l *Recorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+
+// WithGroup returns l: groups are not kept.
+func (l *Recorder) WithGroup(string) slog.Handler { return l }
+
+// Count returns how many records at level have a message containing s.
+func (l *Recorder) Count(level slog.Level, s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.recs {
+		if r.Level == level && strings.Contains(r.Message, s) {
+			n++
+		}
+	}
+	return n
+}
