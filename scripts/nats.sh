@@ -12,7 +12,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${PGBOX_NATS_DIR:-$root/.pgbox/nats}
 
-die() { echo "nats.sh: $*" >&2; exit 1; }
+. "$root/scripts/lib.sh"
 
 server() {
   if command -v nats-server >/dev/null 2>&1; then
@@ -22,14 +22,7 @@ server() {
   fi
 }
 
-install() {
-  [ "$(id -u)" = 0 ] || die "nats-server is not installed: run 'sudo apt-get install nats-server', or set NATS_URL"
-  echo "nats.sh: installing nats-server from Debian's packages" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q nats-server >/dev/null 2>&1 ||
-    { apt-get update -q >/dev/null && apt-get install -y -q nats-server >/dev/null; } ||
-    die "apt-get could not install nats-server"
-}
+install() { apt_install nats-server "set NATS_URL"; }
 
 running() { [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; }
 
@@ -52,18 +45,14 @@ up() {
   [ -n "$bin" ] || die "nats-server not found after installing it"
   mkdir -p "$dir"
   for tries in 1 2 3; do
-    port=$((20000 + RANDOM % 40000))
-    ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && continue
+    port=$(free_port)
     setsid "$bin" --jetstream --addr 127.0.0.1 --port "$port" --store_dir "$dir/store" \
       --pid "$dir/pid" --log "$dir/server.log" </dev/null >/dev/null 2>&1 &
-    for _ in $(seq 100); do
-      if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        echo "$port" >"$dir/port"
-        url
-        return
-      fi
-      sleep 0.1
-    done
+    if wait_tcp "$port"; then
+      echo "$port" >"$dir/port"
+      url
+      return
+    fi
     [ -f "$dir/pid" ] && kill "$(cat "$dir/pid")" 2>/dev/null || true
   done
   tail -20 "$dir/server.log" >&2 || true

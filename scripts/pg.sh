@@ -23,7 +23,7 @@ dir=${PGBOX_PG_DIR:-$root/.pgbox/pg}
 data=$dir/data
 db=pgbox
 
-die() { echo "pg.sh: $*" >&2; exit 1; }
+. "$root/scripts/lib.sh"
 
 bindir() {
   if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
@@ -52,19 +52,6 @@ as_server() {
 }
 
 running() { [ -f "$data/postmaster.pid" ] && as_server "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; }
-
-free_port() {
-  local port tries=0
-  while [ $tries -lt 100 ]; do
-    port=$((20000 + RANDOM % 40000))
-    if ! ss -Hltn "sport = :$port" 2>/dev/null | grep -q .; then
-      echo "$port"
-      return
-    fi
-    tries=$((tries + 1))
-  done
-  die "no free loopback port found"
-}
 
 url() {
   [ -f "$dir/port" ] || die "no cluster: run scripts/pg.sh up"

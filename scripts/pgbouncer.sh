@@ -20,7 +20,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${PGBOX_PGBOUNCER_DIR:-$root/.pgbox/pgbouncer}
 
-die() { echo "pgbouncer.sh: $*" >&2; exit 1; }
+. "$root/scripts/lib.sh"
 
 server() {
   if command -v pgbouncer >/dev/null 2>&1; then
@@ -31,12 +31,7 @@ server() {
 }
 
 install() {
-  [ "$(id -u)" = 0 ] || die "pgbouncer is not installed: run 'sudo apt-get install pgbouncer', or set PGBOUNCER_URL"
-  echo "pgbouncer.sh: installing pgbouncer from Debian's packages" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q pgbouncer >/dev/null 2>&1 ||
-    { apt-get update -q >/dev/null && apt-get install -y -q pgbouncer >/dev/null; } ||
-    die "apt-get could not install pgbouncer"
+  apt_install pgbouncer "set PGBOUNCER_URL"
   # The package starts a system-wide pgbouncer on port 6432; this script
   # runs its own.
   service pgbouncer stop >/dev/null 2>&1 || true
@@ -86,10 +81,16 @@ up() {
   fi
   [ -n "$bin" ] || die "pgbouncer not found after installing it"
   mkdir -p "$dir"
+  if [ "$(id -u)" = 0 ]; then
+    chown postgres "$dir"
+    # The pooler's user must reach the folder; a clone under a private
+    # home directory (mode 700) would keep it out.
+    runuser -u postgres -- test -w "$dir" ||
+      die "the postgres user cannot write $dir: set PGBOX_PGBOUNCER_DIR to a folder it can reach (e.g. /tmp/pgbox-pgbouncer)"
+  fi
   local tries p
   for tries in 1 2 3; do
-    p=$((20000 + RANDOM % 40000))
-    ss -Hltn "sport = :$p" 2>/dev/null | grep -q . && continue
+    p=$(free_port)
     cat >"$dir/pgbouncer.ini" <<EOF
 [databases]
 $db = host=$host port=$port dbname=$db
@@ -110,14 +111,11 @@ EOF
     [ "$(id -u)" = 0 ] && chown -R postgres "$dir"
     rm -f "$dir/pid"
     as_server "$bin" -d "$dir/pgbouncer.ini" >/dev/null 2>&1 || true
-    for _ in $(seq 100); do
-      if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-        echo "postgres://$user@127.0.0.1:$p/$db?sslmode=disable" >"$dir/url"
-        url
-        return
-      fi
-      sleep 0.1
-    done
+    if wait_tcp "$p"; then
+      echo "postgres://$user@127.0.0.1:$p/$db?sslmode=disable" >"$dir/url"
+      url
+      return
+    fi
     [ -f "$dir/pid" ] && kill "$(cat "$dir/pid")" 2>/dev/null || true
   done
   tail -20 "$dir/pgbouncer.log" >&2 || true

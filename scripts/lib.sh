@@ -1,0 +1,40 @@
+# lib.sh: what the throwaway-server scripts (pg.sh, nats.sh, pgbouncer.sh)
+# share. Source it; it defines functions only.
+
+# die prints the calling script's name and a message, and exits 1.
+die() { echo "$(basename "$0"): $*" >&2; exit 1; }
+
+# free_port prints a loopback port nothing listens on.
+free_port() {
+  local port tries
+  for tries in $(seq 100); do
+    port=$((20000 + RANDOM % 40000))
+    if ! ss -Hltn "sport = :$port" 2>/dev/null | grep -q .; then
+      echo "$port"
+      return
+    fi
+  done
+  die "no free loopback port found"
+}
+
+# wait_tcp waits up to 10 seconds for 127.0.0.1:$1 to accept a connection.
+wait_tcp() {
+  local _
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# apt_install installs Debian's package $1 as root, fetching the package
+# lists first if the install fails without them; $2 is what to do instead
+# when not root.
+apt_install() {
+  [ "$(id -u)" = 0 ] || die "$1 is not installed: run 'sudo apt-get install $1', or $2"
+  echo "$(basename "$0"): installing $1 from Debian's packages" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q "$1" >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null && apt-get install -y -q "$1" >/dev/null; } ||
+    die "apt-get could not install $1"
+}
