@@ -38,3 +38,21 @@ apt_install() {
     { apt-get update -q >/dev/null && apt-get install -y -q "$1" >/dev/null; } ||
     die "apt-get could not install $1"
 }
+
+# pid_running reports whether the process whose pid file is $1 runs.
+pid_running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# stop_pid stops the process whose pid file is $1, if it runs, and waits up
+# to 5 seconds for it to go.
+stop_pid() {
+  local _
+  pid_running "$1" || return 0
+  kill "$(cat "$1")"
+  for _ in $(seq 50); do pid_running "$1" || return 0; sleep 0.1; done
+}
+
+# give_up shows the end of log $2 and dies saying that $1 did not start.
+give_up() {
+  tail -20 "$2" >&2 || true
+  die "could not start $1 (log: $2)"
+}

@@ -24,7 +24,7 @@ server() {
 
 install() { apt_install nats-server "set NATS_URL"; }
 
-running() { [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; }
+running() { pid_running "$dir/pid"; }
 
 url() {
   [ -f "$dir/port" ] || die "no server: run scripts/nats.sh up"
@@ -53,17 +53,13 @@ up() {
       url
       return
     fi
-    [ -f "$dir/pid" ] && kill "$(cat "$dir/pid")" 2>/dev/null || true
+    stop_pid "$dir/pid"
   done
-  tail -20 "$dir/server.log" >&2 || true
-  die "could not start nats-server (log: $dir/server.log)"
+  give_up nats-server "$dir/server.log"
 }
 
 down() {
-  if running; then
-    kill "$(cat "$dir/pid")"
-    for _ in $(seq 50); do running || break; sleep 0.1; done
-  fi
+  stop_pid "$dir/pid"
   rm -rf "$dir"
 }
 

@@ -46,7 +46,7 @@ as_server() {
   fi
 }
 
-running() { [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; }
+running() { pid_running "$dir/pid"; }
 
 url() {
   [ -f "$dir/url" ] || die "no pooler: run scripts/pgbouncer.sh up"
@@ -116,17 +116,13 @@ EOF
       url
       return
     fi
-    [ -f "$dir/pid" ] && kill "$(cat "$dir/pid")" 2>/dev/null || true
+    stop_pid "$dir/pid"
   done
-  tail -20 "$dir/pgbouncer.log" >&2 || true
-  die "could not start pgbouncer (log: $dir/pgbouncer.log)"
+  give_up pgbouncer "$dir/pgbouncer.log"
 }
 
 down() {
-  if running; then
-    kill "$(cat "$dir/pid")"
-    for _ in $(seq 50); do running || break; sleep 0.1; done
-  fi
+  stop_pid "$dir/pid"
   rm -rf "$dir"
 }
 
