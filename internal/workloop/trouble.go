@@ -22,16 +22,16 @@ const (
 // fix it.
 func (s *Service) probed(arrived bool) {
 	s.cfg.Telemetry.Arriving(arrived)
-	s.notifyMu.Lock()
-	was := s.notifyErr
-	if arrived {
-		s.notifyErr = nil
-	} else {
-		s.notifyErr = fmt.Errorf("a notification sent on channel %q did not come back to the listener within %s: new work waits for the next poll (up to %s); give the Config a direct ListenConnConfig, or set PollOnly",
+	var now error
+	if !arrived {
+		now = fmt.Errorf("a notification sent on channel %q did not come back to the listener within %s: new work waits for the next poll (up to %s); give the Config a direct ListenConnConfig, or set PollOnly",
 			s.cfg.Channel, cmp.Or(s.cfg.ProbeTimeout, notify.ProbeTimeoutDefault), s.cfg.PollInterval)
 	}
-	s.notifyMu.Unlock()
-	switch {
+	// The change is logged before NotifyErr shows it, under the lock, so
+	// whoever sees the error finds the log line written too.
+	s.notifyMu.Lock()
+	defer s.notifyMu.Unlock()
+	switch was := s.notifyErr; {
 	case !arrived && was == nil:
 		s.cfg.Logger.Warn(s.cfg.Name+": notifications do not arrive: the listener's self-check notification never came back, so new work waits for the next poll instead of starting at once. "+
 			"A LISTEN through a transaction-pooling PgBouncer behaves so. Fix: set Config.ListenConnConfig to a direct connection to the database, or Config.PollOnly to stop listening. Polling goes on meanwhile",
@@ -39,6 +39,7 @@ func (s *Service) probed(arrived bool) {
 	case arrived && was != nil:
 		s.cfg.Logger.Info(s.cfg.Name+": notifications arrive again", slog.String("channel", s.cfg.Channel))
 	}
+	s.notifyErr = now
 }
 
 // NotifyErr says why notifications do not reach the listener, or returns
