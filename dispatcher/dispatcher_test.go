@@ -458,30 +458,45 @@ func TestLeasedHandlerGetsAStableIdempotencyKey(t *testing.T) {
 
 // A retrying head holds up its own key only; every key is handled in
 // arrival order.
+//
+// The slow key's head fails until the fast key's last message has been
+// handled (at least twice), however long a loaded machine takes for that,
+// so the test waits on that condition rather than on a race between the
+// fast key and the head's backoff.
 func TestRetryingHeadBlocksOnlyItsOwnKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var msgs []inbox.Message
 	for i := range 5 {
 		for _, key := range []string{"slow", "fast"} {
-			msgs = append(msgs, inbox.Message{ID: fmt.Sprintf("%s-%d", key, i), EventType: "OrderPlaced", OrderingKey: key})
+			// Attempts enough for any wait: the head must not die.
+			msgs = append(msgs, inbox.Message{ID: fmt.Sprintf("%s-%d", key, i), EventType: "OrderPlaced", OrderingKey: key, MaxAttempts: 10_000})
 		}
 	}
 	b.receiveMsgs(t, msgs...)
 
 	slowFailed := make(chan struct{})
-	var once sync.Once
+	var (
+		once     sync.Once
+		fastDone atomic.Bool // fast-4's effect is written (its seq is below any later one)
+	)
 	b.start(t, dispatcher.Config{
 		Workers: 4,
 		RetryBackoffFunc: func(int) time.Duration {
-			return 100 * time.Millisecond
+			return 20 * time.Millisecond
 		},
 		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
-			if m.ID == "slow-0" && m.Attempt < 3 {
+			if m.ID == "slow-0" && (m.Attempt < 3 || !fastDone.Load()) {
 				once.Do(func() { close(slowFailed) })
 				return errors.New("not yet")
 			}
-			return b.recordEffect(ctx, tx, m)
+			if err := b.recordEffect(ctx, tx, m); err != nil {
+				return err
+			}
+			if m.ID == "fast-4" {
+				fastDone.Store(true)
+			}
+			return nil
 		})},
 	})
 	<-slowFailed
