@@ -52,7 +52,9 @@ func (s *Service) NotifyErr() error {
 
 // Record runs record, which writes what became of claimed rows, until it
 // succeeds: it waits between tries from 100ms doubling to 5s. While any
-// worker's record fails, no worker claims (see awaitRecording), RecordErr
+// worker's record fails, no worker starts a claim (see awaitRecording; a
+// claim already under way when the pause begins still completes, and its
+// worker then waits on its own outcomes), RecordErr
 // says why, and the trouble is logged at error when it starts, every
 // minute while it lasts, and at info when it ends. Record gives up, and
 // returns the last error, only once Stop's deadline has cancelled the work
