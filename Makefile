@@ -91,12 +91,12 @@ chaos:
 		-chaos.orders=50000 -chaos.producers=8 -chaos.kill-every=2s -chaos.backlog=1000000 \
 		-chaos.settle=20m -chaos.report=$(CURDIR)/.pgbox/chaos-report.md
 
-# pgbox against River and plain SQL on the same database, in one run:
-# writes docs/benchmarks.md, .json and .png. BENCHFLAGS passes flags on
+# pgbox against River and plain SQL on the same database, in one run, and
+# the hot paths again through a transaction-pooling PgBouncer: writes docs/benchmarks.md, .json and .png. BENCHFLAGS passes flags on
 # (go run ./cmd/pgbox-bench -h lists them), e.g. BENCHFLAGS="-runs 5".
 bench:
-	@url=$(DB); nats=$(BROKER); \
-	DATABASE_URL="$$url" NATS_URL="$$nats" go run ./cmd/pgbox-bench $(BENCHFLAGS)
+	@url=$(DB); nats=$(BROKER); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
+	DATABASE_URL="$$url" NATS_URL="$$nats" PGBOUNCER_URL="$$pooler" go run ./cmd/pgbox-bench $(BENCHFLAGS)
 
 # The orders example (examples/orders): three services and two stand-in
 # providers as separate processes, under load, duplicate deliveries and a

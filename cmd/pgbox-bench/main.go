@@ -5,9 +5,11 @@
 //
 //	pgbox-bench [flags]
 //
-// The database is DATABASE_URL. The report goes to docs/benchmarks.md,
-// with docs/benchmarks.json for machines and docs/benchmarks.png, the
-// throughput chart.
+// The database is DATABASE_URL. NATS_URL, when set, adds the relay case
+// through NATS JetStream; PGBOUNCER_URL, a transaction-pooling PgBouncer
+// in front of that database, adds the pooler cases. The report goes to
+// docs/benchmarks.md, with docs/benchmarks.json for machines and
+// docs/benchmarks.png, the throughput chart.
 package main
 
 import (
@@ -45,7 +47,7 @@ func main() {
 }
 
 func run() error {
-	cfg := bench.Config{URL: os.Getenv("DATABASE_URL"), NATSURL: os.Getenv("NATS_URL"), Progress: os.Stderr}
+	cfg := bench.Config{URL: os.Getenv("DATABASE_URL"), NATSURL: os.Getenv("NATS_URL"), PoolerURL: os.Getenv("PGBOUNCER_URL"), Progress: os.Stderr}
 	var (
 		out    = flag.String("out", "docs/benchmarks", "write the report to this path plus .md, .json and .png")
 		only   = flag.String("only", "", "comma-separated scenarios to run (default all)")

@@ -26,6 +26,10 @@ type Config struct {
 	URL string
 	// NATSURL, when set, adds the relay case through NATS JetStream.
 	NATSURL string
+	// PoolerURL, when set, adds the pooler scenario: the hot paths
+	// measured on URL and through this transaction-pooling PgBouncer in
+	// front of the same server, side by side.
+	PoolerURL string
 	// Runs is how many timed runs each case gets. Defaults to 3.
 	Runs int
 	// Only, when set, keeps the cases whose scenario it names.
@@ -87,10 +91,13 @@ func (s scale) d(d time.Duration) time.Duration {
 	return d
 }
 
+// runFunc measures one run of one system, at a scale.
+type runFunc = func(ctx context.Context, s scale) (Figures, error)
+
 // system is one contender in a case.
 type system struct {
 	name string
-	run  func(ctx context.Context, s scale) (Figures, error)
+	run  runFunc
 }
 
 // Figures is what one run of one system measured, by unit.
@@ -117,7 +124,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	e := &env{cfg: cfg, log: slog.New(slog.DiscardHandler)}
 	rep := &Report{Started: time.Now().UTC(), Runs: cfg.Runs}
-	for _, c := range e.cases() {
+	cases, err := e.cases()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cases {
 		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, c.scenario) {
 			continue
 		}

@@ -41,11 +41,16 @@ var describe = map[string]string{
 		"and reports each leg's p99: commit to the relay's publish, publish to the inbox's commit, and that to the " +
 		"handler's end.",
 	"memory": "Resident memory of a process that does nothing but drain a backlog with 4 workers, sampled every 250 ms after the first 10% (warm-up).",
-	"sweep":  "Drain throughput against worker count (pgbox workers × batches of 200; River with 200 × as many job workers, the same number of messages in flight).",
+	"pooler": "The hot paths on a direct connection and through PgBouncer in transaction pooling mode (`scripts/pgbouncer.sh`, " +
+		"its stock configuration) in front of the same server, side by side: Receive from 16 connections, ReceiveBatch of 100 " +
+		"from 4, the drain and relay cases, and the latency cases at their rate. Through the pooler, pgx runs in " +
+		"`" + poolerMode + "` mode and the dispatchers and relays LISTEN on a direct connection (`ListenConnConfig`), as " +
+		"docs/operations.md advises. **ratio** is the pooled figure over the direct one.",
+	"sweep": "Drain throughput against worker count (pgbox workers × batches of 200; River with 200 × as many job workers, the same number of messages in flight).",
 }
 
 // cases lists what a run measures, in report order.
-func (e *env) cases() []benchCase {
+func (e *env) cases() ([]benchCase, error) {
 	cfg := e.cfg
 	var cs []benchCase
 	for _, conns := range []int{1, 4, 16} {
@@ -85,5 +90,12 @@ func (e *env) cases() []benchCase {
 		benchCase{scenario: "memory", setting: fmt.Sprintf("%d messages", cfg.MemoryBacklog), main: "RSS spread %", once: true,
 			systems: []system{{"pgbox", e.memory(cfg.MemoryBacklog)}}},
 	)
-	return cs
+	if cfg.PoolerURL != "" {
+		pooled, err := e.poolerCases()
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, pooled...)
+	}
+	return cs, nil
 }

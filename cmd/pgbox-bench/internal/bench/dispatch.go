@@ -37,6 +37,10 @@ const (
 type env struct {
 	cfg Config
 	log *slog.Logger
+	// listen is what the dispatchers and relays LISTEN on: nil for their
+	// pool's own connections, or a direct connection when the pool goes
+	// through a transaction pooler.
+	listen *pgx.ConnConfig
 }
 
 // loadInbox stores n new messages in batches of 1000, four batches at once.
@@ -104,7 +108,7 @@ func (r *rig) backlog(ctx context.Context, n int) error {
 // time, whose no-op in-transaction handler calls done.
 func (r *rig) dispatcher(e *env, workers, batch int, done func(*dispatcher.Message)) (*dispatcher.Dispatcher, error) {
 	return dispatcher.New(r.pool, dispatcher.Config{
-		Inbox: r.in, Workers: workers, BatchSize: batch, Logger: e.log,
+		Inbox: r.in, Workers: workers, BatchSize: batch, Logger: e.log, ListenConnConfig: e.listen,
 		Handlers: map[string]dispatcher.Handler{"noop": dispatcher.InTx(func(_ context.Context, _ pgx.Tx, m *dispatcher.Message) error {
 			done(m)
 			return nil

@@ -332,7 +332,7 @@ func (e *env) endToEndLatency(rate int) func(context.Context, scale) (Figures, e
 			broker.chans = append(broker.chans, ch)
 		}
 		defer broker.Close()
-		rel, err := relay.New(pool, relay.Config{Schema: pgboxSchemaName, Publisher: broker, Logger: e.log})
+		rel, err := relay.New(pool, relay.Config{Schema: pgboxSchemaName, Publisher: broker, Logger: e.log, ListenConnConfig: e.listen})
 		if err != nil {
 			return nil, err
 		}

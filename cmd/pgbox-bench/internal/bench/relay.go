@@ -64,7 +64,7 @@ func (e *env) relayDrain(n int, newPublisher func(ctx context.Context) (message.
 			return nil, err
 		}
 		defer closePub()
-		rel, err := relay.New(r.pool, relay.Config{Schema: pgboxSchemaName, Publisher: pub, Logger: e.log})
+		rel, err := relay.New(r.pool, relay.Config{Schema: pgboxSchemaName, Publisher: pub, Logger: e.log, ListenConnConfig: e.listen})
 		if err != nil {
 			return nil, err
 		}

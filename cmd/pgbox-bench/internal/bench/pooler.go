@@ -1,0 +1,58 @@
+package bench
+
+import (
+	"fmt"
+	"net/url"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// poolerMode is the pgx query mode the pooled cases use: a transaction
+// pooler hands each transaction a server connection of its own, so
+// statements cannot be prepared on one and used on another
+// (docs/operations.md, Deployment shapes).
+const poolerMode = "cache_describe"
+
+// pooled returns an env whose rigs connect through the pooler at
+// poolerURL in poolerMode, and whose dispatchers and relays LISTEN on a
+// direct connection to e's database, as docs/operations.md tells a
+// deployment behind a transaction pooler to.
+func (e *env) pooled(poolerURL string) (*env, error) {
+	u, err := url.Parse(poolerURL)
+	if err != nil {
+		return nil, fmt.Errorf("pooler URL: %w", err)
+	}
+	q := u.Query()
+	q.Set("default_query_exec_mode", poolerMode)
+	u.RawQuery = q.Encode()
+	listen, err := pgx.ParseConfig(e.cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database URL: %w", err)
+	}
+	p := *e
+	p.cfg.URL = u.String()
+	p.listen = listen
+	return &p, nil
+}
+
+// poolerCases measures the hot paths on a direct connection and through
+// the transaction pooler, side by side.
+func (e *env) poolerCases() ([]benchCase, error) {
+	p, err := e.pooled(e.cfg.PoolerURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg := e.cfg
+	side := func(setting, unit string, higherBetter bool, run func(e *env) runFunc) benchCase {
+		return benchCase{scenario: "pooler", setting: setting, main: unit, higherBetter: higherBetter,
+			systems: []system{{"PgBouncer", run(p)}, {"direct", run(e)}}}
+	}
+	return []benchCase{
+		side("Receive, 16 conns", "msgs/s", true, func(e *env) runFunc { return e.pgboxIngest(16, 1) }),
+		side("ReceiveBatch 100", "msgs/s", true, func(e *env) runFunc { return e.pgboxIngest(4, 100) }),
+		side(fmt.Sprintf("drain %d messages", cfg.Backlog), "msgs/s", true, func(e *env) runFunc { return e.pgboxDrain(cfg.Backlog, cfg.Workers) }),
+		side(fmt.Sprintf("relay %d rows → GoChannel", cfg.Backlog/4), "msgs/s", true, func(e *env) runFunc { return e.relayDrain(cfg.Backlog/4, goChannel) }),
+		side(fmt.Sprintf("latency, inbox, %d/s", cfg.Rate), "p99 ms", false, func(e *env) runFunc { return e.inboxLatency() }),
+		side(fmt.Sprintf("latency, outbox → relay → inbox, %d/s", cfg.Rate), "p99 ms", false, func(e *env) runFunc { return e.endToEndLatency(cfg.Rate) }),
+	}, nil
+}
