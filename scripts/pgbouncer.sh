@@ -13,7 +13,9 @@
 # free port, and keeps PgBouncer's stock behaviour: pool_mode = transaction,
 # no ignore_startup_parameters, no prepared-statement support (1.18 has
 # none), so a client that relies on session state fails here as it would in
-# production. Only the connection limits are raised, for parallel tests.
+# production. Only the connection limits are raised, for parallel tests,
+# and every database of the server is reachable through it (a test may make
+# a database of its own), besides DATABASE_URL's.
 # PgBouncer refuses to run as root: as root it runs as the postgres user.
 set -euo pipefail
 
@@ -94,6 +96,7 @@ up() {
     cat >"$dir/pgbouncer.ini" <<EOF
 [databases]
 $db = host=$host port=$port dbname=$db
+* = host=$host port=$port
 
 [pgbouncer]
 listen_addr = 127.0.0.1

@@ -55,6 +55,10 @@ type Config struct {
 
 	// Progress receives a line per measurement. Defaults to io.Discard.
 	Progress io.Writer
+
+	// Smoke skips the warm-ups, the latency cases' included: it checks
+	// that every case runs, and its figures mean nothing.
+	Smoke bool
 }
 
 func (c Config) withDefaults() Config {
@@ -135,7 +139,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		res := Result{Scenario: c.scenario, Setting: c.setting, Unit: c.main, HigherIsBetter: c.higherBetter}
 		runs := make(map[string][]Figures)
 		for _, s := range c.systems {
-			if c.once {
+			if c.once || cfg.Smoke {
 				break
 			}
 			if _, err := s.run(ctx, scale{warm: true}); err != nil {

@@ -151,12 +151,17 @@ func quantile(s []time.Duration, q float64) float64 {
 	return float64(s[min(int(q*float64(len(s))), len(s)-1)].Microseconds()) / 1000
 }
 
-// timedPaced is paced for latencyWarmUp plus d, without a break: send
-// learns whether to time message i (it is past the warm-up). It returns how
-// many messages were timed and the rate the senders held while timing.
-func timedPaced(ctx context.Context, rate int, d time.Duration, send func(ctx context.Context, i int64, timed bool) error) (int64, float64, error) {
-	warm := int64(latencyWarmUp.Seconds() * float64(rate))
-	return paced(ctx, rate, latencyWarmUp+d, warm, func(ctx context.Context, i int64) error {
+// timedPaced is paced for latencyWarmUp (none in a smoke run) plus d,
+// without a break: send learns whether to time message i (it is past the
+// warm-up). It returns how many messages were timed and the rate the
+// senders held while timing.
+func (e *env) timedPaced(ctx context.Context, rate int, d time.Duration, send func(ctx context.Context, i int64, timed bool) error) (int64, float64, error) {
+	warmUp := latencyWarmUp
+	if e.cfg.Smoke {
+		warmUp = 0
+	}
+	warm := int64(warmUp.Seconds() * float64(rate))
+	return paced(ctx, rate, warmUp+d, warm, func(ctx context.Context, i int64) error {
 		return send(ctx, i, i >= warm)
 	})
 }
@@ -241,7 +246,7 @@ func (e *env) inboxLatency() func(context.Context, scale) (Figures, error) {
 			return nil, err
 		}
 		defer d.Stop(context.WithoutCancel(ctx))
-		timed, held, err := timedPaced(ctx, e.cfg.Rate, s.d(e.cfg.Duration), func(ctx context.Context, i int64, timed bool) error {
+		timed, held, err := e.timedPaced(ctx, e.cfg.Rate, s.d(e.cfg.Duration), func(ctx context.Context, i int64, timed bool) error {
 			id := "l" + strconv.FormatInt(i, 10)
 			if timed {
 				l.start(id, time.Now())
@@ -343,7 +348,7 @@ func (e *env) endToEndLatency(rate int) func(context.Context, scale) (Figures, e
 		}
 		defer d.Stop(context.WithoutCancel(ctx))
 		defer rel.Stop(context.WithoutCancel(ctx))
-		timed, held, err := timedPaced(ctx, rate, s.d(e.cfg.Duration), func(ctx context.Context, _ int64, timed bool) error {
+		timed, held, err := e.timedPaced(ctx, rate, s.d(e.cfg.Duration), func(ctx context.Context, _ int64, timed bool) error {
 			tx, err := pool.Begin(ctx)
 			if err != nil {
 				return err

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/pgbox/pgbox/inbox"
 )
 
 // MemoryChildEnv, set in a bench process's environment, makes it the memory
@@ -33,8 +35,12 @@ func RunMemoryChild(ctx context.Context, url string, n int64) error {
 		return err
 	}
 	defer pool.Close()
+	in, err := inbox.New(pool, inbox.Config{Consumer: consumer, Schema: pgboxSchemaName})
+	if err != nil {
+		return err
+	}
 	var handled atomic.Int64
-	d, err := (&rig{pool: pool}).dispatcher(&env{log: slog.New(slog.DiscardHandler)}, 4, batchSize, counter(&handled))
+	d, err := (&rig{pool: pool, in: in}).dispatcher(&env{log: slog.New(slog.DiscardHandler)}, 4, batchSize, counter(&handled))
 	if err != nil {
 		return err
 	}

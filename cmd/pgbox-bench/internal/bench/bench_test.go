@@ -1,0 +1,100 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox/internal/pgtest"
+)
+
+// TestMain makes the test binary the memory case's drainer when the case
+// starts it as its child, as pgbox-bench's main does.
+func TestMain(m *testing.M) {
+	if n := os.Getenv(MemoryChildEnv); n != "" {
+		backlog, err := strconv.ParseInt(n, 10, 64)
+		if err == nil {
+			err = RunMemoryChild(context.Background(), os.Getenv("DATABASE_URL"), backlog)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "memory drainer:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	pgtest.Main(m)
+}
+
+// Every case of `make bench` runs, at a tiny scale, so a change that breaks
+// one is found by `make test` rather than half way through a benchmark. It
+// runs in a database of its own: the bench's schemas have fixed names.
+func TestEveryCaseRunsAtTinyScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every bench case: not in -short")
+	}
+	ctx := context.Background()
+	dbURL := ownDatabase(t)
+	cfg := Config{
+		URL: dbURL, NATSURL: os.Getenv("NATS_URL"), Runs: 1,
+		Backlog: 400, MemoryBacklog: 4000, SweepBacklog: 200, SweepWorkers: []int{1},
+		Duration: 300 * time.Millisecond, Rate: 200, Smoke: true,
+	}
+	if pooler := os.Getenv("PGBOUNCER_URL"); pooler != "" {
+		u, err := url.Parse(pooler)
+		require.NoError(t, err)
+		u.Path = "/" + databaseOf(t, dbURL)
+		cfg.PoolerURL = u.String()
+	}
+	rep, err := Run(ctx, cfg)
+	require.NoError(t, err)
+	scenarios := map[string]bool{}
+	for _, r := range rep.Results {
+		scenarios[r.Scenario] = true
+		for _, s := range r.Systems {
+			require.NotEmpty(t, s.Figures[r.Unit].Runs, "%s %s, %s: no %s", r.Scenario, r.Setting, s.System, r.Unit)
+		}
+	}
+	for s := range describe {
+		if s == "sweep" {
+			require.NotEmpty(t, rep.Sweep, "the sweep measured nothing")
+			continue
+		}
+		if s == "pooler" && cfg.PoolerURL == "" {
+			continue
+		}
+		require.True(t, scenarios[s], "scenario %s measured nothing", s)
+	}
+}
+
+// ownDatabase creates a database for the test, dropped when it ends, and
+// returns its URL.
+func ownDatabase(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	admin := pgtest.Pool(t)
+	name := "bench_" + pgtest.EmptySchema(t) // a name no other test holds
+	_, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := admin.Exec(context.Background(), "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		require.NoError(t, err)
+	})
+	u, err := url.Parse(pgtest.DirectURL(t))
+	require.NoError(t, err)
+	u.Path = "/" + name
+	return u.String()
+}
+
+func databaseOf(t *testing.T, dbURL string) string {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(dbURL)
+	require.NoError(t, err)
+	return cfg.Database
+}
