@@ -28,6 +28,7 @@ dir=${PGBOX_PG_DIR:-$home}
 # A cluster moved out of reach of a private home (see relocate) is found
 # through its link.
 [ -z "${PGBOX_PG_DIR:-}" ] && [ -L "$home" ] && dir=$(readlink "$home")
+case $dir in /*) ;; *) dir=$PWD/$dir ;; esac
 data=$dir/data
 db=pgbox
 
@@ -50,10 +51,11 @@ bin=$(bindir)
 psql=$bin/psql
 [ -x "$psql" ] || psql=$(command -v psql) || die "psql not found: install the postgresql-client package"
 
-# as_server runs a command as the user that owns the cluster.
+# as_server runs a command as the user that owns the cluster, from /, as the
+# current folder may be one that user cannot enter.
 as_server() {
   if [ "$(id -u)" = 0 ]; then
-    runuser -u postgres -- "$@"
+    (cd / && runuser -u postgres -- "$@")
   else
     "$@"
   fi
