@@ -60,7 +60,7 @@ POOLER_MODE := cache_describe
 POOLER_PKGS := ./migrations ./inbox ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance \
 	./health ./pgboxtest ./watermillinbox ./test ./examples/quickstart
 
-.PHONY: test chaos bench demo demo-pooler demo-quickstart pg-up pg-down nats-up nats-down pgbouncer-up pgbouncer-down down
+.PHONY: test chaos bench demo demo-pooler demo-quickstart inboxctl pg-up pg-down nats-up nats-down pgbouncer-up pgbouncer-down down
 
 test:
 	@url=$(DB); nats=$(BROKER); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
@@ -119,6 +119,14 @@ demo-pooler:
 # The smaller, single-process example: an inbox and a dispatcher.
 demo-quickstart:
 	@url=$(DB); DATABASE_URL="$$url" go run ./examples/quickstart
+
+# The operator CLI, built from this checkout into bin/ (git-ignored): the
+# module is not published yet, so `go install …@latest` cannot fetch it.
+inboxctl:
+	@go build -o bin/inboxctl ./cmd/inboxctl; \
+	echo "built $(CURDIR)/bin/inboxctl"; \
+	echo "run it as ./bin/inboxctl from here, or put it on your PATH:"; \
+	echo "  export PATH=\"$(CURDIR)/bin:\$$PATH\""
 
 pg-up:
 	@$(PG) up

@@ -8,18 +8,27 @@
 #                        restart it in immediate mode (no checkpoint, every
 #                        session cut), as after a crash: for fault tests
 #
-# The cluster lives in .pgbox/pg (git-ignored), listens only on 127.0.0.1 on a
-# free port, trusts local connections and keeps durability on (fsync,
-# synchronous_commit) so benchmark figures mean what they say. Its database
-# gives sessions an empty search_path (ALTER DATABASE … SET search_path =
-# ''), so a query that forgets to name its schema fails in tests instead of
-# finding a table by luck; internal/pgtest checks for it. When run as
-# root, the server runs as the `postgres` OS user, because PostgreSQL refuses
-# to run as root.
+# The cluster lives in .pgbox/pg (git-ignored), or in PGBOX_PG_DIR, listens
+# only on 127.0.0.1 on a free port, trusts local connections and keeps
+# durability on (fsync, synchronous_commit) so benchmark figures mean what
+# they say. Its database gives sessions an empty search_path (ALTER
+# DATABASE … SET search_path = ''), so a query that forgets to name its
+# schema fails in tests instead of finding a table by luck; internal/pgtest
+# checks for it. When run as root, the server runs as the `postgres` OS
+# user, because PostgreSQL refuses to run as root. When that user cannot
+# reach the clone (a clone in root's private home, mode 700, as in many
+# containers), `up` makes the cluster in /var/tmp/pgbox-<hash of the
+# clone's path>/pg instead, says so, and leaves .pgbox/pg as a symbolic
+# link to it, by which url, down, crash-restart and the tests find it.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-dir=${PGBOX_PG_DIR:-$root/.pgbox/pg}
+home=$root/.pgbox/pg
+dir=${PGBOX_PG_DIR:-$home}
+# A cluster moved out of reach of a private home (see relocate) is found
+# through its link.
+[ -z "${PGBOX_PG_DIR:-}" ] && [ -L "$home" ] && dir=$(readlink "$home")
+case $dir in /*) ;; *) dir=$PWD/$dir ;; esac
 data=$dir/data
 db=pgbox
 
@@ -42,10 +51,11 @@ bin=$(bindir)
 psql=$bin/psql
 [ -x "$psql" ] || psql=$(command -v psql) || die "psql not found: install the postgresql-client package"
 
-# as_server runs a command as the user that owns the cluster.
+# as_server runs a command as the user that owns the cluster, from /, as the
+# current folder may be one that user cannot enter.
 as_server() {
   if [ "$(id -u)" = 0 ]; then
-    runuser -u postgres -- "$@"
+    (cd / && runuser -u postgres -- "$@")
   else
     "$@"
   fi
@@ -56,6 +66,28 @@ running() { [ -f "$data/postmaster.pid" ] && as_server "$bin/pg_ctl" -D "$data" 
 url() {
   [ -f "$dir/port" ] || die "no cluster: run scripts/pg.sh up"
   echo "postgres://postgres@127.0.0.1:$(cat "$dir/port")/$db?sslmode=disable"
+}
+
+# relocate moves a new cluster out of a clone the postgres user cannot
+# traverse, as root, unless PGBOX_PG_DIR names the place: to a folder under
+# /var/tmp named after the clone's path, so each clone has its own and finds
+# it again, linked from .pgbox/pg.
+relocate() {
+  [ "$(id -u)" = 0 ] && [ -z "${PGBOX_PG_DIR:-}" ] && [ ! -L "$home" ] || return 0
+  mkdir -p "$root/.pgbox"
+  runuser -u postgres -- test -x "$root/.pgbox" && return 0
+  [ -f "$home/data/PG_VERSION" ] &&
+    die "the postgres user cannot reach the cluster in $home any more: remove it with scripts/pg.sh down, then run scripts/pg.sh up again"
+  local base
+  base=/var/tmp/pgbox-$(printf %s "$root" | sha256sum | cut -c1-12)
+  mkdir -p -m 755 "$base"
+  mkdir -p -m 700 "$base/pg"
+  dir=$base/pg
+  data=$dir/data
+  echo "$(basename "$0"): the postgres user cannot reach $root/.pgbox (a private home directory?):" \
+    "the cluster lives in $dir instead; .pgbox/pg links to it" >&2
+  rm -rf "$home"
+  ln -s "$dir" "$home"
 }
 
 init_cluster() {
@@ -83,6 +115,7 @@ CONF
 }
 
 up() {
+  relocate
   if running; then
     ensure_db "$(cat "$dir/port")"
     url
@@ -125,6 +158,10 @@ down() {
     as_server "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null
   fi
   rm -rf "$dir"
+  if [ -z "${PGBOX_PG_DIR:-}" ] && [ -L "$home" ]; then
+    rm -f "$home"
+    rmdir "$(dirname "$dir")" 2>/dev/null || true
+  fi
 }
 
 case "${1:-}" in

@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbox/pgbox/dispatcher"
+	"github.com/pgbox/pgbox/examples/internal/inspect"
 	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/migrations"
 )
@@ -179,7 +180,9 @@ func run(orders, poison int, schema string, timeout time.Duration, out io.Writer
 	if err := d.Stop(ctx); err != nil {
 		return err
 	}
-	return report(ctx, pool, sql, quoted, orders, poison, &t, elapsed, out)
+	err = report(ctx, pool, sql, quoted, orders, poison, &t, elapsed, out)
+	leftBehind(out, url, schema, quoted)
+	return err
 }
 
 // deliver is the consumer's broker handler: store, then ack. An error
@@ -238,11 +241,22 @@ func report(ctx context.Context, pool *pgxpool.Pool, sql func(string) string, qu
 	row("processed", done, "handled and marked done")
 	row("dead", dead, fmt.Sprintf("poison, after 3 attempts each: %q", deadReason))
 	row("paid exactly once", fmt.Sprintf("%d/%d", paidOnce, orders), fmt.Sprintf("paid twice: %d, unpaid: %d", paidTwice, unpaid))
-	fmt.Fprintf(out, "\nsettled in %s; inspect it with: psql \"$DATABASE_URL\" -c 'SELECT status, count(*) FROM %s.inbox GROUP BY 1'\n",
-		elapsed.Round(time.Millisecond), quoted)
+	fmt.Fprintf(out, "\nsettled in %s\n", elapsed.Round(time.Millisecond))
 	if !ok {
 		return errors.New("verification FAILED: some order was not paid exactly once, or a count is off")
 	}
 	fmt.Fprintln(out, "verification passed: every order paid exactly once")
 	return nil
+}
+
+// leftBehind prints the commands that show what the run left in schema,
+// pasteable as printed from the repository's root.
+func leftBehind(out io.Writer, url, schema, quoted string) {
+	fmt.Fprintln(out, "\nWhat it left behind, from the repository's root:")
+	fmt.Fprintln(out, "  "+inspect.Inboxctl(url, "stats", "--schema", schema))
+	fmt.Fprintln(out, "  "+inspect.Inboxctl(url, "failures", "--schema", schema))
+	fmt.Fprintln(out, "  "+inspect.Psql(url, "SELECT status, count(*) FROM "+quoted+".inbox GROUP BY 1"))
+	if note := inspect.PasswordNote(url); note != "" {
+		fmt.Fprintln(out, "  "+note)
+	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgbox/pgbox/examples/internal/inspect"
 	"github.com/pgbox/pgbox/examples/orders/broker"
 	"github.com/pgbox/pgbox/examples/orders/events"
 )
@@ -208,6 +209,19 @@ func (r *run) progress(format string, args ...any) {
 	fmt.Fprintf(r.out, "  %5.1fs  %s\n", time.Since(r.started).Seconds(), fmt.Sprintf(format, args...))
 }
 
+// printLeftBehind prints the inboxctl commands, pasteable as printed from
+// the repository's root, that show each service's inbox and outbox as the
+// run left them.
+func (r *run) printLeftBehind() {
+	fmt.Fprintln(r.out, "\nWhat it left behind, each service's inbox and outbox, from the repository's root:")
+	for _, schema := range []string{r.schemas.Orders, r.schemas.Payments, r.schemas.Notifications} {
+		fmt.Fprintln(r.out, "  "+inspect.Inboxctl(r.cfg.DatabaseURL, "stats", "--schema", schema))
+	}
+	if note := inspect.PasswordNote(r.cfg.DatabaseURL); note != "" {
+		fmt.Fprintln(r.out, "  "+note)
+	}
+}
+
 func (r *run) run(ctx context.Context) (*Report, error) {
 	s := r.schemas
 	brokerCfg := broker.Config{Namespace: s.Broker, Pool: r.pool, URL: r.cfg.Broker}
@@ -319,6 +333,7 @@ func (r *run) run(ctx context.Context) (*Report, error) {
 	}
 	report.Elapsed = time.Since(r.started)
 	report.print(r.out)
+	r.printLeftBehind()
 	if v := report.Violations(); len(v) > 0 {
 		stopErrs = append(stopErrs, fmt.Errorf("%w: %s", ErrVerificationFailed, strings.Join(v, "; ")))
 	}
