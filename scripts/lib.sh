@@ -56,3 +56,48 @@ give_up() {
   tail -20 "$2" >&2 || true
   die "could not start $1 (log: $2)"
 }
+
+# server_dir prints where a server that runs as the postgres OS user keeps
+# the files meant for folder $1: $1 itself (made absolute), or, when $1 is a
+# symbolic link made by reach_dir, the folder it points to.
+server_dir() {
+  local want=$1
+  case $want in /*) ;; *) want=$PWD/$want ;; esac
+  if [ -L "$want" ]; then readlink "$want"; else echo "$want"; fi
+}
+
+# reach_dir is server_dir for a server about to be created: run as root in
+# a place the postgres user cannot traverse (a clone in root's private
+# home, mode 700, as in many containers), it makes a private folder owned
+# by postgres under /var/tmp, named after $1's path, links $1 to it (so
+# server_dir finds it next time), says so on stderr and prints it.
+reach_dir() {
+  local want base
+  want=$(server_dir "$1")
+  if [ "$(id -u)" != 0 ] || [ -L "$1" ]; then
+    echo "$want"
+    return
+  fi
+  mkdir -p "$(dirname "$want")"
+  if runuser -u postgres -- test -x "$(dirname "$want")"; then
+    echo "$want"
+    return
+  fi
+  [ -n "$(ls -A "$want" 2>/dev/null)" ] &&
+    die "the postgres user cannot reach $want: stop what runs there and delete it, then try again"
+  base=/var/tmp/pgbox-$(printf %s "$want" | sha256sum | cut -c1-12)
+  mkdir -p -m 700 "$base"
+  chown postgres: "$base"
+  rm -rf "$want"
+  ln -s "$base" "$want"
+  echo "$(basename "$0"): the postgres user cannot reach $(dirname "$want") (a private home directory?):" \
+    "using $base instead; $want links to it" >&2
+  echo "$base"
+}
+
+# drop_dir deletes a server's folder $1 and, when $1 is a link made by
+# reach_dir, the link too.
+drop_dir() {
+  rm -rf "$(server_dir "$1")"
+  if [ -L "$1" ]; then rm -f "$1"; fi
+}

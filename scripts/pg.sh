@@ -16,23 +16,19 @@
 # schema fails in tests instead of finding a table by luck; internal/pgtest
 # checks for it. When run as root, the server runs as the `postgres` OS
 # user, because PostgreSQL refuses to run as root. When that user cannot
-# reach the clone (a clone in root's private home, mode 700, as in many
+# reach the folder (a clone in root's private home, mode 700, as in many
 # containers), `up` makes the cluster in /var/tmp/pgbox-<hash of the
-# clone's path>/pg instead, says so, and leaves .pgbox/pg as a symbolic
-# link to it, by which url, down, crash-restart and the tests find it.
+# folder's path> instead, says so, and leaves a symbolic link to it in the
+# folder's place, by which url, down, crash-restart and the tests find it
+# (scripts/lib.sh, reach_dir).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-home=$root/.pgbox/pg
-dir=${PGBOX_PG_DIR:-$home}
-# A cluster moved out of reach of a private home (see relocate) is found
-# through its link.
-[ -z "${PGBOX_PG_DIR:-}" ] && [ -L "$home" ] && dir=$(readlink "$home")
-case $dir in /*) ;; *) dir=$PWD/$dir ;; esac
+. "$root/scripts/lib.sh"
+home=${PGBOX_PG_DIR:-$root/.pgbox/pg}
+dir=$(server_dir "$home")
 data=$dir/data
 db=pgbox
-
-. "$root/scripts/lib.sh"
 
 bindir() {
   if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
@@ -68,28 +64,6 @@ url() {
   echo "postgres://postgres@127.0.0.1:$(cat "$dir/port")/$db?sslmode=disable"
 }
 
-# relocate moves a new cluster out of a clone the postgres user cannot
-# traverse, as root, unless PGBOX_PG_DIR names the place: to a folder under
-# /var/tmp named after the clone's path, so each clone has its own and finds
-# it again, linked from .pgbox/pg.
-relocate() {
-  [ "$(id -u)" = 0 ] && [ -z "${PGBOX_PG_DIR:-}" ] && [ ! -L "$home" ] || return 0
-  mkdir -p "$root/.pgbox"
-  runuser -u postgres -- test -x "$root/.pgbox" && return 0
-  [ -f "$home/data/PG_VERSION" ] &&
-    die "the postgres user cannot reach the cluster in $home any more: remove it with scripts/pg.sh down, then run scripts/pg.sh up again"
-  local base
-  base=/var/tmp/pgbox-$(printf %s "$root" | sha256sum | cut -c1-12)
-  mkdir -p -m 755 "$base"
-  mkdir -p -m 700 "$base/pg"
-  dir=$base/pg
-  data=$dir/data
-  echo "$(basename "$0"): the postgres user cannot reach $root/.pgbox (a private home directory?):" \
-    "the cluster lives in $dir instead; .pgbox/pg links to it" >&2
-  rm -rf "$home"
-  ln -s "$dir" "$home"
-}
-
 init_cluster() {
   mkdir -p "$dir"
   if [ "$(id -u)" = 0 ]; then
@@ -115,7 +89,8 @@ CONF
 }
 
 up() {
-  relocate
+  dir=$(reach_dir "$home")
+  data=$dir/data
   if running; then
     ensure_db "$(cat "$dir/port")"
     url
@@ -157,11 +132,7 @@ down() {
   if running; then
     as_server "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null
   fi
-  rm -rf "$dir"
-  if [ -z "${PGBOX_PG_DIR:-}" ] && [ -L "$home" ]; then
-    rm -f "$home"
-    rmdir "$(dirname "$dir")" 2>/dev/null || true
-  fi
+  drop_dir "$home"
 }
 
 case "${1:-}" in

@@ -9,7 +9,8 @@
 #   scripts/pgbouncer.sh url   print the URL of the running pooler
 #   scripts/pgbouncer.sh down  stop it and delete its files
 #
-# It lives in .pgbox/pgbouncer (git-ignored), listens only on 127.0.0.1 on a
+# It lives in .pgbox/pgbouncer (git-ignored; under /var/tmp when the postgres
+# user cannot reach the clone, as scripts/pg.sh says), listens only on 127.0.0.1 on a
 # free port, and keeps PgBouncer's stock behaviour: pool_mode = transaction,
 # no ignore_startup_parameters, no prepared-statement support (1.18 has
 # none), so a client that relies on session state fails here as it would in
@@ -20,9 +21,9 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-dir=${PGBOX_PGBOUNCER_DIR:-$root/.pgbox/pgbouncer}
-
 . "$root/scripts/lib.sh"
+home=${PGBOX_PGBOUNCER_DIR:-$root/.pgbox/pgbouncer}
+dir=$(server_dir "$home")
 
 server() {
   if command -v pgbouncer >/dev/null 2>&1; then
@@ -82,6 +83,7 @@ up() {
     bin=$(server)
   fi
   [ -n "$bin" ] || die "pgbouncer not found after installing it"
+  dir=$(reach_dir "$home")
   mkdir -p "$dir"
   if [ "$(id -u)" = 0 ]; then
     chown postgres "$dir"
@@ -126,7 +128,7 @@ EOF
 
 down() {
   stop_pid "$dir/pid"
-  rm -rf "$dir"
+  drop_dir "$home"
 }
 
 case "${1:-}" in
