@@ -30,18 +30,18 @@ type ConsumerStats struct {
 	// DoneEstimated is true when Done is an estimate from the planner's
 	// statistics (StatsOptions.Exact unset, and the inbox analyzed).
 	DoneEstimated bool `json:"done_estimated"`
-	// Fresh counts its pending messages that never failed and are due:
-	// waiting for a worker.
-	Fresh int64 `json:"pending_fresh"`
 	// NextRetryAt is when the first of its retrying messages is due;
 	// nil when none is retrying.
 	NextRetryAt *time.Time `json:"next_retry_at"`
 	// OldestPending is how long the oldest pending message has waited
 	// since it was received; nil when none is pending.
 	OldestPending *Duration `json:"oldest_pending"`
-	// Pending counts its pending messages: Fresh plus Retrying plus
-	// Scheduled.
+	// Pending counts its pending messages: PendingFresh plus Retrying
+	// plus Scheduled.
 	Pending int64 `json:"pending"`
+	// PendingFresh counts its pending messages that never failed and are
+	// due: waiting for a worker.
+	PendingFresh int64 `json:"pending_fresh"`
 	// ProcessedLastHour counts the messages it completed in the last hour.
 	ProcessedLastHour int64 `json:"processed_last_hour"`
 	// ProcessedLastMinute counts the messages it completed in the last
@@ -124,11 +124,11 @@ func (a *Admin) Stats(ctx context.Context, opts StatsOptions) (*Stats, error) {
 	defer rows.Close()
 	for rows.Next() {
 		var c ConsumerStats
-		if err := rows.Scan(&c.Consumer, &c.Fresh, &c.Retrying, &c.Scheduled, &c.Running, &c.Dead, &c.Discarded,
+		if err := rows.Scan(&c.Consumer, &c.PendingFresh, &c.Retrying, &c.Scheduled, &c.Running, &c.Dead, &c.Discarded,
 			&oldest, &c.NextRetryAt, &c.ProcessedLastMinute, &c.ProcessedLastHour); err != nil {
 			return nil, a.dbError(ctx, "inbox stats", err)
 		}
-		c.Pending = c.Fresh + c.Retrying + c.Scheduled
+		c.Pending = c.PendingFresh + c.Retrying + c.Scheduled
 		c.OldestPending = seconds(oldest)
 		c.NextRetryAt = utc(c.NextRetryAt)
 		st.Consumers = append(st.Consumers, c)

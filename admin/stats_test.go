@@ -29,7 +29,7 @@ func TestStatsSplitsPending(t *testing.T) {
 	require.Len(t, st.Consumers, 2)
 	p := st.Consumers[0]
 	require.Equal(t, "payments", p.Consumer)
-	require.Equal(t, []int64{3, 4, 2, 9}, []int64{p.Fresh, p.Retrying, p.Scheduled, p.Pending}, "fresh, retrying, scheduled, pending")
+	require.Equal(t, []int64{3, 4, 2, 9}, []int64{p.PendingFresh, p.Retrying, p.Scheduled, p.Pending}, "fresh, retrying, scheduled, pending")
 	require.Equal(t, []int64{3, 25, 5, 3}, []int64{p.Running, p.Dead, p.Discarded, p.Done})
 	require.False(t, p.DoneEstimated, "a never-analyzed inbox is counted")
 	require.NotNil(t, p.NextRetryAt)

@@ -114,7 +114,7 @@ func (a *app) printStats(st *admin.Stats) {
 		if c.DoneEstimated {
 			done = "≈" + done
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Consumer, count(c.Fresh), count(c.Retrying),
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Consumer, count(c.PendingFresh), count(c.Retrying),
 			count(c.Scheduled), count(c.Running), count(c.Dead), count(c.Discarded), done, ageOf(c.OldestPending),
 			count(c.ProcessedLastMinute), count(c.ProcessedLastHour))
 		sum.add(c)
@@ -177,13 +177,13 @@ func (s *inboxSums) failuresArgs() []string {
 	return []string{"failures"}
 }
 
-// due says when a retry at t is due, seen at now: "due now", or "due in
-// 1h59m (at 2026-11-23 03:00:00 UTC)".
+// due says when a retry at t is due, seen at now: "due now", or "due
+// 2026-11-23 03:00:00 UTC (in 1h59m)".
 func due(t, now time.Time) string {
 	if !t.After(now) {
 		return "due now"
 	}
-	return fmt.Sprintf("due in %s (at %s UTC)", age(t.Sub(now)), stamp(t))
+	return fmt.Sprintf("due %s UTC (in %s)", stamp(t), age(t.Sub(now)))
 }
 
 func (a *app) listCommand() *cobra.Command {
