@@ -200,13 +200,19 @@ WHERE i.status = $2
 //
 // The rows come from inbox_failed_idx (InboxFailing is its predicate's
 // dead and failing part); only they are grouped and their histories read.
+// The fingerprint is inbox_failure_group of the pattern already computed
+// (what fingerprintSQL computes from the row).
 const failuresSQL = `
 WITH failing AS MATERIALIZED (
-    SELECT i.consumer, i.event_type, ` + fingerprintSQL + ` AS fingerprint, ` + errorPatternSQL + ` AS pattern,
-           i.status, i.received_at, i.message_id, i.last_error, i.errors
-    FROM /* schema */inbox AS i
-    WHERE ` + tables.InboxFailing + `
-      AND ($1::text IS NULL OR i.consumer = $1)
+    SELECT p.*, /* schema */inbox_failure_group(p.consumer, p.event_type, p.pattern) AS fingerprint
+    FROM (
+        SELECT i.consumer, i.event_type, ` + errorPatternSQL + ` AS pattern,
+               i.status, i.received_at, i.message_id, i.last_error, i.errors
+        FROM /* schema */inbox AS i
+        WHERE ` + tables.InboxFailing + `
+          AND ($1::text IS NULL OR i.consumer = $1)
+        OFFSET 0 -- kept apart, so the pattern's regular expressions run once a row
+    ) AS p
 ),
 span AS (
     SELECT now() - $3::bigint * interval '1 millisecond' AS since, now() AS until
