@@ -111,7 +111,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Admin, error) {
 		"outboxList": outboxListSQL, "outboxShow": outboxShowSQL, "outboxRetry": outboxRetrySQL,
 		"scheduleReplay": scheduleReplaySQL, "scheduledReplays": scheduledReplaysSQL, "cancelReplay": cancelReplaySQL,
 		"claimDueReplay": claimDueReplaySQL, "advanceReplay": advanceReplaySQL, "failReplay": failReplaySQL,
-		"countScheduled": countScheduledSQL,
+		"countScheduled": countScheduledSQL, "groupKnown": groupKnownSQL, "doneExact": doneExactSQL,
+		"doneEstimate": doneEstimateSQL,
 	} {
 		q[name] = ident.Render(sql, cfg.Schema)
 	}

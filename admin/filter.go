@@ -2,6 +2,7 @@ package admin
 
 import (
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/pgbox/pgbox"
@@ -20,7 +21,10 @@ type Filter struct {
 	ErrorMatches string `json:"error_matches,omitzero"`
 	// EventType keeps one event type.
 	EventType string `json:"event_type,omitzero"`
-	// Fingerprint keeps one failure group (see Failures).
+	// Fingerprint keeps one failure group (see Failures): its consumer's
+	// messages that are dead, discarded, or pending after a failure, with
+	// an error of the group's pattern. Done messages are never in a group,
+	// even those that failed before they succeeded.
 	Fingerprint string `json:"fingerprint,omitzero"`
 	// IDs keeps these message ids.
 	IDs []string `json:"ids,omitzero"`
@@ -35,9 +39,27 @@ type Filter struct {
 	Until time.Time `json:"until,omitzero"`
 }
 
+// fingerprintForm is what a failure group's fingerprint looks like.
+var fingerprintForm = regexp.MustCompile(`^[0-9a-f]{12}$`)
+
+// ValidateFingerprint reports a fingerprint that no failure group can have:
+// anything but 12 lower-case hex digits, the form FailureGroup.Fingerprint
+// (and inboxctl failures) gives.
+func ValidateFingerprint(fingerprint string) error {
+	if !fingerprintForm.MatchString(fingerprint) {
+		return fmt.Errorf("failure group %q is not a fingerprint: expected 12 lower-case hex digits, such as 3f2a9c1d0b7e, as 'inboxctl failures' prints them", fingerprint)
+	}
+	return nil
+}
+
 // Validate reports a filter that cannot match anything sensible: an
-// unknown status, or an Until not after Since.
+// unknown status, a malformed fingerprint, or an Until not after Since.
 func (f Filter) Validate() error {
+	if f.Fingerprint != "" {
+		if err := ValidateFingerprint(f.Fingerprint); err != nil {
+			return err
+		}
+	}
 	for _, s := range f.Statuses {
 		if _, err := pgbox.ParseInboxStatus(string(s)); err != nil {
 			return err

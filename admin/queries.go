@@ -10,25 +10,20 @@ package admin
 
 import "github.com/pgbox/pgbox/internal/tables"
 
-// normalizedErrorSQL is a message's last error with what varies from one
-// occurrence of the same failure to the next (ids, quoted values,
-// timestamps, hex, numbers) replaced by placeholders, so that "order
-// 'order-17' timed out after 30s" and "order 'order-9' timed out after 31s"
-// read alike. It runs in the database, so grouping a million dead messages
-// never ships them to the client.
-const normalizedErrorSQL = `regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(
-    coalesce(i.last_error, ''),
-    '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', '<uuid>', 'g'),
-    '"[^"]*"', '"<str>"', 'g'),
-    '''[^'']*''', '''<str>''', 'g'),
-    '\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}(:?\d{2})?)?', '<time>', 'g'),
-    '\m0x[0-9a-fA-F]+\M', '<hex>', 'g'),
-    '\m[0-9a-f]{12,}\M', '<hex>', 'g'),
-    '\d+(\.\d+)?', '<n>', 'g')`
+// errorPatternSQL is row i's last error as failure groups read it: with
+// what varies from one occurrence of the same failure to the next (ids,
+// quoted values, timestamps, hex, numbers) replaced by placeholders, so
+// that "order 'order-17' timed out after 30s" and "order 'order-9' timed
+// out after 31s" read alike. The function is migration 8's; it runs in the
+// database, so grouping a million dead messages never ships them to the
+// client.
+const errorPatternSQL = `/* schema */inbox_error_pattern(i.last_error)`
 
-// fingerprintSQL identifies a failure group: the event type and the
-// normalized error, hashed to 12 hex digits an operator can type.
-const fingerprintSQL = `left(md5(i.event_type || chr(10) || ` + normalizedErrorSQL + `), 12)`
+// fingerprintSQL identifies row i's failure group: its consumer, event type
+// and error pattern, hashed to 12 hex digits an operator can type
+// (migration 8's inbox_failure_group). It is inbox_failure_group_idx's
+// expression, written the same way so the planner can use that index.
+const fingerprintSQL = `/* schema */inbox_failure_group(i.consumer, i.event_type, ` + errorPatternSQL + `)`
 
 // replayableSQL is the rows replay may touch: dead, discarded, or pending
 // after a failure (backing off). Never running (a worker holds it) nor done
@@ -37,6 +32,14 @@ const fingerprintSQL = `left(md5(i.event_type || chr(10) || ` + normalizedErrorS
 // use that index.
 const replayableSQL = `(i.status IN (` + tables.InboxDead + `, ` + tables.InboxDiscarded + `) OR (i.status = ` +
 	tables.InboxPending + ` AND i.last_error IS NOT NULL))`
+
+// inGroupSQL is true for row i in the failure group $8. A group holds only
+// rows that failed and were not handled since (dead, discarded, or pending
+// after a failure): replayableSQL, spelt out as a literal together with
+// the last error's presence, so that the planner, which sees them once $8
+// is bound, reads the group through inbox_failure_group_idx or
+// inbox_failed_idx instead of every done row.
+const inGroupSQL = `(` + replayableSQL + ` AND i.last_error IS NOT NULL AND ` + fingerprintSQL + ` = $8)`
 
 // filterSQL is the WHERE clause shared by list, count, replay and discard.
 // Each condition applies only when its parameter is not NULL (or true):
@@ -52,7 +55,7 @@ const filterSQL = `
     AND ($5::timestamptz IS NULL OR i.received_at < $5)
     AND ($6::text IS NULL OR strpos(lower(coalesce(i.last_error, '')), lower($6)) > 0)
     AND ($7::text IS NULL OR coalesce(i.last_error, '') ~* $7)
-    AND ($8::text IS NULL OR ` + fingerprintSQL + ` = $8)
+    AND ($8::text IS NULL OR ` + inGroupSQL + `)
     AND ($9::text[] IS NULL OR i.message_id = ANY($9::text[]))
     AND ($10::boolean IS NOT TRUE OR ` + replayableSQL + `)`
 
@@ -77,9 +80,37 @@ SELECT ` + messageColumns + `, i.payload, i.metadata, i.errors,
 FROM /* schema */inbox AS i
 WHERE i.consumer = $1 AND i.message_id = $2`
 
+// distinctConsumersSQL is a recursive CTE, consumers(consumer), of every
+// consumer with messages (and one NULL row at the end), found by skipping
+// through the primary key's consumers one index probe at a time: a few
+// reads per consumer, however many messages each holds.
+const distinctConsumersSQL = `
+consumers AS (
+    (SELECT i.consumer FROM /* schema */inbox AS i ORDER BY i.consumer LIMIT 1)
+    UNION ALL
+    SELECT (SELECT i.consumer FROM /* schema */inbox AS i WHERE i.consumer > c.consumer ORDER BY i.consumer LIMIT 1)
+    FROM consumers AS c
+    WHERE c.consumer IS NOT NULL
+)`
+
 // consumersOfSQL finds which consumers hold a message id, for a show
-// without --consumer.
-const consumersOfSQL = `SELECT consumer FROM /* schema */inbox WHERE message_id = $1 ORDER BY consumer LIMIT 10`
+// without --consumer: one primary-key lookup per consumer, since the key
+// leads with the consumer and no index starts with the message id.
+const consumersOfSQL = `
+WITH RECURSIVE ` + distinctConsumersSQL + `
+SELECT c.consumer FROM consumers AS c
+WHERE c.consumer IS NOT NULL
+  AND EXISTS (SELECT 1 FROM /* schema */inbox AS i WHERE i.consumer = c.consumer AND i.message_id = $1)
+ORDER BY c.consumer
+LIMIT 10`
+
+// groupKnownSQL reports whether any message the inbox holds, in any
+// status, has a last error in failure group $1: a group that was replayed
+// and then succeeded is known (and drained), a mistyped fingerprint is
+// not. It reads inbox_failure_group_idx, whose rows are only those that
+// ever failed.
+const groupKnownSQL = `
+SELECT EXISTS (SELECT 1 FROM /* schema */inbox AS i WHERE i.last_error IS NOT NULL AND ` + fingerprintSQL + ` = $1)`
 
 // countSQL counts the messages matching the filter.
 const countSQL = `
@@ -158,35 +189,139 @@ WHERE i.status = $2
   AND ($3::text IS NULL OR i.consumer = $3)`
 
 // failuresSQL groups dead and failing (pending after a failure) messages
-// by consumer, event type and error fingerprint, largest groups first.
+// by failure group, largest groups first, up to $2 of them, for consumer
+// $1 (NULL: every consumer). A group's first and last failure are the
+// earliest and latest failed attempt in its messages' histories (entries
+// without an action; replays and discards are actions). With a window of
+// $3 milliseconds (NULL: none) it keeps only the groups with a failed
+// attempt in the window, counts those attempts, and with $4 buckets (0:
+// none) counts them per bucket of the window, oldest first. Every time is
+// the database's.
+//
+// The rows come from inbox_failed_idx (InboxFailing is its predicate's
+// dead and failing part); only they are grouped and their histories read.
+// The fingerprint is inbox_failure_group of the pattern already computed
+// (what fingerprintSQL computes from the row).
 const failuresSQL = `
-SELECT i.consumer, i.event_type, ` + fingerprintSQL + ` AS fingerprint,
-       min(` + normalizedErrorSQL + `) AS normalized,
-       count(*), count(*) FILTER (WHERE i.status = ` + tables.InboxDead + `),
-       min(i.received_at), max(i.received_at),
-       min(i.message_id), min(i.last_error)
-FROM /* schema */inbox AS i
-WHERE ` + tables.InboxFailing + `
-  AND ($1::text IS NULL OR i.consumer = $1)
-GROUP BY 1, 2, 3
+WITH failing AS MATERIALIZED (
+    SELECT p.*, /* schema */inbox_failure_group(p.consumer, p.event_type, p.pattern) AS fingerprint
+    FROM (
+        SELECT i.consumer, i.event_type, ` + errorPatternSQL + ` AS pattern,
+               i.status, i.received_at, i.message_id, i.last_error, i.errors
+        FROM /* schema */inbox AS i
+        WHERE ` + tables.InboxFailing + `
+          AND ($1::text IS NULL OR i.consumer = $1)
+        OFFSET 0 -- kept apart, so the pattern's regular expressions run once a row
+    ) AS p
+),
+span AS (
+    SELECT now() - $3::bigint * interval '1 millisecond' AS since, now() AS until
+),
+attempts AS (
+    SELECT f.fingerprint, (e.entry->>'at')::timestamptz AS at
+    FROM failing AS f, jsonb_array_elements(f.errors) AS e(entry)
+    WHERE e.entry->>'action' IS NULL
+),
+times AS (
+    SELECT a.fingerprint, min(a.at) AS first_at, max(a.at) AS last_at,
+           count(*) FILTER (WHERE a.at >= s.since) AS recent
+    FROM attempts AS a, span AS s
+    GROUP BY a.fingerprint
+),
+buckets AS (
+    SELECT a.fingerprint,
+           least(width_bucket(extract(epoch FROM a.at), extract(epoch FROM s.since), extract(epoch FROM s.until), $4::int), $4::int) AS bucket,
+           count(*) AS n
+    FROM attempts AS a, span AS s
+    WHERE $4::int > 0 AND a.at >= s.since
+    GROUP BY 1, 2
+)
+SELECT f.consumer, f.event_type, f.fingerprint, min(f.pattern),
+       count(*), count(*) FILTER (WHERE f.status = ` + tables.InboxDead + `),
+       min(f.received_at), max(f.received_at), min(f.message_id), min(f.last_error),
+       t.first_at, t.last_at, coalesce(t.recent, 0),
+       CASE WHEN $4::int > 0 THEN ARRAY(
+           SELECT coalesce(b.n, 0)
+           FROM generate_series(1, $4::int) AS g(k)
+           LEFT JOIN buckets AS b ON b.fingerprint = f.fingerprint AND b.bucket = g.k
+           ORDER BY g.k) END,
+       (SELECT s.since FROM span AS s)
+FROM failing AS f
+LEFT JOIN times AS t ON t.fingerprint = f.fingerprint
+GROUP BY f.consumer, f.event_type, f.fingerprint, t.first_at, t.last_at, t.recent
+HAVING $3::bigint IS NULL OR coalesce(t.recent, 0) > 0
 ORDER BY count(*) DESC, 1, 2, 3
 LIMIT $2`
 
-// statsSQL counts each consumer's messages by status, with the age of its
-// oldest pending message and its throughput over the last minute and hour.
+// statsSQL counts each consumer's messages that are not done, by status,
+// splitting pending ones into fresh (never failed, due), retrying (pending
+// after a failure; due at the earliest next-retry time) and scheduled
+// (never failed, due later: snoozed by their handler), with the age of the
+// oldest pending message and how many messages were done in the last
+// minute and hour. Each status is read from its partial index
+// (inbox_pending_idx, inbox_running_idx, inbox_failed_idx, inbox_done_idx
+// for the recent done ones), so the count costs what those few rows cost,
+// never a read of the dedupe memory. Done messages are counted apart:
+// doneExactSQL, or estimated from doneEstimateSQL.
 const statsSQL = `
-SELECT i.consumer,
-       count(*) FILTER (WHERE i.status = ` + tables.InboxPending + `),
-       count(*) FILTER (WHERE i.status = ` + tables.InboxRunning + `),
-       count(*) FILTER (WHERE i.status = ` + tables.InboxDone + `),
-       count(*) FILTER (WHERE i.status = ` + tables.InboxDead + `),
-       count(*) FILTER (WHERE i.status = ` + tables.InboxDiscarded + `),
-       extract(epoch FROM now() - min(i.received_at) FILTER (WHERE i.status = ` + tables.InboxPending + `)),
-       count(*) FILTER (WHERE i.status = ` + tables.InboxDone + ` AND i.processed_at > now() - interval '1 minute'),
-       count(*) FILTER (WHERE i.status = ` + tables.InboxDone + ` AND i.processed_at > now() - interval '1 hour')
-FROM /* schema */inbox AS i
-GROUP BY i.consumer
-ORDER BY i.consumer`
+WITH RECURSIVE ` + distinctConsumersSQL + `,
+open AS (
+    SELECT i.consumer, i.status, i.last_error IS NOT NULL AS failed, i.available_at, i.received_at
+    FROM /* schema */inbox AS i WHERE i.status = ` + tables.InboxPending + `
+    UNION ALL
+    SELECT i.consumer, i.status, false, i.available_at, i.received_at
+    FROM /* schema */inbox AS i WHERE i.status = ` + tables.InboxRunning + `
+    UNION ALL
+    SELECT i.consumer, i.status, true, i.available_at, i.received_at
+    FROM /* schema */inbox AS i WHERE i.status IN (` + tables.InboxDead + `, ` + tables.InboxDiscarded + `)
+),
+counts AS (
+    SELECT o.consumer,
+           count(*) FILTER (WHERE o.status = ` + tables.InboxPending + ` AND NOT o.failed AND o.available_at <= now()) AS fresh,
+           count(*) FILTER (WHERE o.status = ` + tables.InboxPending + ` AND o.failed) AS retrying,
+           count(*) FILTER (WHERE o.status = ` + tables.InboxPending + ` AND NOT o.failed AND o.available_at > now()) AS scheduled,
+           count(*) FILTER (WHERE o.status = ` + tables.InboxRunning + `) AS running,
+           count(*) FILTER (WHERE o.status = ` + tables.InboxDead + `) AS dead,
+           count(*) FILTER (WHERE o.status = ` + tables.InboxDiscarded + `) AS discarded,
+           extract(epoch FROM now() - min(o.received_at) FILTER (WHERE o.status = ` + tables.InboxPending + `)) AS oldest,
+           min(o.available_at) FILTER (WHERE o.status = ` + tables.InboxPending + ` AND o.failed) AS next_retry
+    FROM open AS o
+    GROUP BY o.consumer
+),
+recent AS (
+    SELECT i.consumer,
+           count(*) FILTER (WHERE i.processed_at > now() - interval '1 minute') AS minute,
+           count(*) AS hour
+    FROM /* schema */inbox AS i
+    WHERE i.status = ` + tables.InboxDone + ` AND i.processed_at > now() - interval '1 hour'
+    GROUP BY i.consumer
+)
+SELECT c.consumer, coalesce(n.fresh, 0), coalesce(n.retrying, 0), coalesce(n.scheduled, 0), coalesce(n.running, 0),
+       coalesce(n.dead, 0), coalesce(n.discarded, 0), n.oldest, n.next_retry,
+       coalesce(r.minute, 0), coalesce(r.hour, 0)
+FROM consumers AS c
+LEFT JOIN counts AS n ON n.consumer = c.consumer
+LEFT JOIN recent AS r ON r.consumer = c.consumer
+WHERE c.consumer IS NOT NULL
+ORDER BY c.consumer`
+
+// doneExactSQL counts each consumer's done messages: every one of them,
+// which on a large inbox takes a while (stats --exact).
+const doneExactSQL = `
+SELECT i.consumer, count(*) FROM /* schema */inbox AS i WHERE i.status = ` + tables.InboxDone + ` GROUP BY i.consumer`
+
+// doneEstimateSQL reads what the planner knows of the inbox in schema $1,
+// without reading it: its row count at the last VACUUM or ANALYZE
+// (reltuples, -1 if never) and pages then (relpages) and now, and the
+// consumer column's statistics (most common values and their frequencies,
+// distinct count, NULL fraction; NULL if never analyzed).
+const doneEstimateSQL = `
+SELECT c.reltuples::float8, c.relpages::bigint, pg_relation_size(c.oid) / current_setting('block_size')::bigint,
+       s.most_common_vals::text::text[], s.most_common_freqs::float8[], s.n_distinct::float8, s.null_frac::float8
+FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+LEFT JOIN pg_catalog.pg_stats AS s ON s.schemaname = n.nspname AND s.tablename = c.relname AND s.attname = 'consumer'
+WHERE n.nspname = $1 AND c.relname = 'inbox' AND c.relkind = 'r'`
 
 // outboxStatsSQL counts the outbox by status, with the age of the oldest
 // unpublished row.

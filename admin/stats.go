@@ -24,20 +24,38 @@ type ConsumerStats struct {
 	Dead int64 `json:"dead"`
 	// Discarded counts its discarded messages.
 	Discarded int64 `json:"discarded"`
-	// Done counts its done messages (the dedupe memory).
+	// Done counts its done messages (the dedupe memory): exactly when
+	// DoneEstimated is false, otherwise an estimate.
 	Done int64 `json:"done"`
+	// DoneEstimated is true when Done is an estimate from the planner's
+	// statistics (StatsOptions.Exact unset, and the inbox analyzed).
+	DoneEstimated bool `json:"done_estimated"`
+	// NextRetryAt is when the first of its retrying messages is due;
+	// nil when none is retrying.
+	NextRetryAt *time.Time `json:"next_retry_at"`
 	// OldestPending is how long the oldest pending message has waited
 	// since it was received; nil when none is pending.
 	OldestPending *Duration `json:"oldest_pending"`
-	// Pending counts its pending messages, new or backing off.
+	// Pending counts its pending messages: PendingFresh plus Retrying
+	// plus Scheduled.
 	Pending int64 `json:"pending"`
+	// PendingFresh counts its pending messages that never failed and are
+	// due: waiting for a worker.
+	PendingFresh int64 `json:"pending_fresh"`
 	// ProcessedLastHour counts the messages it completed in the last hour.
 	ProcessedLastHour int64 `json:"processed_last_hour"`
 	// ProcessedLastMinute counts the messages it completed in the last
 	// minute.
 	ProcessedLastMinute int64 `json:"processed_last_minute"`
+	// Retrying counts its pending messages that failed before: waiting
+	// for their backoff to end (or due, once it has, or after a replay).
+	// inboxctl failures shows why they failed.
+	Retrying int64 `json:"retrying"`
 	// Running counts its running (claimed) messages.
 	Running int64 `json:"running"`
+	// Scheduled counts its pending messages that never failed and are due
+	// later: snoozed by their handler (dispatcher.Snooze).
+	Scheduled int64 `json:"scheduled"`
 }
 
 // OutboxStats counts the outbox.
@@ -73,9 +91,20 @@ func seconds(s *float64) *Duration {
 	return &d
 }
 
-// Stats takes a snapshot of the inbox and outbox. It reads every row's
-// status once; on a very large inbox it takes a moment.
-func (a *Admin) Stats(ctx context.Context) (*Stats, error) {
+// StatsOptions says how Stats counts.
+type StatsOptions struct {
+	// Exact counts done messages one by one, which reads every one of
+	// them: seconds or minutes on an inbox of many millions. Defaults to
+	// false: done messages are estimated from the planner's statistics
+	// (ConsumerStats.DoneEstimated), in constant time, and counted exactly
+	// only while the inbox has never been analyzed (a new, small inbox).
+	Exact bool
+}
+
+// Stats takes a snapshot of the inbox and outbox. Every count but the done
+// messages' is exact and read from the small partial indexes of the
+// statuses it counts; see StatsOptions for done messages.
+func (a *Admin) Stats(ctx context.Context, opts StatsOptions) (*Stats, error) {
 	var (
 		st     Stats
 		oldest *float64
@@ -95,15 +124,20 @@ func (a *Admin) Stats(ctx context.Context) (*Stats, error) {
 	defer rows.Close()
 	for rows.Next() {
 		var c ConsumerStats
-		if err := rows.Scan(&c.Consumer, &c.Pending, &c.Running, &c.Done, &c.Dead, &c.Discarded, &oldest,
-			&c.ProcessedLastMinute, &c.ProcessedLastHour); err != nil {
+		if err := rows.Scan(&c.Consumer, &c.PendingFresh, &c.Retrying, &c.Scheduled, &c.Running, &c.Dead, &c.Discarded,
+			&oldest, &c.NextRetryAt, &c.ProcessedLastMinute, &c.ProcessedLastHour); err != nil {
 			return nil, a.dbError(ctx, "inbox stats", err)
 		}
+		c.Pending = c.PendingFresh + c.Retrying + c.Scheduled
 		c.OldestPending = seconds(oldest)
+		c.NextRetryAt = utc(c.NextRetryAt)
 		st.Consumers = append(st.Consumers, c)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, a.dbError(ctx, "inbox stats", err)
+	}
+	if err := a.countDone(ctx, opts.Exact, st.Consumers); err != nil {
+		return nil, err
 	}
 	return &st, nil
 }

@@ -362,7 +362,7 @@ func TestMigrate(t *testing.T) {
 
 	declined := inboxctl(t, schema, "", "migrate", "down")
 	require.Equal(t, ExitFailure, declined.code)
-	require.Contains(t, declined.stderr, "back from version 5 to 4, dropping tables and their data? Type yes to continue")
+	require.Contains(t, declined.stderr, "back from version 8 to 7, dropping tables and their data? Type yes to continue")
 	require.NotContains(t, declined.stderr, "River")
 	declined = inboxctl(t, schema, "", "migrate", "down", "--to", "3")
 	require.Equal(t, ExitFailure, declined.code)
@@ -439,7 +439,7 @@ func TestReplayAt(t *testing.T) {
 
 	golden(t, "scheduled", schema, inboxctl(t, schema, "", "scheduled").ok(t).stdout)
 	require.Contains(t, inboxctl(t, schema, "", "scheduled", "-o", "json").ok(t).stdout, `"run_at": "2099-01-01T00:00:00Z"`)
-	require.Contains(t, inboxctl(t, schema, "", "stats").ok(t).stdout, "2 scheduled replays waiting or under way: 'inboxctl scheduled' lists them.")
+	require.Contains(t, inboxctl(t, schema, "", "stats").ok(t).stdout, "2 scheduled replays waiting or under way: 'inboxctl scheduled --schema "+schema+"' lists them.")
 
 	require.Contains(t, inboxctl(t, schema, "", "replay", "--status", "dead", "--at", "2h", "--dry-run").ok(t).stdout,
 		"Would schedule a replay for ")
@@ -474,4 +474,140 @@ func failureGroup(t *testing.T, schema string) string {
 	t.Helper()
 	out := inboxctl(t, schema, "", "failures").ok(t).stdout
 	return regexp.MustCompile(`2\s+2\s+0\s+payments\s+ChargeCard\s+([0-9a-f]{12})`).FindStringSubmatch(out)[1]
+}
+
+// groupsFixture stores dead messages failing the same way for two
+// consumers: 5 of payments and 3 of refunds, the last failed attempt of
+// each a few minutes ago.
+func groupsFixture(t *testing.T) string {
+	t.Helper()
+	schema := pgtest.Schema(t)
+	_, err := pgtest.Pool(t).Exec(context.Background(), ident.Render(`
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
+		                               last_error, errors)
+		SELECT c, c || '-' || g, 'ChargeCard', 'dead', 1, 1, '\x00'::bytea, ''::bytea, 'gateway timeout after ' || g || 's',
+		       jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - make_interval(mins => g), 'error', 'gateway timeout'))
+		FROM (VALUES ('payments', 5), ('refunds', 3)) AS x(c, n), generate_series(1, x.n) AS g`, schema))
+	require.NoError(t, err)
+	return schema
+}
+
+// hintArgs returns the arguments of the command a hint line of out
+// prints after label, as an operator would paste it.
+func hintArgs(t *testing.T, out, label string) []string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(label) + ` inboxctl (.*)$`).FindStringSubmatch(out)
+	require.NotNil(t, m, "no %q hint in:\n%s", label, out)
+	return strings.Fields(m[1])
+}
+
+// A failure group is the line the operator saw: two consumers failing the
+// same way are two lines, each hint pastes as it is (--consumer, --schema)
+// and acts on its own line's messages only.
+func TestFailureGroupIsTheLineShown(t *testing.T) {
+	t.Parallel()
+	schema := groupsFixture(t)
+	out := inboxctl(t, schema, "", "failures").ok(t).stdout
+	lines := regexp.MustCompile(`(?m)^(\d+)\s+\d+\s+\d+\s+(\w+)\s+ChargeCard\s+([0-9a-f]{12})`).FindAllStringSubmatch(out, -1)
+	require.Len(t, lines, 2, out)
+	require.Equal(t, []string{"5", "payments"}, lines[0][1:3])
+	require.Equal(t, []string{"3", "refunds"}, lines[1][1:3])
+	require.NotEqual(t, lines[0][3], lines[1][3], "one fingerprint per line")
+
+	dry := inboxctl(t, schema, "", "replay", "--group", lines[1][3], "--dry-run").ok(t).stdout
+	require.Contains(t, dry, "Would replay 3 messages", "refunds' line showed 3")
+	require.NotContains(t, dry, "payments-")
+
+	replay := hintArgs(t, out, "Replay a group:")
+	require.Equal(t, []string{"replay", "--group", lines[0][3], "--consumer", "payments", "--schema", schema}, replay)
+	env := map[string]string{"DATABASE_URL": pgtest.URL(t)}
+	require.Contains(t, inboxctlEnv(t, env, "", append(replay, "--dry-run")...).ok(t).stdout, "Would replay 5 messages")
+	require.Contains(t, inboxctlEnv(t, env, "", hintArgs(t, out, "List a group:")...).ok(t).stdout, "payments-5")
+	require.Contains(t, inboxctlEnv(t, env, "", hintArgs(t, out, "See one:")...).ok(t).stdout, "Consumer  payments")
+}
+
+// A malformed fingerprint is a usage error naming the form; one that no
+// message ever had is not found, with the command that lists the groups;
+// a group that was drained has simply nothing left to replay.
+func TestReplayGroupMalformedUnknownOrDrained(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	for _, args := range [][]string{
+		{"replay", "--group", "F2946CD7C667", "--dry-run"},
+		{"discard", "--group", "f2946cd7", "--reason", "x"},
+		{"list", "--group", "order-2/placed"},
+	} {
+		r := inboxctl(t, schema, "", args...)
+		require.Equal(t, ExitUsage, r.code, "%v: %s", args, r.stderr)
+		require.Contains(t, r.stderr, "expected 12 lower-case hex digits, such as 3f2a9c1d0b7e", args)
+	}
+
+	for _, args := range [][]string{
+		{"replay", "--group", "0123456789ab", "--dry-run"},
+		{"replay", "--group", "0123456789ab", "--yes"},
+		{"discard", "--group", "0123456789ab", "--reason", "x", "--yes"},
+	} {
+		r := inboxctl(t, schema, "", args...)
+		require.Equal(t, ExitNotFound, r.code, "%v: %s", args, r.stderr)
+		require.Contains(t, r.stderr, "no message in schema "+schema+" ever failed in group 0123456789ab", args)
+		require.Contains(t, r.stderr, "'inboxctl failures --schema "+schema+"' lists the groups", args)
+	}
+
+	group := failureGroup(t, schema)
+	inboxctl(t, schema, "", "replay", "--group", group, "--yes").ok(t)
+	_, err := pgtest.Pool(t).Exec(context.Background(), ident.Render(
+		"UPDATE /* schema */inbox SET status = 'done', processed_at = now() WHERE status = 'pending' AND replays > 0", schema))
+	require.NoError(t, err)
+	drained := inboxctl(t, schema, "", "replay", "--group", group, "--dry-run").ok(t)
+	require.Equal(t, "Nothing to replay: no eligible message matches.\n", drained.stdout)
+}
+
+// failures --since keeps the groups still failing and counts their
+// failed attempts in the window; --trend draws them per bucket.
+func TestFailuresSinceAndTrend(t *testing.T) {
+	t.Parallel()
+	schema := groupsFixture(t)
+	old := fixture(t)
+	require.Equal(t, "No dead or failing message failed in the last 1h.\n", inboxctl(t, old, "", "failures", "--since", "1h").ok(t).stdout)
+	require.Contains(t, inboxctl(t, old, "", "failures").ok(t).stdout, "payments", "without --since, old groups are listed")
+
+	since := inboxctl(t, schema, "", "failures", "--since", "4m", "--consumer", "payments").ok(t).stdout
+	require.Regexp(t, `(?m)^COUNT .* LAST FAILURE\s+IN 4M\s+ERROR$`, since)
+	require.Regexp(t, `(?m)^5\s+5\s+0\s+payments .* [0-9:]+\s+3\s+gateway timeout`, since, "attempts 1, 2 and 3 minutes ago")
+
+	trend := inboxctl(t, schema, "", "failures", "--trend", "--since", "10m", "--buckets", "5").ok(t).stdout
+	require.Regexp(t, `(?m)^5\s+5\s+0\s+payments .*\s+5\s+··[▁-█]{3}\s+gateway`, trend, "5 attempts, 1 to 5 minutes ago, in 2-minute buckets")
+	require.Contains(t, trend, "TREND: failed attempts per 2m over the last 10m, oldest first (· none).")
+
+	js := inboxctl(t, schema, "", "failures", "--trend", "--buckets", "3", "-o", "json").ok(t).stdout
+	require.Contains(t, js, `"failures_in_window": 5`)
+	require.Contains(t, js, `"bucket_seconds": 1200`)
+	require.Contains(t, js, `"first_failed_at"`)
+
+	for _, args := range [][]string{
+		{"failures", "--since", "soon"},
+		{"failures", "--since", "0s"},
+		{"failures", "--trend", "--buckets", "0"},
+	} {
+		r := inboxctl(t, schema, "", args...)
+		require.Equal(t, ExitUsage, r.code, "%v: %s", args, r.stderr)
+	}
+}
+
+// On an analyzed inbox stats estimates done messages, says so, and counts
+// them with --exact.
+func TestStatsDoneEstimate(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	_, err := pgtest.Pool(t).Exec(context.Background(), ident.Render("ANALYZE /* schema */inbox", schema))
+	require.NoError(t, err)
+
+	out := inboxctl(t, schema, "", "stats").ok(t).stdout
+	require.Regexp(t, `(?m)^payments(\s+\S+){6}\s+≈1\s`, out)
+	require.Contains(t, out, "≈ DONE is estimated from PostgreSQL's statistics of the inbox: 'inboxctl stats --exact --schema "+schema+"' counts every done row.")
+	require.Contains(t, inboxctl(t, schema, "", "stats", "-o", "json").ok(t).stdout, `"done_estimated": true`)
+
+	exact := inboxctl(t, schema, "", "stats", "--exact").ok(t).stdout
+	require.NotContains(t, exact, "≈")
+	require.Contains(t, inboxctl(t, schema, "", "stats", "--exact", "-o", "json").ok(t).stdout, `"done_estimated": false`)
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -124,4 +125,36 @@ func parseDuration(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("negative duration")
 	}
 	return d, err
+}
+
+// checkGroupKnown tells a fingerprint that no failure ever had (a typo, or
+// one printed before fingerprints included the consumer), which is an
+// error wrapping admin.ErrNotFound, from a group that was drained, which
+// is not. An empty fingerprint is no group, and fine.
+func (a *app) checkGroupKnown(ctx context.Context, fingerprint string) error {
+	if fingerprint == "" {
+		return nil
+	}
+	known, err := a.admin.GroupKnown(ctx, fingerprint)
+	if err != nil || known {
+		return err
+	}
+	return fmt.Errorf("no message in schema %s ever failed in group %s: %w; '%s' lists the groups and their fingerprints",
+		a.admin.Schema(), fingerprint, admin.ErrNotFound, a.hint("failures"))
+}
+
+// window formats a window of time as its flag would give it: "1h", "5m",
+// "7d", "1h30m".
+func window(d time.Duration) string {
+	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	}
+	s := d.String() // 1h0m0s, 5m0s, 1h30m0s, 45s
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

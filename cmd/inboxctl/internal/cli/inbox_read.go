@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,18 +19,31 @@ import (
 
 func (a *app) statsCommand() *cobra.Command {
 	var (
-		output   string
-		watch    bool
-		interval time.Duration
+		output       string
+		exact, watch bool
+		interval     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "stats",
 		Short: "Count messages per consumer and status, and the outbox backlog",
 		Long: `stats counts each consumer's inbox messages by status, with the age of its oldest
 pending message and how many it finished in the last minute and hour, and the
-outbox's backlog with the age of its oldest unpublished message.`,
+outbox's backlog with the age of its oldest unpublished message.
+
+Pending messages are split three ways: FRESH (never failed, waiting for a
+worker), RETRYING (failed before, waiting for their backoff; 'inboxctl failures'
+shows why) and SCHEDULED (never failed, snoozed by their handler until later).
+JSON keeps "pending" as their sum and adds "pending_fresh", "retrying",
+"scheduled" and "next_retry_at".
+
+Every count but DONE is exact and cheap however large the inbox: it reads only
+the small indexes of the rows it counts. DONE, the dedupe memory, can hold
+tens of millions of rows; it is estimated from PostgreSQL's statistics of
+the table (shown as ≈N, and "done_estimated": true in JSON) unless --exact
+asks for a count, which reads every done row.`,
 		Example: `  inboxctl stats
   inboxctl stats --watch
+  inboxctl stats --exact
   inboxctl stats -o json | jq '.consumers[] | select(.dead > 0)'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -41,7 +55,7 @@ outbox's backlog with the age of its oldest unpublished message.`,
 				return usagef("--interval %s is too short: use 100ms or more", interval)
 			}
 			for frame := 0; ; frame++ {
-				st, err := a.admin.Stats(ctx)
+				st, err := a.admin.Stats(ctx, admin.StatsOptions{Exact: exact})
 				if err != nil {
 					return err
 				}
@@ -63,7 +77,7 @@ outbox's backlog with the age of its oldest unpublished message.`,
 				} else {
 					a.printStats(st)
 					if scheduled > 0 {
-						fmt.Fprintf(a.out, "%s waiting or under way: 'inboxctl scheduled' lists them.\n", plural(scheduled, "scheduled replay"))
+						fmt.Fprintf(a.out, "%s waiting or under way: '%s' lists them.\n", plural(scheduled, "scheduled replay"), a.hint("scheduled"))
 					}
 				}
 				if !watch {
@@ -78,6 +92,7 @@ outbox's backlog with the age of its oldest unpublished message.`,
 		},
 	}
 	outputFlag(cmd, &output, formatTable, formatJSON)
+	cmd.Flags().BoolVar(&exact, "exact", false, "count done messages one by one instead of estimating them (reads every done row)")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every --interval until interrupted")
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
 	return cmd
@@ -92,12 +107,17 @@ func (a *app) printStats(st *admin.Stats) {
 		return age(time.Duration(*d))
 	}
 	t := newTable(a.out)
-	fmt.Fprintln(t, "INBOX\tPENDING\tRUNNING\tDEAD\tDISCARDED\tDONE\tOLDEST PENDING\tDONE LAST 1M\tDONE LAST 1H")
-	var dead int64
+	fmt.Fprintln(t, "INBOX\tFRESH\tRETRYING\tSCHEDULED\tRUNNING\tDEAD\tDISCARDED\tDONE\tOLDEST PENDING\tDONE LAST 1M\tDONE LAST 1H")
+	var sum inboxSums
 	for _, c := range st.Consumers {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Consumer, count(c.Pending), count(c.Running), count(c.Dead),
-			count(c.Discarded), count(c.Done), ageOf(c.OldestPending), count(c.ProcessedLastMinute), count(c.ProcessedLastHour))
-		dead += c.Dead
+		done := count(c.Done)
+		if c.DoneEstimated {
+			done = "≈" + done
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Consumer, count(c.PendingFresh), count(c.Retrying),
+			count(c.Scheduled), count(c.Running), count(c.Dead), count(c.Discarded), done, ageOf(c.OldestPending),
+			count(c.ProcessedLastMinute), count(c.ProcessedLastHour))
+		sum.add(c)
 	}
 	if len(st.Consumers) == 0 {
 		fmt.Fprintln(t, "(no messages)")
@@ -109,12 +129,61 @@ func (a *app) printStats(st *admin.Stats) {
 	fmt.Fprintln(t, "OUTBOX\tPENDING\tRUNNING\tDEAD\tPUBLISHED\tOLDEST UNPUBLISHED")
 	fmt.Fprintf(t, "\t%s\t%s\t%s\t%s\t%s\n", count(o.Pending), count(o.Running), count(o.Dead), count(o.Published), ageOf(o.OldestUnpublished))
 	_ = t.Flush()
-	if dead > 0 {
-		fmt.Fprintf(a.out, "\n%s in the inbox: 'inboxctl failures' groups them by cause.\n", plural(dead, "dead message"))
+	if sum.estimated {
+		fmt.Fprintf(a.out, "\n≈ DONE is estimated from PostgreSQL's statistics of the inbox: '%s' counts every done row.\n", a.hint("stats", "--exact"))
+	}
+	if sum.dead > 0 || sum.retrying > 0 {
+		fmt.Fprintln(a.out)
+	}
+	if sum.dead > 0 {
+		fmt.Fprintf(a.out, "%s in the inbox: '%s' groups them by cause.\n", plural(sum.dead, "dead message"), a.hint(sum.failuresArgs()...))
+	}
+	if sum.retrying > 0 {
+		fmt.Fprintf(a.out, "%s retrying after a failure, the next %s: '%s' shows why.\n",
+			plural(sum.retrying, "message"), due(*sum.nextRetry, st.At), a.hint(sum.failuresArgs()...))
 	}
 	if o.Dead > 0 {
-		fmt.Fprintf(a.out, "%s in the outbox: 'inboxctl outbox list --status dead' shows them.\n", plural(o.Dead, "dead row"))
+		fmt.Fprintf(a.out, "%s in the outbox: '%s' shows them.\n", plural(o.Dead, "dead row"), a.hint("outbox", "list", "--status", "dead"))
 	}
+}
+
+// inboxSums adds up what printStats's footer says of every consumer.
+type inboxSums struct {
+	dead, retrying int64
+	estimated      bool
+	// failing names the consumers with dead or retrying messages.
+	failing   []string
+	nextRetry *time.Time
+}
+
+func (s *inboxSums) add(c admin.ConsumerStats) {
+	s.dead += c.Dead
+	s.retrying += c.Retrying
+	s.estimated = s.estimated || c.DoneEstimated
+	if c.Dead > 0 || c.Retrying > 0 {
+		s.failing = append(s.failing, c.Consumer)
+	}
+	if c.NextRetryAt != nil && (s.nextRetry == nil || c.NextRetryAt.Before(*s.nextRetry)) {
+		s.nextRetry = c.NextRetryAt
+	}
+}
+
+// failuresArgs is the failures command that shows the failing messages:
+// of their consumer, when only one consumer has any.
+func (s *inboxSums) failuresArgs() []string {
+	if len(s.failing) == 1 {
+		return []string{"failures", "--consumer", s.failing[0]}
+	}
+	return []string{"failures"}
+}
+
+// due says when a retry at t is due, seen at now: "due now", or "due
+// 2026-11-23 03:00:00 UTC (in 1h59m)".
+func due(t, now time.Time) string {
+	if !t.After(now) {
+		return "due now"
+	}
+	return fmt.Sprintf("due %s UTC (in %s)", stamp(t), age(t.Sub(now)))
 }
 
 func (a *app) listCommand() *cobra.Command {
@@ -328,26 +397,58 @@ func (a *app) printHistory(h []admin.HistoryEntry) {
 
 func (a *app) failuresCommand() *cobra.Command {
 	var (
-		consumer, output string
-		limit            int
+		consumer, output, since string
+		buckets, limit          int
+		trend                   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "failures",
 		Short: "Group dead and failing messages by cause",
 		Long: `failures groups the dead and failing (retrying after a failure) messages by
-consumer, event type and error fingerprint: the error text with ids, quoted
-values, numbers and timestamps replaced by placeholders, so that 412 messages
-that failed the same way show as one line. Replay a group with
-'inboxctl replay --group FINGERPRINT', or list it with 'inboxctl list --group'.`,
+consumer, event type and error pattern: the error text with ids, quoted values,
+numbers and timestamps replaced by placeholders, so that 412 messages that
+failed the same way show as one line. Each line's FINGERPRINT names that group,
+consumer included: 'inboxctl list --group FINGERPRINT' lists it,
+'inboxctl replay --group FINGERPRINT' replays it, and each acts on that line's
+messages only.
+
+FIRST FAILURE and LAST FAILURE are the earliest and latest failed attempt in
+the histories of the group's messages (not when the messages arrived).
+
+Is it still failing? --since 1h keeps the groups with a failed attempt in the
+last hour and counts those attempts (IN 1H); --trend splits that window into
+--buckets buckets (default 12) and shows each group's failed attempts per
+bucket, oldest first, as a sparkline (· for none); JSON gives the counts
+("trend"). --trend without --since looks at the last hour. What is counted is
+failed attempts recorded in the histories of the messages still in a group
+(dead or failing), by the database's clock: a message that failed and then
+succeeded, or was discarded, has left its group, and its attempts with it.`,
 		Example: `  inboxctl failures
-  inboxctl failures --consumer payments -o json`,
+  inboxctl failures --consumer payments -o json
+  inboxctl failures --since 1h
+  inboxctl failures --trend --since 6h --buckets 12`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			opts := admin.FailuresOptions{Consumer: consumer, Limit: limit}
+			if since != "" {
+				d, err := parseDuration(since)
+				if err != nil || d <= 0 {
+					return usagef("--since %q is not a window such as 30m, 1h or 7d", since)
+				}
+				opts.Since = d
+			}
+			if trend {
+				if buckets < 1 || buckets > 100 {
+					return usagef("--buckets %d: use 1 to 100", buckets)
+				}
+				opts.Buckets = buckets
+				opts.Since = cmp.Or(opts.Since, time.Hour)
+			}
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			groups, err := a.admin.Failures(ctx, admin.FailuresOptions{Consumer: consumer, Limit: limit})
+			groups, err := a.admin.Failures(ctx, opts)
 			if err != nil {
 				return err
 			}
@@ -357,26 +458,82 @@ that failed the same way show as one line. Replay a group with
 				}
 				return writeJSON(a.out, groups)
 			}
-			if len(groups) == 0 {
-				fmt.Fprintln(a.out, "No dead or failing messages.")
-				return nil
-			}
-			t := newTable(a.out)
-			fmt.Fprintln(t, "COUNT\tDEAD\tFAILING\tCONSUMER\tTYPE\tFINGERPRINT\tFIRST RECEIVED\tLAST RECEIVED\tERROR")
-			for _, g := range groups {
-				fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", count(g.Count), count(g.Dead), count(g.Failing), g.Consumer,
-					g.EventType, g.Fingerprint, stamp(g.FirstSeen), stamp(g.LastSeen), oneLine(g.Normalized, 70))
-			}
-			if err := t.Flush(); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.out, "\nSee one: inboxctl show %s --consumer %s\n", groups[0].SampleID, groups[0].Consumer)
-			fmt.Fprintf(a.out, "Replay a group: inboxctl replay --group %s\n", groups[0].Fingerprint)
-			return nil
+			return a.printFailures(groups, opts)
 		},
 	}
 	cmd.Flags().StringVar(&consumer, "consumer", "", "only this consumer's messages")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many groups")
+	cmd.Flags().StringVar(&since, "since", "", "only groups with a failed attempt in this window (30m, 1h, 7d), with their count in it")
+	cmd.Flags().BoolVar(&trend, "trend", false, "show failed attempts per bucket of the --since window (default 1h)")
+	cmd.Flags().IntVar(&buckets, "buckets", 12, "how many buckets --trend splits the window into")
 	outputFlag(cmd, &output, formatTable, formatJSON)
 	return cmd
+}
+
+func (a *app) printFailures(groups []admin.FailureGroup, opts admin.FailuresOptions) error {
+	if len(groups) == 0 {
+		if opts.Since > 0 {
+			fmt.Fprintf(a.out, "No dead or failing message failed in the last %s.\n", window(opts.Since))
+		} else {
+			fmt.Fprintln(a.out, "No dead or failing messages.")
+		}
+		return nil
+	}
+	cols := ""
+	if opts.Since > 0 {
+		cols = "\tIN " + strings.ToUpper(window(opts.Since))
+	}
+	if opts.Buckets > 0 {
+		cols += "\tTREND"
+	}
+	t := newTable(a.out)
+	fmt.Fprintln(t, "COUNT\tDEAD\tFAILING\tCONSUMER\tTYPE\tFINGERPRINT\tFIRST FAILURE\tLAST FAILURE"+cols+"\tERROR")
+	for _, g := range groups {
+		cols := ""
+		if opts.Since > 0 {
+			cols = "\t" + count(g.FailuresInWindow)
+		}
+		if g.Trend != nil {
+			cols += "\t" + sparkline(g.Trend.Counts)
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s%s\t%s\n", count(g.Count), count(g.Dead), count(g.Failing), g.Consumer,
+			g.EventType, g.Fingerprint, stampOrDash(g.FirstFailedAt), stampOrDash(g.LastFailedAt), cols, oneLine(g.Normalized, 70))
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	if opts.Buckets > 0 {
+		fmt.Fprintf(a.out, "\nTREND: failed attempts per %s over the last %s, oldest first (· none).\n",
+			window(opts.Since/time.Duration(opts.Buckets)), window(opts.Since))
+	}
+	g := groups[0]
+	fmt.Fprintf(a.out, "\nSee one: %s\n", a.hint("show", g.SampleID, "--consumer", g.Consumer))
+	fmt.Fprintf(a.out, "List a group: %s\n", a.hint("list", "--group", g.Fingerprint, "--consumer", g.Consumer))
+	fmt.Fprintf(a.out, "Replay a group: %s\n", a.hint("replay", "--group", g.Fingerprint, "--consumer", g.Consumer))
+	return nil
+}
+
+// stampOrDash is stamp, or "-" for no time.
+func stampOrDash(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return stamp(*t)
+}
+
+// sparkline draws counts as one character each, scaled to the largest:
+// · for none, ▁ to █ for some.
+func sparkline(counts []int64) string {
+	const bars = "▁▂▃▄▅▆▇█"
+	levels := []rune(bars)
+	top := slices.Max(counts)
+	var b strings.Builder
+	for _, n := range counts {
+		if n == 0 {
+			b.WriteRune('·')
+			continue
+		}
+		b.WriteRune(levels[(n*int64(len(levels))-1)/top])
+	}
+	return b.String()
 }

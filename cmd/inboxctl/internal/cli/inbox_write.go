@@ -92,6 +92,9 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 		return err
 	}
 	if n == 0 {
+		if err := a.checkGroupKnown(ctx, filter.Fingerprint); err != nil {
+			return err
+		}
 		fmt.Fprintf(a.out, "Nothing to %s: no eligible message matches.\n", ch.verb)
 		return nil
 	}

@@ -52,6 +52,9 @@ type Config struct {
 	SweepBacklog int
 	// Rate is the latency cases' steady message rate. Defaults to 1000/s.
 	Rate int
+	// OperatorRows is how many done messages the operator scenario's inbox
+	// holds. Defaults to 50,000,000.
+	OperatorRows int
 
 	// Progress receives a line per measurement. Defaults to io.Discard.
 	Progress io.Writer
@@ -72,6 +75,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.SweepBacklog = cmp.Or(c.SweepBacklog, 50_000)
 	c.Rate = cmp.Or(c.Rate, 1000)
+	c.OperatorRows = cmp.Or(c.OperatorRows, 50_000_000)
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}

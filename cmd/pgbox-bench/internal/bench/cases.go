@@ -46,6 +46,11 @@ var describe = map[string]string{
 		"from 4, the drain and relay cases, and the latency cases at their rate. Through the pooler, pgx runs in " +
 		"`" + poolerMode + "` mode and the dispatchers and relays LISTEN on a direct connection (`ListenConnConfig`), as " +
 		"docs/operations.md advises. **ratio** is the pooled figure over the direct one.",
+	"operator": "What an on-call engineer runs, on an inbox holding a service's dedupe memory (`-operator-rows` done messages " +
+		"over two consumers, processed over 7 days, filled once into schema " + operatorSchema + " and reused by later runs " +
+		"asking for as many) and 3,000 dead, 600 retrying and 3,000 replayed-then-done messages in six failure groups: the " +
+		"admin call behind each inboxctl read, timed alone (ms, median of runs). `stats` estimates done messages from the " +
+		"planner's statistics; `stats --exact` counts them, for contrast.",
 	"sweep": "Drain throughput against worker count (pgbox workers × batches of 200; River with 200 × as many job workers, the same number of messages in flight).",
 }
 
@@ -90,6 +95,7 @@ func (e *env) cases() ([]benchCase, error) {
 		benchCase{scenario: "memory", setting: fmt.Sprintf("%d messages", cfg.MemoryBacklog), main: "RSS spread %", once: true,
 			systems: []system{{"pgbox", e.memory(cfg.MemoryBacklog)}}},
 	)
+	cs = append(cs, e.operatorCases()...)
 	if cfg.PoolerURL != "" {
 		pooled, err := e.poolerCases()
 		if err != nil {

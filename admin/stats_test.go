@@ -1,0 +1,72 @@
+package admin_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/admin"
+)
+
+// Stats splits pending messages into fresh ones, retrying ones (pending
+// after a failure, with when the first is due) and scheduled ones (never
+// failed, snoozed until later), and keeps pending as their sum.
+func TestStatsSplitsPending(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, admin.Config{})
+	b.mixed(t) // payments: 3 fresh, 4 failing (retrying), 3 running, 25 dead, 5 discarded, 3 done
+	b.exec(t, "UPDATE /* schema */inbox SET available_at = now() + interval '2 hours' WHERE message_id LIKE 'failing-%'")
+	b.exec(t, "UPDATE /* schema */inbox SET available_at = now() + interval '1 hour' WHERE message_id = 'failing-2'")
+	b.add(t, "payments", "snoozed", 2, pgbox.InboxPending, "", 0)
+	b.exec(t, "UPDATE /* schema */inbox SET available_at = now() + interval '10 minutes' WHERE message_id LIKE 'snoozed-%'")
+
+	st, err := b.adm.Stats(ctx, admin.StatsOptions{})
+	require.NoError(t, err)
+	require.Len(t, st.Consumers, 2)
+	p := st.Consumers[0]
+	require.Equal(t, "payments", p.Consumer)
+	require.Equal(t, []int64{3, 4, 2, 9}, []int64{p.PendingFresh, p.Retrying, p.Scheduled, p.Pending}, "fresh, retrying, scheduled, pending")
+	require.Equal(t, []int64{3, 25, 5, 3}, []int64{p.Running, p.Dead, p.Discarded, p.Done})
+	require.False(t, p.DoneEstimated, "a never-analyzed inbox is counted")
+	require.NotNil(t, p.NextRetryAt)
+	require.WithinDuration(t, st.At.Add(time.Hour), *p.NextRetryAt, 5*time.Minute, "the first retry is due in an hour")
+	s := st.Consumers[1]
+	require.Equal(t, "shipping", s.Consumer)
+	require.Zero(t, s.Retrying)
+	require.Nil(t, s.NextRetryAt)
+}
+
+// Done messages are estimated from the planner's statistics once the inbox
+// has them, and counted with Exact.
+func TestStatsEstimatesDone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, admin.Config{})
+	b.add(t, "payments", "done", 1500, pgbox.InboxDone, "", time.Hour)
+	b.add(t, "payments", "dead", 10, pgbox.InboxDead, "timeout", 0)
+	b.add(t, "refunds", "done", 500, pgbox.InboxDone, "", time.Hour)
+	b.add(t, "shipping", "done", 1, pgbox.InboxDone, "", 0)
+	b.exec(t, "ANALYZE /* schema */inbox")
+
+	st, err := b.adm.Stats(ctx, admin.StatsOptions{})
+	require.NoError(t, err)
+	require.Len(t, st.Consumers, 3)
+	for _, c := range st.Consumers {
+		require.True(t, c.DoneEstimated, c.Consumer)
+	}
+	// ANALYZE saw every row of so small a table: the estimates are exact.
+	require.EqualValues(t, 1500, st.Consumers[0].Done)
+	require.EqualValues(t, 500, st.Consumers[1].Done)
+	require.EqualValues(t, 10, st.Consumers[0].Dead, "other statuses are always counted")
+
+	b.add(t, "refunds", "more", 100, pgbox.InboxDone, "", 0)
+	exact, err := b.adm.Stats(ctx, admin.StatsOptions{Exact: true})
+	require.NoError(t, err)
+	require.False(t, exact.Consumers[1].DoneEstimated)
+	require.EqualValues(t, 600, exact.Consumers[1].Done)
+	require.EqualValues(t, 1, exact.Consumers[2].Done)
+}

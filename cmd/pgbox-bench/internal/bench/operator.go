@@ -1,0 +1,238 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/admin"
+)
+
+// operatorSchema holds the operator scenario's inbox. It is kept between
+// runs of the bench: filling 50 million rows takes minutes, so a later run
+// that asks for as many reuses it.
+const operatorSchema = "pgbox_bench_operator"
+
+// operatorChunk is how many done rows one INSERT of the fill stores.
+const operatorChunk = 1_000_000
+
+// operatorMark is the schema's comment once it holds rows done messages,
+// at this build's schema version: what a later run checks to reuse it.
+func operatorMark(rows int) string {
+	return fmt.Sprintf("pgbox-bench operator: %d done rows, schema version %d", rows, pgbox.SchemaVersion)
+}
+
+// operatorFillSQL stores the done messages $1 to $2 of $3, alternating
+// between two consumers, processed over the last 7 days in arrival order:
+// the dedupe memory of a service at about 80 messages/s per 50 million.
+const operatorFillSQL = `
+INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts,
+                               received_at, processed_at, available_at, payload_hash, payload)
+SELECT CASE WHEN g % 2 = 0 THEN 'payments' ELSE 'shipping' END, 'm-' || g, 'OrderPlaced', 'done', 1, 25,
+       t, t + interval '20 milliseconds', t, '\x00'::bytea, '{"order":1}'::bytea
+FROM generate_series($1::bigint, $2::bigint) AS g,
+     LATERAL (SELECT now() - (($3::bigint - g) * interval '7 days') / $3::bigint AS t) AS x`
+
+// operatorFailuresSQL stores what an on-call engineer comes for: in each
+// of two consumers, three causes of 500 dead messages and 100 retrying
+// ones (pending after a failure, due in two hours), each with its failed
+// attempts in the history over the last 6 hours, and 500 messages that
+// failed, were replayed and are done.
+const operatorFailuresSQL = `
+INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts,
+                               received_at, processed_at, available_at, payload_hash, payload, last_error, errors)
+SELECT c.consumer, c.consumer || '-' || k.cause || '-' || s.state || '-' || g, 'ChargeCard', s.state, 3, 3,
+       now() - g * interval '30 seconds', CASE WHEN s.state = 'done' THEN now() END,
+       CASE WHEN s.state = 'pending' THEN now() + interval '2 hours' ELSE now() END,
+       '\x00'::bytea, '{"order":2}'::bytea, e.text,
+       jsonb_build_array(
+           jsonb_build_object('attempt', 1, 'at', now() - g * interval '30 seconds', 'error', e.text),
+           jsonb_build_object('attempt', 2, 'at', now() - g * interval '20 seconds', 'error', e.text))
+FROM (VALUES ('payments'), ('refunds')) AS c(consumer),
+     (VALUES (1), (2), (3)) AS k(cause),
+     (VALUES ('dead', 500), ('pending', 100), ('done', 500)) AS s(state, n),
+     generate_series(1, s.n) AS g,
+     LATERAL (SELECT CASE k.cause
+         WHEN 1 THEN 'payment gateway timeout after ' || (g % 40) || 's (request ' || md5(g::text) || ')'
+         WHEN 2 THEN 'card declined: insufficient funds on order ''order-' || g || ''''
+         ELSE 'panic: runtime error: index out of range [' || (g % 9) || '] with length 3' END AS text) AS e`
+
+// operatorState is the filled schema the operator cases share: filled
+// once per bench run (or found filled by an earlier one).
+type operatorState struct {
+	once  sync.Once
+	err   error
+	group string // the fingerprint of one dead group
+}
+
+// operatorCases times each admin call behind an inboxctl read on an inbox
+// of e.cfg.OperatorRows done messages: one case per call, median of runs.
+func (e *env) operatorCases() []benchCase {
+	st := &operatorState{}
+	rows := e.cfg.OperatorRows
+	setting := func(call string) string { return fmt.Sprintf("%s, %s done", call, millions(rows)) }
+	call := func(what string, do func(ctx context.Context, adm *admin.Admin, group string) error) benchCase {
+		return benchCase{scenario: "operator", setting: setting(what), main: "ms",
+			systems: []system{{"pgbox", e.operatorCall(st, do)}}}
+	}
+	list := func(f admin.Filter) func(ctx context.Context, adm *admin.Admin, group string) error {
+		return func(ctx context.Context, adm *admin.Admin, group string) error {
+			if f.Fingerprint != "" {
+				f.Fingerprint = group
+			}
+			return adm.List(ctx, admin.ListOptions{Filter: f, Limit: 50}, func(admin.Message) error { return nil })
+		}
+	}
+	dead := []pgbox.InboxStatus{pgbox.InboxDead}
+	return []benchCase{
+		call("stats", func(ctx context.Context, adm *admin.Admin, _ string) error {
+			_, err := adm.Stats(ctx, admin.StatsOptions{})
+			return err
+		}),
+		call("stats --exact", func(ctx context.Context, adm *admin.Admin, _ string) error {
+			_, err := adm.Stats(ctx, admin.StatsOptions{Exact: true})
+			return err
+		}),
+		call("failures", func(ctx context.Context, adm *admin.Admin, _ string) error {
+			_, err := adm.Failures(ctx, admin.FailuresOptions{Limit: 50})
+			return err
+		}),
+		call("failures --trend --since 6h", func(ctx context.Context, adm *admin.Admin, _ string) error {
+			_, err := adm.Failures(ctx, admin.FailuresOptions{Limit: 50, Since: 6 * time.Hour, Buckets: 12})
+			return err
+		}),
+		call("list --group", list(admin.Filter{Fingerprint: "-"})),
+		call("list --group --status dead", list(admin.Filter{Fingerprint: "-", Statuses: dead})),
+		call("list --status dead", list(admin.Filter{Statuses: dead})),
+		call("replay --group --dry-run (count)", func(ctx context.Context, adm *admin.Admin, group string) error {
+			_, err := adm.Count(ctx, admin.Filter{Fingerprint: group, ReplayableOnly: true})
+			return err
+		}),
+		call("replay --group of an unknown group", func(ctx context.Context, adm *admin.Admin, _ string) error {
+			known, err := adm.GroupKnown(ctx, "0123456789ab")
+			if err == nil && known {
+				err = errors.New("a made-up fingerprint is known")
+			}
+			return err
+		}),
+		call("show", func(ctx context.Context, adm *admin.Admin, _ string) error {
+			_, err := adm.Show(ctx, "payments", "m-"+strconv.Itoa(rows/2*2))
+			return err
+		}),
+		call("show without --consumer", func(ctx context.Context, adm *admin.Admin, _ string) error {
+			consumers, err := adm.ConsumersOf(ctx, "m-"+strconv.Itoa(rows/2*2))
+			if err == nil && len(consumers) != 1 {
+				err = fmt.Errorf("message held by %v, want payments alone", consumers)
+			}
+			return err
+		}),
+	}
+}
+
+// operatorCall returns a run that times one call of do on the filled
+// schema (the warm-up run, at a tenth of the scale, calls it just the
+// same: the table is what it is).
+func (e *env) operatorCall(st *operatorState, do func(ctx context.Context, adm *admin.Admin, group string) error) runFunc {
+	return func(ctx context.Context, _ scale) (Figures, error) {
+		pool, _, err := newPool(ctx, e.cfg.URL, 4)
+		if err != nil {
+			return nil, err
+		}
+		defer pool.Close()
+		st.once.Do(func() { st.group, st.err = e.operatorFill(ctx, pool) })
+		if st.err != nil {
+			return nil, st.err
+		}
+		adm, err := admin.New(pool, admin.Config{Schema: operatorSchema})
+		if err != nil {
+			return nil, err
+		}
+		if err := pool.Ping(ctx); err != nil { // connect outside the timing
+			return nil, err
+		}
+		start := time.Now()
+		if err := do(ctx, adm, st.group); err != nil {
+			return nil, err
+		}
+		return Figures{"ms": float64(time.Since(start).Microseconds()) / 1000}, nil
+	}
+}
+
+// operatorFill makes operatorSchema hold e.cfg.OperatorRows done messages
+// and the failures, unless an earlier run left it so, and returns the
+// fingerprint of its largest dead group.
+func (e *env) operatorFill(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	rows := e.cfg.OperatorRows
+	var mark *string
+	err := pool.QueryRow(ctx, "SELECT obj_description(oid, 'pg_namespace') FROM pg_catalog.pg_namespace WHERE nspname = $1",
+		operatorSchema).Scan(&mark)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return "", err
+	}
+	if mark == nil || *mark != operatorMark(rows) {
+		if err := e.operatorLoad(ctx, pool, rows); err != nil {
+			return "", fmt.Errorf("fill %s: %w", operatorSchema, err)
+		}
+	} else {
+		fmt.Fprintf(e.cfg.Progress, "operator: reusing schema %s (%s done rows)\n", operatorSchema, millions(rows))
+	}
+	adm, err := admin.New(pool, admin.Config{Schema: operatorSchema})
+	if err != nil {
+		return "", err
+	}
+	groups, err := adm.Failures(ctx, admin.FailuresOptions{Limit: 1})
+	if err != nil {
+		return "", err
+	}
+	if len(groups) == 0 {
+		return "", fmt.Errorf("schema %s holds no failure group: drop it and run again", operatorSchema)
+	}
+	return groups[0].Fingerprint, nil
+}
+
+// operatorLoad fills a fresh operatorSchema in chunks, then marks it.
+func (e *env) operatorLoad(ctx context.Context, pool *pgxpool.Pool, rows int) error {
+	if err := pgboxSchema(ctx, pool, operatorSchema); err != nil {
+		return err
+	}
+	render := func(sql string) string {
+		return strings.ReplaceAll(sql, "/* schema */", pgx.Identifier{operatorSchema}.Sanitize()+".")
+	}
+	start := time.Now()
+	for lo := 1; lo <= rows; lo += operatorChunk {
+		hi := min(lo+operatorChunk-1, rows)
+		if _, err := pool.Exec(ctx, render(operatorFillSQL), lo, hi, rows); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.cfg.Progress, "operator: %s of %s done rows stored (%s)\n", millions(hi), millions(rows), time.Since(start).Round(time.Second))
+	}
+	if _, err := pool.Exec(ctx, render(operatorFailuresSQL)); err != nil {
+		return err
+	}
+	if err := vacuum(ctx, pool, operatorSchema, "inbox"); err != nil {
+		return err
+	}
+	// COMMENT takes no parameter; the mark is plain words and digits.
+	_, err := pool.Exec(ctx, "COMMENT ON SCHEMA "+pgx.Identifier{operatorSchema}.Sanitize()+" IS '"+operatorMark(rows)+"'")
+	return err
+}
+
+// millions writes n for a setting: "50M", "1.5M", "200k".
+func millions(n int) string {
+	switch {
+	case n >= 1_000_000:
+		return strconv.FormatFloat(float64(n)/1e6, 'f', -1, 64) + "M"
+	case n >= 1000:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', -1, 64) + "k"
+	default:
+		return strconv.Itoa(n)
+	}
+}
