@@ -362,7 +362,7 @@ func TestMigrate(t *testing.T) {
 
 	declined := inboxctl(t, schema, "", "migrate", "down")
 	require.Equal(t, ExitFailure, declined.code)
-	require.Contains(t, declined.stderr, "back from version 5 to 4, dropping tables and their data? Type yes to continue")
+	require.Contains(t, declined.stderr, "back from version 6 to 5, dropping tables and their data? Type yes to continue")
 	require.NotContains(t, declined.stderr, "River")
 	declined = inboxctl(t, schema, "", "migrate", "down", "--to", "3")
 	require.Equal(t, ExitFailure, declined.code)
