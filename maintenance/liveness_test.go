@@ -73,23 +73,6 @@ func TestTheLeaderIsMarked(t *testing.T) {
 	}, time.Minute, 10*time.Millisecond, "the stopped leader's row is gone, and the other leads")
 }
 
-// The retention job deletes the rows of processes not seen for
-// ProcessRetention, and no others.
-func TestRetentionPrunesLongGoneProcesses(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.exec(t, `INSERT INTO /* schema */processes (kind, consumer, name, host, pid, version, heartbeat_ms, started_at, last_seen_at) VALUES
-		('dispatcher', 'payments', 'gone-long-ago', 'h', 1, 'v', 10000, now() - interval '3 days', now() - interval '2 days'),
-		('dispatcher', 'payments', 'gone-lately', 'h', 2, 'v', 10000, now() - interval '3 hours', now() - interval '2 hours')`)
-	b.start(t, maintenance.Config{PruneInterval: time.Second, ProcessName: "maint", ReplayInterval: -1})
-	b.waitFor(t, "SELECT NOT EXISTS (SELECT 1 FROM /* schema */processes WHERE name = 'gone-long-ago')")
-	names := map[string]admin.ProcessState{}
-	for _, p := range b.processes(t).Processes {
-		names[p.Name] = p.State
-	}
-	require.Equal(t, map[string]admin.ProcessState{"gone-lately": admin.ProcessDead, "maint": admin.ProcessLeader}, names)
-}
-
 // A retention that would prune processes still beating is refused.
 func TestProcessRetentionIsChecked(t *testing.T) {
 	t.Parallel()
