@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox"
@@ -15,14 +14,14 @@ import (
 )
 
 // Processes reads a live dispatcher, a dead one with a held and an expired
-// lease, and River's leader, in the default and both untyped query modes.
+// lease, and River's leader, in the suite's query mode and both untyped ones.
 func TestProcessesInEachQueryMode(t *testing.T) {
 	t.Parallel()
-	for _, mode := range append([]pgx.QueryExecMode{pgx.QueryExecModeCacheStatement}, pgtest.UntypedModes...) {
-		t.Run(mode.String(), func(t *testing.T) {
+	for name, newPool := range pgtest.PoolsByMode() {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			b := setupOn(t, pgtest.NewPoolMode(t, mode, 2), admin.Config{})
+			b := setupOn(t, newPool(t), admin.Config{})
 			_, err := pgtest.Pool(t).Exec(ctx, ident.Render(`
 				INSERT INTO /* schema */processes (id, kind, consumer, name, host, pid, version, river_id, heartbeat_ms, last_seen_at) VALUES
 				(7, 'dispatcher', 'payments', 'live', 'h', 1, 'v', NULL, 60000, now()),

@@ -72,15 +72,15 @@ func start(t *testing.T, db liveness.DB, cfg liveness.Config) *liveness.Process 
 
 // A process registers when it starts, touches its row every heartbeat,
 // tags its claim tokens with its id, and deletes its row when it stops;
-// in each of pgx's query modes that send parameters untyped, as well as
-// the default one.
+// in the suite's query mode (through a pooler too) and in each of those
+// that send parameters untyped.
 func TestRegisterBeatStop(t *testing.T) {
 	t.Parallel()
-	for _, mode := range append([]pgx.QueryExecMode{pgx.QueryExecModeCacheStatement}, pgtest.UntypedModes...) {
-		t.Run(mode.String(), func(t *testing.T) {
+	for name, newPool := range pgtest.PoolsByMode() {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			schema := pgtest.Schema(t)
-			pool := pgtest.NewPoolMode(t, mode, 2)
+			pool := newPool(t)
 			p := start(t, pool, liveness.Config{Consumer: "payments", Heartbeat: heartbeat, Kind: pgbox.ProcessDispatcher, Schema: schema})
 
 			id := p.ID()
