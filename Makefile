@@ -57,7 +57,7 @@ QUERY_MODE_PKGS := ./inbox ./dispatcher ./outbox ./relay ./idempotency ./admin .
 # with the test's temporary folder; make demo-pooler runs the same example
 # through the pooler.
 POOLER_MODE := cache_describe
-POOLER_PKGS := ./migrations ./inbox ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance \
+POOLER_PKGS := ./migrations ./inbox ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance ./internal/liveness \
 	./health ./pgboxtest ./watermillinbox ./test ./examples/quickstart
 
 .PHONY: test chaos bench demo demo-pooler demo-quickstart inboxctl pg-up pg-down nats-up nats-down pgbouncer-up pgbouncer-down down

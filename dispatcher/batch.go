@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,7 +47,7 @@ func (d *Dispatcher) runBatch() (int, error) {
 		return 0, fmt.Errorf("claim: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // a no-op after Commit
-	b, err := d.claim(ctx, tx, rand.Int64(), rescuing)
+	b, err := d.claim(ctx, tx, d.proc.Token(), rescuing)
 	if err != nil {
 		return 0, err
 	}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/backoff"
 )
@@ -106,6 +107,18 @@ type Config struct {
 	// does. Defaults to false.
 	PollOnly bool
 
+	// ProcessHeartbeat is how often the dispatcher touches its row in the
+	// schema's processes table (inboxctl processes) while it runs: one
+	// small write per interval. A dispatcher not seen for
+	// pgbox.ProcessDeadAfter (3) heartbeats shows as dead. Defaults to
+	// pgbox.ProcessHeartbeatDefault (10 seconds); at least
+	// pgbox.ProcessHeartbeatMin.
+	ProcessHeartbeat time.Duration
+
+	// ProcessName names this dispatcher in the processes table: a pod
+	// name, say. Defaults to the host name and process id ("host:4242").
+	ProcessName string
+
 	// Propagator reads the trace context the producer left in a message's
 	// metadata (through the outbox, the broker and the inbox) into the
 	// handler's context, so the handler continues the producer's trace.
@@ -143,6 +156,7 @@ func (c Config) WithDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.ProcessHeartbeat = cmp.Or(c.ProcessHeartbeat, pgbox.ProcessHeartbeatDefault)
 	if c.Propagator == nil {
 		c.Propagator = propagation.TraceContext{}
 	}
@@ -190,6 +204,9 @@ func (c Config) validate() error {
 	}
 	if c.PollInterval < PollIntervalMin {
 		add("Config.PollInterval is %s: it must be at least %s", c.PollInterval, PollIntervalMin)
+	}
+	if c.ProcessHeartbeat < pgbox.ProcessHeartbeatMin {
+		add("Config.ProcessHeartbeat is %s: it must be at least %s", c.ProcessHeartbeat, pgbox.ProcessHeartbeatMin)
 	}
 	if len(problems) > 0 {
 		return errors.New("dispatcher: " + strings.Join(problems, "; "))

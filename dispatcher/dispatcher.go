@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/liveness"
 	"github.com/pgbox/pgbox/internal/telemetry"
 	"github.com/pgbox/pgbox/internal/workloop"
 )
@@ -31,6 +32,7 @@ type Dispatcher struct {
 	leasedTypes []string // event types with a Leased handler
 	loop        *workloop.Service
 	pool        *pgxpool.Pool
+	proc        *liveness.Process // its row in the processes table; it makes the claim tokens
 	q           queries
 	// records is a small pool of the dispatcher's own for recording
 	// claims: a worker records its claim while its batch transaction holds
@@ -88,6 +90,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		},
 		tel: telemetry.NewDispatcher(cfg.MeterProvider, cfg.TracerProvider, consumer),
 	}
+	d.proc = liveness.New(pool, liveness.Config{Consumer: consumer, Heartbeat: cfg.ProcessHeartbeat,
+		Kind: pgbox.ProcessDispatcher, Logger: cfg.Logger, Name: cfg.ProcessName, Schema: schema})
 	for eventType, h := range cfg.Handlers {
 		if h.leased != nil {
 			d.leasedTypes = append(d.leasedTypes, eventType)
@@ -112,7 +116,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 }
 
 // Start checks that the database is reachable and the schema migrated,
-// then starts the workers and the listener that wakes them, and returns.
+// registers the dispatcher in the processes table (see
+// Config.ProcessHeartbeat; a failure there is logged, never fatal), then
+// starts the workers and the listener that wakes them, and returns.
 // ctx bounds only the start-up checks; the dispatcher runs until Stop.
 func (d *Dispatcher) Start(ctx context.Context) error {
 	return d.loop.Start(ctx, func(ctx context.Context) error {
@@ -127,6 +133,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		}
 		d.records = records
 		d.gauges.Watch(func() func() { return d.tel.WatchBacklog(d.pool, d.schema) })
+		d.proc.Start(ctx) // last: nothing after it can fail Start
 		return nil
 	})
 }
@@ -135,7 +142,8 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 // finish. If ctx ends first, it cancels their contexts and waits for them to
 // return (their contexts' cause is ErrStopped); the messages they were
 // handling, and any claimed but not started, go back to pending at once
-// without spending an attempt, so none is lost.
+// without spending an attempt, so none is lost. Then it removes the
+// dispatcher's row from the processes table.
 // Handlers must honour their context for Stop to return promptly.
 //
 // Stop may be called more than once, and before Start.
@@ -145,6 +153,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	if d.records != nil {
 		d.records.Close()
 	}
+	d.proc.Stop(ctx) // after the work: a stopped dispatcher holds no lease
 	return err
 }
 

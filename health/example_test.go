@@ -68,7 +68,7 @@ func ExampleChecker() {
 	//       "status": "ok"
 	//     },
 	//     {
-	//       "detail": "version 5",
+	//       "detail": "version 6",
 	//       "name": "schema",
 	//       "status": "ok"
 	//     },

@@ -4,7 +4,8 @@
 //   - retention: done inbox rows older than Config.InboxRetention (the
 //     dedupe memory, 7 days by default), published outbox rows older than
 //     Config.OutboxRetention, conflict records older than InboxRetention,
-//     and expired idempotency keys, each deleted in batches of
+//     expired idempotency keys, and the rows of processes not seen for
+//     Config.ProcessRetention (a day), each deleted in batches of
 //     Config.BatchSize rows, one short statement per batch. Dead, pending,
 //     running and discarded messages, and dead or unpublished outbox rows,
 //     are never deleted;
@@ -39,6 +40,10 @@
 // statement: dispatchers and relays go on claiming and completing messages
 // while it deletes. A run stops after ten minutes (the next interval goes
 // on), so River never mistakes a long prune for a stuck job.
+//
+// Every Maintainer also registers in the schema's processes table, with
+// its River client id, so that inboxctl processes (admin.Processes) shows
+// which process leads.
 //
 // River's own tables are pgbox's: give pgbox a schema of its own (the
 // default, "pgbox"). A River client of the service's own in the same

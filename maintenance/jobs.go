@@ -1,6 +1,7 @@
 package maintenance
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -39,10 +40,11 @@ func (m *Maintainer) periodicJobs() []*river.PeriodicJob {
 	jobs := []*river.PeriodicJob{
 		river.NewPeriodicJob(aligned(m.cfg.PruneInterval), func() (river.JobArgs, *river.InsertOpts) {
 			return pruneArgs{
-				BatchSize:         m.cfg.BatchSize,
-				EnqueuedBy:        m.client.ID(),
-				InboxRetentionMS:  retentionMS(m.cfg.InboxRetention),
-				OutboxRetentionMS: retentionMS(m.cfg.OutboxRetention),
+				BatchSize:          m.cfg.BatchSize,
+				EnqueuedBy:         m.client.ID(),
+				InboxRetentionMS:   retentionMS(m.cfg.InboxRetention),
+				OutboxRetentionMS:  retentionMS(m.cfg.OutboxRetention),
+				ProcessRetentionMS: retentionMS(m.cfg.ProcessRetention),
 			}, m.insertOpts(m.cfg.PruneInterval)
 		}, &river.PeriodicJobOpts{ID: pruneArgs{}.Kind(), RunOnStart: true}),
 	}
@@ -76,6 +78,9 @@ type pruneArgs struct {
 	EnqueuedBy        string `json:"enqueued_by"`
 	InboxRetentionMS  int64  `json:"inbox_retention_ms"`  // -1: keep
 	OutboxRetentionMS int64  `json:"outbox_retention_ms"` // -1: keep
+	// ProcessRetentionMS is -1 to keep, and 0 in the args of a leader too
+	// old to know of the processes table: that leader's run leaves it alone.
+	ProcessRetentionMS int64 `json:"process_retention_ms,omitzero"`
 }
 
 // Kind names retention runs in river_job.
@@ -110,6 +115,7 @@ func (w *pruneWorker) Work(ctx context.Context, job *river.Job[pruneArgs]) error
 		{"inbox_conflicts", m.q.pruneConflicts, a.InboxRetentionMS},
 		{"outbox", m.q.pruneOutbox, a.OutboxRetentionMS},
 		{"idempotency_keys", m.q.pruneKeys, 0}, // as soon as they expire
+		{"processes", m.q.pruneProcesses, cmp.Or(a.ProcessRetentionMS, -1)},
 	}
 	var err error
 	for _, s := range steps {

@@ -21,6 +21,7 @@ import (
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/liveness"
 	"github.com/pgbox/pgbox/internal/telemetry"
 )
 
@@ -36,6 +37,11 @@ const (
 	IntervalMin = time.Second
 	// OutboxRetentionDefault is the default Config.OutboxRetention.
 	OutboxRetentionDefault = 7 * 24 * time.Hour
+	// ProcessRetentionDefault is the default Config.ProcessRetention.
+	ProcessRetentionDefault = 24 * time.Hour
+	// ProcessRetentionMin is the shortest Config.ProcessRetention: a
+	// process is not pruned before it has had time to be seen dead.
+	ProcessRetentionMin = time.Minute
 	// PruneIntervalDefault is the default Config.PruneInterval.
 	PruneIntervalDefault = time.Minute
 	// Queue is the River queue the maintenance jobs run on.
@@ -89,6 +95,24 @@ type Config struct {
 	// Defaults to false.
 	PollOnly bool
 
+	// ProcessHeartbeat is how often the maintainer touches its row in the
+	// schema's processes table (inboxctl processes) while it runs. A
+	// maintainer not seen for pgbox.ProcessDeadAfter (3) heartbeats shows
+	// as dead. Defaults to pgbox.ProcessHeartbeatDefault (10 seconds); at
+	// least pgbox.ProcessHeartbeatMin.
+	ProcessHeartbeat time.Duration
+
+	// ProcessName names this maintainer in the processes table: a pod
+	// name, say. Defaults to the host name and process id ("host:4242").
+	ProcessName string
+
+	// ProcessRetention is how long the retention job keeps the row of a
+	// process not seen since (one that died, or was killed, without a
+	// clean Stop): long enough for operators to see what died. Defaults to
+	// ProcessRetentionDefault (one day); at least ProcessRetentionMin; -1
+	// keeps them for ever.
+	ProcessRetention time.Duration
+
 	// PruneInterval is how often the retention job runs. Intervals are
 	// aligned to the clock. Defaults to PruneIntervalDefault (one minute);
 	// at least IntervalMin.
@@ -113,6 +137,8 @@ func (c Config) WithDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	c.OutboxRetention = cmp.Or(c.OutboxRetention, OutboxRetentionDefault)
+	c.ProcessHeartbeat = cmp.Or(c.ProcessHeartbeat, pgbox.ProcessHeartbeatDefault)
+	c.ProcessRetention = cmp.Or(c.ProcessRetention, ProcessRetentionDefault)
 	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
 	c.ReplayInterval = cmp.Or(c.ReplayInterval, ReplayIntervalDefault)
 	c.Schema = cmp.Or(c.Schema, pgbox.DefaultSchema)
@@ -137,6 +163,12 @@ func (c Config) validate() error {
 	}
 	if c.OutboxRetention < 0 && c.OutboxRetention != -1 {
 		add("Config.OutboxRetention is %s: use a positive duration, 0 for the default or -1 to keep published rows", c.OutboxRetention)
+	}
+	if c.ProcessHeartbeat < pgbox.ProcessHeartbeatMin {
+		add("Config.ProcessHeartbeat is %s: it must be at least %s", c.ProcessHeartbeat, pgbox.ProcessHeartbeatMin)
+	}
+	if c.ProcessRetention < ProcessRetentionMin && c.ProcessRetention != -1 {
+		add("Config.ProcessRetention is %s: use at least %s, 0 for the default or -1 to keep the rows of dead processes", c.ProcessRetention, ProcessRetentionMin)
 	}
 	if c.PruneInterval < IntervalMin {
 		add("Config.PruneInterval is %s: it must be at least %s", c.PruneInterval, IntervalMin)
@@ -163,6 +195,7 @@ type Maintainer struct {
 	client *river.Client[pgx.Tx]
 	hooks  testHooks
 	pool   *pgxpool.Pool
+	proc   *liveness.Process // its row in the processes table
 	q      queries
 	tel    *telemetry.Maintenance
 
@@ -174,7 +207,7 @@ type Maintainer struct {
 }
 
 type queries struct {
-	pruneConflicts, pruneInbox, pruneKeys, pruneOutbox string
+	pruneConflicts, pruneInbox, pruneKeys, pruneOutbox, pruneProcesses string
 }
 
 // testHooks let tests watch a run from the inside.
@@ -205,6 +238,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Maintainer, error) {
 			pruneInbox:     ident.Render(pruneInboxSQL, cfg.Schema),
 			pruneKeys:      ident.Render(pruneKeysSQL, cfg.Schema),
 			pruneOutbox:    ident.Render(pruneOutboxSQL, cfg.Schema),
+			pruneProcesses: ident.Render(pruneProcessesSQL, cfg.Schema),
 		},
 		stopped: make(chan struct{}),
 		tel:     telemetry.NewMaintenance(cfg.MeterProvider),
@@ -225,6 +259,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Maintainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("maintenance: river: %w", err)
 	}
+	m.proc = liveness.New(pool, liveness.Config{Heartbeat: cfg.ProcessHeartbeat, Kind: pgbox.ProcessMaintainer,
+		Logger: cfg.Logger, Name: cfg.ProcessName, RiverID: m.client.ID, Schema: cfg.Schema})
 	return m, nil
 }
 
@@ -234,8 +270,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Maintainer, error) {
 func (m *Maintainer) ID() string { return m.client.ID() }
 
 // Start checks that the database is reachable and the schema migrated,
-// River's tables included, then joins River's leader election and starts
-// working maintenance jobs, and returns. ctx bounds only the start-up
+// River's tables included, then joins River's leader election, starts
+// working maintenance jobs and registers the maintainer in the processes
+// table (see Config.ProcessHeartbeat; a failure there is logged, never
+// fatal), and returns. ctx bounds only the start-up
 // checks; the Maintainer runs until Stop.
 func (m *Maintainer) Start(ctx context.Context) error {
 	m.mu.Lock()
@@ -266,6 +304,7 @@ func (m *Maintainer) Start(ctx context.Context) error {
 	if err := m.client.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("maintenance: start River: %w", err)
 	}
+	m.proc.Start(ctx)
 	m.started = true
 	return nil
 }
@@ -276,8 +315,9 @@ const stopGrace = 10 * time.Second
 // Stop stops working jobs and leaves the leader election (a clean stop
 // lets another process take over at once). It waits for the job in
 // progress; if ctx ends first, it cancels it, and the job, which works in
-// batches, returns after its current statement. Stop may be called more
-// than once, and before Start.
+// batches, returns after its current statement. Then it removes the
+// maintainer's row from the processes table. Stop may be called more than
+// once, and before Start.
 func (m *Maintainer) Stop(ctx context.Context) error {
 	m.mu.Lock()
 	started := m.started
@@ -298,6 +338,7 @@ func (m *Maintainer) Stop(ctx context.Context) error {
 		if err != nil {
 			err = fmt.Errorf("maintenance: stop: %w", err)
 		}
+		m.proc.Stop(ctx)
 	})
 	<-m.stopped
 	return err

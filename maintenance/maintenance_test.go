@@ -24,7 +24,8 @@ import (
 )
 
 // Retention deletes done messages, conflict records and published outbox
-// rows past their window, and expired idempotency keys, in batches; it
+// rows past their window, expired idempotency keys, and the rows of
+// processes long gone, in batches; it
 // never deletes dead, discarded, pending or running messages, nor dead or
 // unpublished outbox rows.
 func TestRetentionDeletesOnlyWhatItShould(t *testing.T) {
@@ -60,6 +61,10 @@ func TestRetentionDeletesOnlyWhatItShould(t *testing.T) {
 		       ('r', 'expired-2', '\x00', 'done', NULL, NULL, 200, '{}', '', now() - interval '1 hour'),
 		       ('r', 'leased', '\x00', 'in_progress', 1, now() + interval '1 hour', NULL, NULL, NULL, now() - interval '1 hour'),
 		       ('r', 'fresh', '\x00', 'done', NULL, NULL, 200, '{}', '', now() + interval '1 hour')`)
+	b.exec(t, `
+		INSERT INTO /* schema */processes (kind, consumer, name, host, pid, version, heartbeat_ms, last_seen_at)
+		VALUES ('dispatcher', 'a', 'gone-long-ago', 'h', 1, 'v', 10000, now() - interval '2 days'),
+		       ('dispatcher', 'a', 'gone-lately', 'h', 2, 'v', 10000, now() - interval '2 hours')`)
 
 	reader := sdkmetric.NewManualReader()
 	m := b.start(t, maintenance.Config{
@@ -86,10 +91,12 @@ func TestRetentionDeletesOnlyWhatItShould(t *testing.T) {
 	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Equal(t, []string{"fresh", "leased"}, left)
+	require.Zero(t, b.count(t, "SELECT count(*) FROM /* schema */processes WHERE name = 'gone-long-ago'"))
+	require.EqualValues(t, 1, b.count(t, "SELECT count(*) FROM /* schema */processes WHERE name = 'gone-lately'"))
 
-	// The run recorded what it did: 3 + 1 + 2 + 1 statements of at most
-	// 1000 rows (inbox, conflicts, outbox, idempotency keys), and 4 tables'
-	// counts.
+	// The run recorded what it did: 3 + 1 + 2 + 1 + 1 statements of at
+	// most 1000 rows (inbox, conflicts, outbox, idempotency keys,
+	// processes), and 5 tables' counts.
 	jobs := b.completedJobs(t, "pgbox.prune")
 	require.Len(t, jobs, 1)
 	var out struct {
@@ -98,12 +105,12 @@ func TestRetentionDeletesOnlyWhatItShould(t *testing.T) {
 		Statements int              `json:"statements"`
 	}
 	require.NoError(t, json.Unmarshal(jobs[0].Output, &out))
-	require.Equal(t, map[string]int64{"inbox": 2500, "inbox_conflicts": 3, "outbox": 1200, "idempotency_keys": 2}, out.Deleted)
-	require.Equal(t, 7, out.Statements)
+	require.Equal(t, map[string]int64{"inbox": 2500, "inbox_conflicts": 3, "outbox": 1200, "idempotency_keys": 2, "processes": 1}, out.Deleted)
+	require.Equal(t, 8, out.Statements)
 	require.False(t, out.Partial)
 	require.Equal(t, m.ID(), jobs[0].EnqueuedBy)
 
-	require.Equal(t, map[string]int64{"inbox": 2500, "inbox_conflicts": 3, "outbox": 1200, "idempotency_keys": 2},
+	require.Equal(t, map[string]int64{"inbox": 2500, "inbox_conflicts": 3, "outbox": 1200, "idempotency_keys": 2, "processes": 1},
 		telemetrytest.Sums(t, reader, "pgbox.maintenance.deleted", "pgbox.table"))
 }
 

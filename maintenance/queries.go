@@ -88,3 +88,22 @@ deleted AS (
     RETURNING b.expires_at AS at
 )
 SELECT count(*), coalesce(max(at), $3) FROM deleted`
+
+// pruneProcessesSQL deletes the rows of processes not seen for $1
+// milliseconds (they died without a clean Stop; a live process touches its
+// row every heartbeat, and writes it back if it was pruned after a long
+// pause), by last_seen_at, through processes_last_seen_idx.
+const pruneProcessesSQL = `
+WITH batch AS (
+    SELECT id, last_seen_at FROM /* schema */processes
+    WHERE last_seen_at < now() - $1 * interval '1 millisecond' AND last_seen_at >= $3
+    ORDER BY last_seen_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM /* schema */processes AS p USING batch AS b
+    WHERE p.id = b.id
+    RETURNING b.last_seen_at AS at
+)
+SELECT count(*), coalesce(max(at), $3) FROM deleted`

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -52,7 +51,7 @@ type outcome struct {
 // runBatch claims rows, publishes them topic by topic in commit order, and
 // records the outcomes. It returns how many rows the claim took.
 func (r *Relay) runBatch() (int, error) {
-	token := rand.Int64()
+	token := r.proc.Token()
 	rows, n, err := r.claim(token)
 	if err != nil || len(rows) == 0 {
 		return n, err

@@ -19,6 +19,7 @@ import (
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/backoff"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/liveness"
 	"github.com/pgbox/pgbox/internal/telemetry"
 	"github.com/pgbox/pgbox/internal/workloop"
 )
@@ -83,6 +84,18 @@ type Config struct {
 	// does. Defaults to false.
 	PollOnly bool
 
+	// ProcessHeartbeat is how often the relay touches its row in the
+	// schema's processes table (inboxctl processes) while it runs: one
+	// small write per interval. A relay not seen for
+	// pgbox.ProcessDeadAfter (3) heartbeats shows as dead. Defaults to
+	// pgbox.ProcessHeartbeatDefault (10 seconds); at least
+	// pgbox.ProcessHeartbeatMin.
+	ProcessHeartbeat time.Duration
+
+	// ProcessName names this relay in the processes table: a pod name,
+	// say. Defaults to the host name and process id ("host:4242").
+	ProcessName string
+
 	// Propagator reads the trace context the producer left in a row's
 	// metadata (outbox.Write puts it there) to make each publish span its
 	// child, and writes the publish span's context into the published
@@ -129,6 +142,7 @@ func (c Config) WithDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.ProcessHeartbeat = cmp.Or(c.ProcessHeartbeat, pgbox.ProcessHeartbeatDefault)
 	if c.Propagator == nil {
 		c.Propagator = propagation.TraceContext{}
 	}
@@ -164,6 +178,9 @@ func (c Config) validate() error {
 	if c.PollInterval < time.Millisecond {
 		add("Config.PollInterval is %s: it must be at least 1ms", c.PollInterval)
 	}
+	if c.ProcessHeartbeat < pgbox.ProcessHeartbeatMin {
+		add("Config.ProcessHeartbeat is %s: it must be at least %s", c.ProcessHeartbeat, pgbox.ProcessHeartbeatMin)
+	}
 	if err := ident.ValidateSchema(c.Schema); err != nil {
 		add("Config.Schema: %v", err)
 	}
@@ -180,6 +197,7 @@ type Relay struct {
 	gauges telemetry.Registration
 	loop   *workloop.Service
 	pool   *pgxpool.Pool
+	proc   *liveness.Process // its row in the processes table; it makes the claim tokens
 	q      queries
 	tel    *telemetry.Relay
 }
@@ -207,6 +225,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		},
 		tel: telemetry.NewRelay(cfg.MeterProvider, cfg.TracerProvider, cfg.Propagator),
 	}
+	r.proc = liveness.New(pool, liveness.Config{Heartbeat: cfg.ProcessHeartbeat, Kind: pgbox.ProcessRelay,
+		Logger: cfg.Logger, Name: cfg.ProcessName, Schema: cfg.Schema})
 	r.loop = workloop.New(workloop.Config{
 		Batch:        r.runBatch,
 		BatchSize:    cfg.BatchSize,
@@ -224,13 +244,16 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 }
 
 // Start checks that the database is reachable and the schema migrated,
-// then starts publishing and returns. ctx bounds only the start-up checks.
+// registers the relay in the processes table (see Config.ProcessHeartbeat;
+// a failure there is logged, never fatal), then starts publishing and
+// returns. ctx bounds only the start-up checks.
 func (r *Relay) Start(ctx context.Context) error {
 	return r.loop.Start(ctx, func(ctx context.Context) error {
 		if err := pgbox.CheckSchema(ctx, r.pool, r.cfg.Schema); err != nil {
 			return fmt.Errorf("relay: %w", err)
 		}
 		r.gauges.Watch(func() func() { return r.tel.WatchLag(r.pool, r.cfg.Schema) })
+		r.proc.Start(ctx) // last: nothing after it can fail Start
 		return nil
 	})
 }
@@ -239,10 +262,13 @@ func (r *Relay) Start(ctx context.Context) error {
 // ctx ends first, rows claimed but not yet handed to the publisher go back
 // to pending at once; a Publish call already under way cannot be
 // interrupted (Watermill's Publish takes no context), so Stop waits for it.
+// Then it removes the relay's row from the processes table.
 // Stop may be called more than once, and before Start.
 func (r *Relay) Stop(ctx context.Context) error {
 	defer r.gauges.Unwatch()
-	return r.loop.Stop(ctx)
+	err := r.loop.Stop(ctx)
+	r.proc.Stop(ctx) // after the work: a stopped relay holds no lease
+	return err
 }
 
 // Stopped returns a channel closed when Stop has finished.

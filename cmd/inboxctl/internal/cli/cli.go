@@ -108,6 +108,7 @@ Exit codes: 0 ok, 1 failure, 2 usage error, 3 not found.`,
 		a.statsCommand(), a.listCommand(), a.showCommand(), a.failuresCommand(),
 		a.replayCommand(), a.scheduledCommand(), a.discardCommand(), a.purgeCommand(),
 		a.outboxCommand(), a.migrateCommand(),
+		a.processesCommand(),
 	)
 	for _, c := range root.Commands() {
 		wrapArgs(c)

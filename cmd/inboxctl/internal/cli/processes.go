@@ -1,0 +1,179 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/admin"
+)
+
+func (a *app) processesCommand() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:     "processes",
+		Aliases: []string{"ps"},
+		Short:   "Show which dispatchers, relays and maintainers are alive, and the maintenance leader",
+		Long: `processes lists the dispatchers, relays and maintainers running on the schema:
+each registers when it starts, records a heartbeat while it runs (every 10s
+by default) and deletes its row when it stops cleanly. One not seen for more
+than ` + strconv.Itoa(pgbox.ProcessDeadAfter) + ` heartbeats is dead: it was killed, lost its database, or hangs.
+
+STATE is alive, dead, or leader: the maintainer that runs the maintenance
+jobs (retention, scheduled replays). LEASES counts the messages a process
+claimed under a lease that still holds them: a dead dispatcher's messages
+wait until their leases end, then a live dispatcher of the same consumer
+retries them. A footer says what each dead process left behind.`,
+		Example: `  inboxctl processes
+  inboxctl ps -o json | jq '.processes[] | select(.state == "dead")'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			ps, err := a.admin.Processes(ctx)
+			if err != nil {
+				return err
+			}
+			switch output {
+			case formatJSON:
+				return writeJSON(a.out, ps)
+			case formatJSONL:
+				for _, p := range ps.Processes {
+					if err := writeJSONLine(a.out, p); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			return a.printProcesses(ps)
+		},
+	}
+	outputFlag(cmd, &output, formatTable, formatJSON, formatJSONL)
+	return cmd
+}
+
+func (a *app) printProcesses(ps *admin.Processes) error {
+	fmt.Fprintf(a.out, "pgbox schema %q at %s UTC\n", a.admin.Schema(), stamp(ps.At))
+	fmt.Fprintln(a.out, describeLeader(ps))
+	if len(ps.Processes) == 0 {
+		fmt.Fprintln(a.out, "\nNo process is registered. Dispatchers, relays and maintainers register when they start, and delete their row when they stop.")
+		return nil
+	}
+	fmt.Fprintln(a.out)
+	t := newTable(a.out)
+	fmt.Fprintln(t, "KIND\tNAME\tCONSUMER\tHOST\tPID\tSTARTED (UTC)\tLAST SEEN\tSTATE\tLEASES")
+	for _, p := range ps.Processes {
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s\n", p.Kind, oneLine(p.Name, 40), orDash(p.Consumer), oneLine(p.Host, 30),
+			p.PID, stamp(p.StartedAt), age(time.Duration(p.SinceSeen)), p.State, leases(p))
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	printDead(a.out, ps)
+	return nil
+}
+
+// describeLeader says who runs the maintenance jobs, or that nobody does.
+func describeLeader(ps *admin.Processes) string {
+	l := ps.Leader
+	if l == nil {
+		return "Maintenance leader: none. No maintainer is alive, so retention and scheduled replays are not running: start a maintenance.Maintainer in a service."
+	}
+	for _, p := range ps.Processes {
+		if p.ID == l.ProcessID {
+			return fmt.Sprintf("Maintenance leader: %s (host %s, pid %d), since %s UTC.", p.Name, p.Host, p.PID, stamp(l.ElectedAt))
+		}
+	}
+	return fmt.Sprintf("Maintenance leader: River client %s, since %s UTC (not in the processes table: a pgbox build older than schema version 6?).",
+		l.RiverID, stamp(l.ElectedAt))
+}
+
+// leases fills the LEASES cell: messages held, and those whose lease has
+// ended without a rescue yet.
+func leases(p admin.Process) string {
+	if p.Kind == pgbox.ProcessMaintainer {
+		return "-"
+	}
+	s := count(p.Leases)
+	if p.ExpiredLeases > 0 {
+		s += ", " + count(p.ExpiredLeases) + " expired"
+	}
+	return s
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// printDead writes the footer: what each dead process left behind, and
+// what to do about it.
+func printDead(w io.Writer, ps *admin.Processes) {
+	var dead []admin.Process
+	for _, p := range ps.Processes {
+		if p.State == admin.ProcessDead {
+			dead = append(dead, p)
+		}
+	}
+	if len(dead) == 0 {
+		return
+	}
+	word := "dead process"
+	if len(dead) > 1 {
+		word += "es"
+	}
+	fmt.Fprintf(w, "\n%d %s (not seen for more than %d heartbeats: killed, cut off from the database, or hung):\n",
+		len(dead), word, ps.DeadAfter)
+	for _, p := range dead {
+		scope := string(p.Kind)
+		if p.Consumer != "" {
+			scope += " of " + p.Consumer
+		}
+		fmt.Fprintf(w, "- %s %s, host %s pid %d, last seen %s ago.\n", p.Kind, p.Name, p.Host, p.PID, age(time.Duration(p.SinceSeen)))
+		what, retries, takeover := "message", "retries %s (the lost attempt counts)", "retries %s, one at a time per dispatcher"
+		if p.Kind == pgbox.ProcessRelay {
+			what, retries = "outbox row", "publishes %s again (consumers dedupe on the message id)"
+			takeover = retries
+		}
+		if n := p.Leases; n > 0 {
+			fmt.Fprintf(w, "  %s %s for %s to expire, by %s UTC; then a live %s %s.\n", plural(n, what), verb(n, "waits", "wait"),
+				verb(n, "its lease", "their leases"), stamp(*p.LeasesEnd), scope, fmt.Sprintf(retries, verb(n, "it", "them")))
+		}
+		if n := p.ExpiredLeases; n > 0 {
+			fmt.Fprintf(w, "  %s %s: a live %s %s.\n", plural(n, what), verb(n, "has an expired lease", "have expired leases"),
+				scope, fmt.Sprintf(takeover, verb(n, "it", "them")))
+		}
+		if p.Kind != pgbox.ProcessMaintainer && !aliveLike(ps, p) {
+			fmt.Fprintf(w, "  No live %s is running: start one, or its work waits.\n", scope)
+		}
+	}
+	fmt.Fprintln(w, "If a process was not stopped on purpose, its logs on its host say why.")
+	fmt.Fprintln(w, "A clean Stop removes a process's row; a dead one's is pruned once not seen for a day (maintenance.Config.ProcessRetention).")
+}
+
+// verb picks the singular or plural form for n things.
+func verb(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// aliveLike reports whether a live process can take over dead's work: one
+// of the same kind and, for dispatchers, consumer.
+func aliveLike(ps *admin.Processes, dead admin.Process) bool {
+	for _, p := range ps.Processes {
+		if p.State != admin.ProcessDead && p.Kind == dead.Kind && p.Consumer == dead.Consumer {
+			return true
+		}
+	}
+	return false
+}

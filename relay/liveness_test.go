@@ -1,0 +1,92 @@
+package relay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/admin"
+	"github.com/pgbox/pgbox/outbox"
+	"github.com/pgbox/pgbox/relay"
+)
+
+// relayNamed returns the registered process called name, read through
+// the direct pool.
+func (b *testBundle) relayNamed(t *testing.T, name string) (admin.Process, bool) {
+	t.Helper()
+	adm, err := admin.New(b.pool, admin.Config{Schema: b.schema})
+	require.NoError(t, err)
+	ps, err := adm.Processes(context.Background())
+	require.NoError(t, err)
+	for _, p := range ps.Processes {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return admin.Process{}, false
+}
+
+// A relay whose pool goes through a transaction-pooling PgBouncer
+// registers, beats and deregisters through it: no statement needs a
+// session.
+func TestRelayRegistersThroughTransactionPooler(t *testing.T) {
+	t.Parallel()
+	bouncer := bouncerPool(t)
+	b := setup(t)
+	r := startOn(t, bouncer, relay.Config{
+		PollInterval:     20 * time.Millisecond,
+		PollOnly:         true,
+		ProcessHeartbeat: pgbox.ProcessHeartbeatMin,
+		ProcessName:      "relay-via-pgbouncer",
+		Publisher:        &recorder{},
+		Schema:           b.schema,
+	})
+	first, ok := b.relayNamed(t, "relay-via-pgbouncer")
+	require.True(t, ok, "registered through the pooler")
+	require.Equal(t, pgbox.ProcessRelay, first.Kind)
+	require.Equal(t, admin.ProcessAlive, first.State)
+	require.Eventually(t, func() bool {
+		p, _ := b.relayNamed(t, "relay-via-pgbouncer")
+		return p.LastSeen.After(first.LastSeen)
+	}, time.Minute, 10*time.Millisecond, "heartbeats through the pooler")
+
+	require.NoError(t, r.Stop(context.Background()))
+	_, ok = b.relayNamed(t, "relay-via-pgbouncer")
+	require.False(t, ok, "deregistered through the pooler")
+}
+
+// The rows a relay is publishing count as its leases, until they are
+// published.
+func TestRelayLeasesAreItsRunningRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	publishing := make(chan struct{}, 1)
+	b.start(t, relay.Config{
+		ProcessName: "relay-1",
+		Publisher: &recorder{fail: func(string, *message.Message) error {
+			select {
+			case publishing <- struct{}{}:
+			default:
+			}
+			<-release
+			return nil
+		}},
+	})
+	b.write(t, outbox.Message{Topic: "t", EventType: "E", Payload: []byte("1")},
+		outbox.Message{Topic: "t", EventType: "E", Payload: []byte("2")})
+	<-publishing
+
+	p, ok := b.relayNamed(t, "relay-1")
+	require.True(t, ok)
+	require.EqualValues(t, 2, p.Leases, "both rows were claimed in one batch and are being published")
+	require.NotNil(t, p.LeasesEnd)
+	close(release)
+	b.waitPublished(t)
+	p, _ = b.relayNamed(t, "relay-1")
+	require.Zero(t, p.Leases)
+}
