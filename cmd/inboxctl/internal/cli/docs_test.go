@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
 
@@ -57,7 +58,18 @@ var docsPath = filepath.Join("..", "..", "..", "..", "docs", "inboxctl.md")
 func TestDocs(t *testing.T) {
 	t.Parallel()
 	schema := fixture(t)
+	// Processes for `processes`: the fixture's running message is held by
+	// the dead dispatcher payments-2b1d.
+	_, err := pgtest.Pool(t).Exec(context.Background(), ident.Render(registeredSQL, schema)+
+		ident.Render(`UPDATE /* schema */inbox SET claim_token = (2::bigint << 32) | 7 WHERE status = 'running'`, schema))
+	require.NoError(t, err)
 	shiftToNow(t, schema)
+	// Heartbeats as a running service has them: every 10 seconds, the live
+	// processes' last one just now, the dead ones' 47 seconds ago.
+	_, err = pgtest.Pool(t).Exec(context.Background(), ident.Render(`UPDATE /* schema */processes SET
+		heartbeat_ms = 10000,
+		last_seen_at = date_trunc('second', now()) - CASE WHEN heartbeat_ms > 1000 THEN interval '2 seconds' ELSE interval '47 seconds' END`, schema))
+	require.NoError(t, err)
 	group := regexp.MustCompile(`"fingerprint": "([0-9a-f]+)"`).
 		FindStringSubmatch(inboxctl(t, schema, "", "failures", "-o", "json").ok(t).stdout)
 	require.NotNil(t, group, "the fixture has failure groups")

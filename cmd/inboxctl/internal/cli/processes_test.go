@@ -11,14 +11,15 @@ import (
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
 
-// processesFixtureSQL registers processes with fixed times. A heartbeat of
-// a century keeps a process seen in 2026 alive whatever the date; one of a
-// second makes it dead. Their claims are running messages whose claim
-// tokens carry their ids (id << 32): two held until 2030 by the dead
-// dispatcher, one whose lease ended in 2026, one held by the live relay,
-// and one running message of a process that no longer exists. The live
-// maintainer leads, as River's leader table says.
-const processesFixtureSQL = `
+// processesFixtureSQL registers processes with fixed times
+// (registeredSQL) and gives them claims (claimsSQL).
+const processesFixtureSQL = registeredSQL + claimsSQL
+
+// registeredSQL registers processes with fixed times. A heartbeat of a
+// century keeps a process seen in 2026 alive whatever the date; one of a
+// second makes it dead. The live maintainer leads, as River's leader table
+// says.
+const registeredSQL = `
 INSERT INTO /* schema */processes (id, kind, consumer, name, host, pid, version, river_id, heartbeat_ms, started_at, last_seen_at) VALUES
 (1, 'dispatcher', 'payments', 'payments-7f9c', 'node-a', 4242, 'v0.4.0', NULL, 3153600000000, '2026-01-01 09:00:00Z', '2026-01-01 10:00:00Z'),
 (2, 'dispatcher', 'payments', 'payments-2b1d', 'node-b', 977, 'v0.4.0', NULL, 1000, '2026-01-01 09:00:00Z', '2026-01-01 10:00:00Z'),
@@ -28,7 +29,13 @@ INSERT INTO /* schema */processes (id, kind, consumer, name, host, pid, version,
 
 INSERT INTO /* schema */river_leader (leader_id, elected_at, expires_at)
 VALUES ('node_a_2026_01_01T09_00_00', '2026-01-01 09:00:01Z', '2999-01-01 00:00:00Z');
+`
 
+// claimsSQL adds running messages whose claim tokens carry the ids of
+// registeredSQL's processes (id << 32): two held until 2030 by the dead
+// dispatcher, one whose lease ended in 2026, one held by the live relay,
+// and one running message of a process that no longer exists.
+const claimsSQL = `
 INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, available_at, claim_token, payload_hash, payload)
 VALUES
 ('payments', 'charge-1', 'ChargeCard', 'running', 1, 25, '2030-01-01 00:00:00Z', (2::bigint << 32) | 7, '\x00', ''),
