@@ -77,7 +77,7 @@ outbox's backlog with the age of its oldest unpublished message.`,
 			}
 		},
 	}
-	outputFlag(cmd, &output, formatTable, formatJSON)
+	outputFlag(cmd, &output, documentOutput)
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every --interval until interrupted")
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
 	return cmd
@@ -140,16 +140,19 @@ func (a *app) listCommand() *cobra.Command {
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			return a.list(ctx, filter, limit, output)
+			return a.list(ctx, filter, limit, output, "raise --limit (0 for all) or narrow the filter to see more.")
 		},
 	}
 	f.add(cmd, true)
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many messages; 0 for all")
-	outputFlag(cmd, &output, formatTable, formatJSON, formatJSONL)
+	outputFlag(cmd, &output, listOutput)
 	return cmd
 }
 
-func (a *app) list(ctx context.Context, f admin.Filter, limit int, output string) error {
+// list prints the messages f selects, newest first, at most limit (0 for
+// all); when the limit cuts the table short it says so and what to do:
+// more names a flag of the command that ran.
+func (a *app) list(ctx context.Context, f admin.Filter, limit int, output, more string) error {
 	opts := admin.ListOptions{Filter: f, Limit: limit}
 	switch output {
 	case formatJSONL:
@@ -184,7 +187,7 @@ func (a *app) list(ctx context.Context, f admin.Filter, limit int, output string
 	case n == 0:
 		fmt.Fprintln(a.out, "(no messages match)")
 	case limit > 0 && n == limit:
-		fmt.Fprintf(a.out, "\nShowing the newest %d; raise --limit (0 for all) or narrow the filter to see more.\n", n)
+		fmt.Fprintf(a.out, "\nShowing the newest %d; %s\n", n, more)
 	}
 	return nil
 }
@@ -234,7 +237,7 @@ func (a *app) showCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&consumer, "consumer", "", "the consumer holding the message (needed only if several do)")
-	outputFlag(cmd, &output, formatTable, formatJSON)
+	outputFlag(cmd, &output, documentOutput)
 	return cmd
 }
 
@@ -351,11 +354,8 @@ that failed the same way show as one line. Replay a group with
 			if err != nil {
 				return err
 			}
-			if output == formatJSON {
-				if groups == nil {
-					groups = []admin.FailureGroup{}
-				}
-				return writeJSON(a.out, groups)
+			if output != formatTable {
+				return writeList(a.out, output, groups)
 			}
 			if len(groups) == 0 {
 				fmt.Fprintln(a.out, "No dead or failing messages.")
@@ -377,6 +377,6 @@ that failed the same way show as one line. Replay a group with
 	}
 	cmd.Flags().StringVar(&consumer, "consumer", "", "only this consumer's messages")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many groups")
-	outputFlag(cmd, &output, formatTable, formatJSON)
+	outputFlag(cmd, &output, listOutput)
 	return cmd
 }

@@ -81,7 +81,7 @@ func (a *app) outboxListCommand() *cobra.Command {
 	cmd.Flags().StringSliceVar(&statusFlags, "status", nil, "only these statuses: pending, running, published, dead (comma-separated)")
 	cmd.Flags().StringVar(&topic, "topic", "", "only this topic")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many rows; 0 for all")
-	outputFlag(cmd, &output, formatTable, formatJSON, formatJSONL)
+	outputFlag(cmd, &output, listOutput)
 	return cmd
 }
 
@@ -150,7 +150,7 @@ func (a *app) outboxShowCommand() *cobra.Command {
 			return nil
 		},
 	}
-	outputFlag(cmd, &output, formatTable, formatJSON)
+	outputFlag(cmd, &output, documentOutput)
 	return cmd
 }
 
@@ -212,10 +212,18 @@ ordering key until then. Name the rows by id, or pass --all-dead.`,
 			case dryRun:
 				fmt.Fprintf(a.out, "Would retry %s. Nothing was changed (--dry-run).\n", plural(n, "dead outbox row"))
 				return nil
-			case allDead && !yes && !a.confirm(fmt.Sprintf("Retry %s?", plural(n, "dead outbox row"))):
-				return fmt.Errorf("not confirmed: nothing was retried")
+			case allDead && !yes:
+				if err := a.confirm(ctx, fmt.Sprintf("Retry %s?", plural(n, "dead outbox row")), "retried"); err != nil {
+					return err
+				}
 			}
-			done, err := a.admin.OutboxRetry(ctx, admin.OutboxRetryOptions{IDs: ids, ProgressFunc: a.progress("Retried", n)})
+			b := a.startBatches(ctx, "Retried", n)
+			done, err := a.admin.OutboxRetry(b.ctx, admin.OutboxRetryOptions{IDs: ids, ProgressFunc: b.report})
+			a.endBatches(b)
+			if b.interrupted() {
+				return a.interruptedChange(formatTable, changeReport{Changed: done, Matched: n}, "retried", "dead outbox row",
+					"rows already retried are pending, no longer dead, so --all-dead retries only the rest (drop ids already retried: they are refused)")
+			}
 			if err != nil {
 				return fmt.Errorf("%w (retried %s before the error)", err, plural(done, "row"))
 			}

@@ -67,8 +67,10 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 		fmt.Fprintf(a.out, "Would schedule a replay for %s (%s). Nothing was changed (--dry-run).\n", when, now)
 		return nil
 	}
-	if bulk && !flags.yes && !a.confirm(fmt.Sprintf("Schedule a replay for %s (%s)?", when, now)) {
-		return fmt.Errorf("not confirmed: nothing was scheduled")
+	if bulk && !flags.yes {
+		if err := a.confirm(ctx, fmt.Sprintf("Schedule a replay for %s (%s)?", when, now), "scheduled"); err != nil {
+			return err
+		}
 	}
 	r, err := a.admin.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: runAt, Filter: filter, Note: note})
 	if err != nil {
@@ -104,11 +106,8 @@ each once its time has come, by the database clock.`,
 			if err != nil {
 				return err
 			}
-			if output == formatJSON {
-				if list == nil {
-					list = []admin.ScheduledReplay{}
-				}
-				return writeJSON(a.out, list)
+			if output != formatTable {
+				return writeList(a.out, output, list)
 			}
 			if len(list) == 0 {
 				fmt.Fprintln(a.out, "No scheduled replays. Schedule one with: inboxctl replay … --at TIME")
@@ -126,7 +125,7 @@ each once its time has come, by the database clock.`,
 			return t.Flush()
 		},
 	}
-	outputFlag(cmd, &output, formatTable, formatJSON)
+	outputFlag(cmd, &output, listOutput)
 	cmd.Flags().IntVar(&limit, "limit", 50, "show at most this many")
 	cmd.AddCommand(&cobra.Command{
 		Use:     "cancel ID",
