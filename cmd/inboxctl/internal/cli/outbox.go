@@ -157,6 +157,7 @@ func (a *app) outboxShowCommand() *cobra.Command {
 func (a *app) outboxRetryCommand() *cobra.Command {
 	var (
 		allDead, dryRun, yes bool
+		output               string
 	)
 	cmd := &cobra.Command{
 		Use:   "retry [ID...]",
@@ -205,34 +206,42 @@ ordering key until then. Name the rows by id, or pass --all-dead.`,
 					return err
 				}
 			}
+			report := changeReport{Action: "retry outbox rows", DryRun: dryRun, Matched: n, Selection: outboxSelection{AllDead: allDead, IDs: ids}}
 			switch {
 			case n == 0:
-				fmt.Fprintln(a.out, "Nothing to retry: no dead outbox row.")
-				return nil
+				return a.printReport(output, report, "Nothing to retry: no dead outbox row.")
 			case dryRun:
-				fmt.Fprintf(a.out, "Would retry %s. Nothing was changed (--dry-run).\n", plural(n, "dead outbox row"))
-				return nil
+				return a.printReport(output, report, fmt.Sprintf("Would retry %s. Nothing was changed (--dry-run).", plural(n, "dead outbox row")))
 			case allDead && !yes:
 				if err := a.confirm(ctx, fmt.Sprintf("Retry %s?", plural(n, "dead outbox row")), "retried"); err != nil {
 					return err
 				}
 			}
 			b := a.startBatches(ctx, "Retried", n)
-			done, err := a.admin.OutboxRetry(b.ctx, admin.OutboxRetryOptions{IDs: ids, ProgressFunc: b.report})
+			var err error
+			report.Changed, err = a.admin.OutboxRetry(b.ctx, admin.OutboxRetryOptions{IDs: ids, ProgressFunc: b.report})
 			a.endBatches(b)
 			if b.interrupted() {
-				return a.interruptedChange(formatTable, changeReport{Changed: done, Matched: n}, "retried", "dead outbox row",
+				return a.interruptedChange(output, report, "retried", "dead outbox row",
 					"rows already retried are pending, no longer dead, so --all-dead retries only the rest (drop ids already retried: they are refused)")
 			}
 			if err != nil {
-				return fmt.Errorf("%w (retried %s before the error)", err, plural(done, "row"))
+				return fmt.Errorf("%w (retried %s before the error)", err, plural(report.Changed, "row"))
 			}
-			fmt.Fprintf(a.out, "Retried %s: the relay will publish again.\n", plural(done, "outbox row"))
-			return nil
+			return a.printReport(output, report, fmt.Sprintf("Retried %s: the relay will publish again.", plural(report.Changed, "outbox row")))
 		},
 	}
 	cmd.Flags().BoolVar(&allDead, "all-dead", false, "retry every dead row")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be retried, and change nothing")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	outputFlag(cmd, &output, documentOutput)
 	return cmd
+}
+
+// outboxSelection is outbox retry's selection in its JSON report.
+type outboxSelection struct {
+	// AllDead is --all-dead: every dead row.
+	AllDead bool `json:"all_dead,omitzero"`
+	// IDs are the rows named.
+	IDs []uuid.UUID `json:"ids,omitzero"`
 }

@@ -21,7 +21,7 @@ func TestOutputFlagIsTheSameEverywhere(t *testing.T) {
 	documents := [][]string{
 		{"stats"}, {"show", "bad-1"}, {"outbox", "show", "019a0000-0000-7000-8000-000000000002"},
 		{"migrate", "version"}, {"migrate", "check"}, {"version"},
-		{"purge", "--older-than", "1d", "--dry-run"},
+		{"purge", "--older-than", "1d", "--dry-run"}, {"outbox", "retry", "--all-dead", "--dry-run"},
 	}
 	lists := [][]string{
 		{"list"}, {"failures"}, {"outbox", "list"}, {"scheduled"}, {"migrate", "status"},
@@ -92,4 +92,23 @@ func TestDryRunOutput(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(inboxctl(t, schema, "", "replay", "--consumer", "payments", "--yes", "-o", "json").ok(t).stdout), &done))
 	require.Equal(t, int64(25), done.Changed)
 	require.False(t, done.DryRun)
+}
+
+// replay --at honours -o too: the report for --dry-run, the scheduled
+// replay itself otherwise.
+func TestReplayAtOutput(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	var dry changeReport
+	require.NoError(t, json.Unmarshal([]byte(inboxctl(t, schema, "", "replay", "--status", "dead", "--at", "2h", "--dry-run", "-o", "json").ok(t).stdout), &dry))
+	require.Equal(t, "schedule replay", dry.Action)
+	require.EqualValues(t, 3, dry.Matched)
+
+	var scheduled struct {
+		ID    int64  `json:"id"`
+		State string `json:"state"`
+	}
+	out := inboxctl(t, schema, "", "replay", "--status", "dead", "--at", "2h", "--yes", "-o", "json").ok(t).stdout
+	require.NoError(t, json.Unmarshal([]byte(out), &scheduled))
+	require.Equal(t, []any{int64(1), "scheduled"}, []any{scheduled.ID, scheduled.State})
 }

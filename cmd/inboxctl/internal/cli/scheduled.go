@@ -64,8 +64,8 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 	when := stamp(runAt) + " UTC"
 	now := fmt.Sprintf("%s %s replayable now", plural(n, "message"), map[bool]string{true: "is", false: "are"}[n == 1])
 	if flags.dryRun {
-		fmt.Fprintf(a.out, "Would schedule a replay for %s (%s). Nothing was changed (--dry-run).\n", when, now)
-		return nil
+		return a.printReport(flags.output, changeReport{Action: "schedule replay", DryRun: true, Matched: n, Selection: filter},
+			fmt.Sprintf("Would schedule a replay for %s (%s). Nothing was changed (--dry-run).", when, now))
 	}
 	if bulk && !flags.yes {
 		if err := a.confirm(ctx, fmt.Sprintf("Schedule a replay for %s (%s)?", when, now), "scheduled"); err != nil {
@@ -75,6 +75,12 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 	r, err := a.admin.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: runAt, Filter: filter, Note: note})
 	if err != nil {
 		return err
+	}
+	switch flags.output {
+	case formatJSON:
+		return writeJSON(a.out, r)
+	case formatJSONL:
+		return writeJSONLine(a.out, r)
 	}
 	fmt.Fprintf(a.out, "Scheduled replay %d for %s (%s). The maintenance job replays what is replayable then.\n", r.ID, when, now)
 	fmt.Fprintf(a.out, "See it: inboxctl scheduled. Call it off: inboxctl scheduled cancel %d\n", r.ID)
