@@ -20,19 +20,6 @@ import (
 	"github.com/pgbox/pgbox/admin"
 )
 
-// Exit codes scripts can rely on.
-const (
-	// ExitOK: the command did what was asked.
-	ExitOK = 0
-	// ExitFailure: the command failed (database unreachable, schema not
-	// migrated, an operation refused or declined).
-	ExitFailure = 1
-	// ExitUsage: the command line was wrong; nothing was done.
-	ExitUsage = 2
-	// ExitNotFound: a message asked for by id does not exist.
-	ExitNotFound = 3
-)
-
 // usageError is a mistake on the command line.
 type usageError struct{ error }
 
@@ -66,12 +53,20 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
+	if ctx.Err() != nil {
+		return a.interrupted(err)
+	}
 	if err == nil {
 		return ExitOK
 	}
 	fmt.Fprintln(stderr, "inboxctl: "+a.redact(err.Error()))
-	var usage usageError
+	var (
+		usage usageError
+		exit  *exitError
+	)
 	switch {
+	case errors.As(err, &exit):
+		return exit.code
 	case errors.As(err, &usage), strings.HasPrefix(err.Error(), "unknown command"): // cobra's own
 		fmt.Fprintln(stderr, "Run 'inboxctl --help' (or add --help to the command) for usage.")
 		return ExitUsage
@@ -91,8 +86,10 @@ discard or purge messages, safely: bulk changes ask for confirmation (or --yes)
 and run in bounded batches.
 
 The database comes from --dsn or DATABASE_URL; the schema from --schema.
+Commands that print data take -o table (the default), json, and jsonl
+where the output is a list.
 
-Exit codes: 0 ok, 1 failure, 2 usage error, 3 not found.`,
+` + exitCodesHelp(),
 		Example: `  inboxctl stats
   inboxctl failures
   inboxctl list --status dead --consumer payments
@@ -100,20 +97,37 @@ Exit codes: 0 ok, 1 failure, 2 usage error, 3 not found.`,
   inboxctl replay --group 3f2a9c1d0b7e --yes`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		Version:       readBuildInfo().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVar(&a.dsn, "dsn", "", "PostgreSQL connection string (default: $DATABASE_URL)")
 	root.PersistentFlags().StringVar(&a.schema, "schema", pgbox.DefaultSchema, "schema holding pgbox's tables")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
 		a.statsCommand(), a.listCommand(), a.showCommand(), a.failuresCommand(),
 		a.replayCommand(), a.scheduledCommand(), a.discardCommand(), a.purgeCommand(),
-		a.outboxCommand(), a.migrateCommand(),
+		a.outboxCommand(), a.migrateCommand(), a.versionCommand(),
 		a.processesCommand(),
 	)
 	for _, c := range root.Commands() {
 		wrapArgs(c)
 	}
 	return root
+}
+
+// interrupted ends a run whose context was cancelled (Ctrl-C, SIGINT,
+// SIGTERM): with ExitInterrupted, whatever the command returned, saying
+// so unless the command ended quietly (stats --watch) or already said
+// what the interruption left.
+func (a *app) interrupted(err error) int {
+	switch {
+	case err == nil:
+	case errors.Is(err, errInterrupted):
+		fmt.Fprintln(a.errOut, "inboxctl: "+a.redact(err.Error()))
+	default:
+		fmt.Fprintln(a.errOut, "inboxctl: interrupted: "+a.redact(err.Error()))
+	}
+	return ExitInterrupted
 }
 
 // wrapArgs makes cobra's argument-count errors usage errors, in c and its
@@ -154,8 +168,10 @@ func (a *app) connect(ctx context.Context) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	if err := a.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("cannot reach PostgreSQL at %s: %w: check --dsn (or DATABASE_URL) and that the server is running",
-			where(cfg), err)
+		if ctx.Err() != nil {
+			return err // interrupted: no advice needed
+		}
+		return connectError(cfg, err)
 	}
 	a.admin, err = newAdmin(a.pool, a.schema)
 	if err != nil {

@@ -47,7 +47,8 @@ var docsPath = filepath.Join("..", "..", "..", "..", "docs", "inboxctl.md")
 // schema unless they name a --schema, and print its name as "pgbox", the
 // schema a command without --schema reads. In a marker, {group} stands for
 // the fixture's largest failure group's fingerprint, which changes with the
-// fingerprinting rules.
+// fingerprinting rules, and {server} for the test server's host and port,
+// shown as docsServer (for connection errors a real server gives).
 //
 // Times, ages, and numbers with a fraction (JSON seconds) change from run to
 // run, so they are masked on both sides before comparing (see masked),
@@ -74,6 +75,10 @@ func TestDocs(t *testing.T) {
 		FindStringSubmatch(inboxctl(t, schema, "", "failures", "-o", "json").ok(t).stdout)
 	require.NotNil(t, group, "the fixture has failure groups")
 
+	dsn, err := pgx.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	server := fmt.Sprintf("%s:%d", dsn.Host, dsn.Port)
+
 	src, err := os.ReadFile(docsPath)
 	require.NoError(t, err)
 	lines := strings.Split(string(src), "\n")
@@ -90,8 +95,8 @@ func TestDocs(t *testing.T) {
 			continue
 		}
 		samples++
-		command := strings.ReplaceAll(m[1], "{group}", group[1])
-		got := sample(t, schema, command)
+		command := strings.NewReplacer("{group}", group[1], "{server}", server).Replace(m[1])
+		got := strings.ReplaceAll(sample(t, schema, command), server, docsServer)
 		// The block the marker heads: its lines between the fences.
 		start, end := i+1, i+1
 		if start < len(lines) && lines[start] == "```" {
@@ -117,6 +122,9 @@ func TestDocs(t *testing.T) {
 		require.NoError(t, os.WriteFile(docsPath, []byte(updated), 0o644))
 	}
 }
+
+// docsServer is the test server's host and port as the guide shows them.
+const docsServer = "127.0.0.1:5432"
 
 // marker matches a sample's marker and captures the command's arguments.
 var marker = regexp.MustCompile(`^<!-- sample: inboxctl (.+) -->$`)

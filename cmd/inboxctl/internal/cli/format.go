@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
@@ -13,57 +12,12 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
-
-// Output formats of the commands that list or show things.
-const (
-	formatTable = "table"
-	formatJSON  = "json"
-	formatJSONL = "jsonl"
-)
-
-// outputFlag adds -o/--output to cmd, accepting the given formats.
-func outputFlag(cmd *cobra.Command, target *string, formats ...string) {
-	cmd.Flags().StringVarP(target, "output", "o", formatTable, "output format: "+strings.Join(formats, ", "))
-	cmd.PreRunE = chain(cmd.PreRunE, func(*cobra.Command, []string) error {
-		for _, f := range formats {
-			if *target == f {
-				return nil
-			}
-		}
-		return usagef("unknown output format %q: use %s", *target, strings.Join(formats, ", "))
-	})
-}
-
-func chain(first, second func(*cobra.Command, []string) error) func(*cobra.Command, []string) error {
-	if first == nil {
-		return second
-	}
-	return func(cmd *cobra.Command, args []string) error {
-		if err := first(cmd, args); err != nil {
-			return err
-		}
-		return second(cmd, args)
-	}
-}
 
 // newTable returns a writer that aligns tab-separated columns.
 func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-}
-
-// writeJSON writes v as indented JSON.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-// writeJSONLine writes v as one line of JSON.
-func writeJSONLine(w io.Writer, v any) error {
-	return json.NewEncoder(w).Encode(v)
 }
 
 // stamp formats t in UTC to the second, the way every table shows time.
@@ -159,33 +113,6 @@ func printable(p []byte) bool {
 // indent prefixes every line of s.
 func indent(s, prefix string) string {
 	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
-}
-
-// confirm asks on stderr and reads the answer from stdin; only "yes" (or
-// "y") goes ahead. Piped input works too: echo yes | inboxctl replay ….
-func (a *app) confirm(question string) bool {
-	fmt.Fprintf(a.errOut, "%s Type yes to continue: ", question)
-	line, err := bufio.NewReader(a.in).ReadString('\n')
-	answer := strings.ToLower(strings.TrimSpace(line))
-	if err != nil && answer == "" {
-		fmt.Fprintln(a.errOut)
-	}
-	return answer == "yes" || answer == "y"
-}
-
-// progress returns a callback that reports a bulk operation's progress on
-// stderr when stderr is a terminal, and nothing otherwise (logs stay clean).
-func (a *app) progress(verb string, total int64) func(int64) {
-	f, ok := a.errOut.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) {
-		return nil
-	}
-	return func(done int64) {
-		fmt.Fprintf(a.errOut, "\r%s %s of %s", verb, count(done), count(total))
-		if done >= total {
-			fmt.Fprintln(a.errOut)
-		}
-	}
 }
 
 // isTerminal reports whether w is a terminal (for redrawing in place).

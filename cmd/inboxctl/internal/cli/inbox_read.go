@@ -91,7 +91,7 @@ asks for a count, which reads every done row.`,
 			}
 		},
 	}
-	outputFlag(cmd, &output, formatTable, formatJSON)
+	outputFlag(cmd, &output, documentOutput)
 	cmd.Flags().BoolVar(&exact, "exact", false, "count done messages one by one instead of estimating them (reads every done row)")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every --interval until interrupted")
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
@@ -209,16 +209,19 @@ func (a *app) listCommand() *cobra.Command {
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			return a.list(ctx, filter, limit, output)
+			return a.list(ctx, filter, limit, output, "raise --limit (0 for all) or narrow the filter to see more.")
 		},
 	}
 	f.add(cmd, true)
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many messages; 0 for all")
-	outputFlag(cmd, &output, formatTable, formatJSON, formatJSONL)
+	outputFlag(cmd, &output, listOutput)
 	return cmd
 }
 
-func (a *app) list(ctx context.Context, f admin.Filter, limit int, output string) error {
+// list prints the messages f selects, newest first, at most limit (0 for
+// all); when the limit cuts the table short it says so and what to do:
+// more names a flag of the command that ran.
+func (a *app) list(ctx context.Context, f admin.Filter, limit int, output, more string) error {
 	opts := admin.ListOptions{Filter: f, Limit: limit}
 	switch output {
 	case formatJSONL:
@@ -253,7 +256,7 @@ func (a *app) list(ctx context.Context, f admin.Filter, limit int, output string
 	case n == 0:
 		fmt.Fprintln(a.out, "(no messages match)")
 	case limit > 0 && n == limit:
-		fmt.Fprintf(a.out, "\nShowing the newest %d; raise --limit (0 for all) or narrow the filter to see more.\n", n)
+		fmt.Fprintf(a.out, "\nShowing the newest %d; %s\n", n, more)
 	}
 	return nil
 }
@@ -303,7 +306,7 @@ func (a *app) showCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&consumer, "consumer", "", "the consumer holding the message (needed only if several do)")
-	outputFlag(cmd, &output, formatTable, formatJSON)
+	outputFlag(cmd, &output, documentOutput)
 	return cmd
 }
 
@@ -452,11 +455,8 @@ succeeded, or was discarded, has left its group, and its attempts with it.`,
 			if err != nil {
 				return err
 			}
-			if output == formatJSON {
-				if groups == nil {
-					groups = []admin.FailureGroup{}
-				}
-				return writeJSON(a.out, groups)
+			if output != formatTable {
+				return writeList(a.out, output, groups)
 			}
 			return a.printFailures(groups, opts)
 		},
@@ -466,7 +466,7 @@ succeeded, or was discarded, has left its group, and its attempts with it.`,
 	cmd.Flags().StringVar(&since, "since", "", "only groups with a failed attempt in this window (30m, 1h, 7d), with their count in it")
 	cmd.Flags().BoolVar(&trend, "trend", false, "show failed attempts per bucket of the --since window (default 1h)")
 	cmd.Flags().IntVar(&buckets, "buckets", 12, "how many buckets --trend splits the window into")
-	outputFlag(cmd, &output, formatTable, formatJSON)
+	outputFlag(cmd, &output, listOutput)
 	return cmd
 }
 

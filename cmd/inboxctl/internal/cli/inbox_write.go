@@ -21,6 +21,9 @@ type change struct {
 	eligible []pgbox.InboxStatus
 	// why explains to the operator why other statuses are refused.
 	why string
+	// resume says why running the command again after an interruption
+	// finishes the change safely.
+	resume string
 	// filter narrows a filter to what the change may touch.
 	filter func(admin.Filter) admin.Filter
 	// run makes the change, batchSize rows per statement, reporting
@@ -34,6 +37,7 @@ type changeFlags struct {
 	batchSize int
 	dryRun    bool
 	f         filterFlags
+	output    string
 	yes       bool
 }
 
@@ -43,6 +47,7 @@ func (c *changeFlags) add(cmd *cobra.Command, withStatus bool) {
 	cmd.Flags().IntVar(&c.batchSize, "batch-size", admin.BatchSizeDefault, "rows changed per statement")
 	cmd.Flags().BoolVar(&c.dryRun, "dry-run", false, "show what would change, and change nothing")
 	cmd.Flags().BoolVarP(&c.yes, "yes", "y", false, "do not ask for confirmation")
+	outputFlag(cmd, &c.output, changeOutput)
 }
 
 // selection is the filter that ids, or the flags, select, and whether it
@@ -91,26 +96,48 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 	if err != nil {
 		return err
 	}
-	if n == 0 {
+	report := changeReport{Action: ch.verb, DryRun: flags.dryRun, Matched: n, Selection: filter}
+	switch {
+	case n == 0:
 		if err := a.checkGroupKnown(ctx, filter.Fingerprint); err != nil {
 			return err
 		}
-		fmt.Fprintf(a.out, "Nothing to %s: no eligible message matches.\n", ch.verb)
-		return nil
+		return a.printReport(flags.output, report, fmt.Sprintf("Nothing to %s: no eligible message matches.", ch.verb))
+	case flags.dryRun:
+		return a.dryRun(ctx, ch.verb, report, flags.output)
+	case bulk && !flags.yes:
+		if err := a.confirm(ctx, fmt.Sprintf("%s %s?", capitalize(ch.verb), plural(n, "message")), ch.past); err != nil {
+			return err
+		}
 	}
-	if flags.dryRun {
-		fmt.Fprintf(a.out, "Would %s %s. Nothing was changed (--dry-run). The first of them:\n\n", ch.verb, plural(n, "message"))
-		return a.list(ctx, filter, 20, formatTable)
+	b := a.startBatches(ctx, capitalize(ch.past), n)
+	report.Changed, err = ch.run(b.ctx, filter, flags.batchSize, b.report)
+	a.endBatches(b)
+	if b.interrupted() {
+		return a.interruptedChange(flags.output, report, ch.past, "message", ch.resume)
 	}
-	if bulk && !flags.yes && !a.confirm(fmt.Sprintf("%s %s?", capitalize(ch.verb), plural(n, "message"))) {
-		return fmt.Errorf("not confirmed: nothing was %s", ch.past)
-	}
-	done, err := ch.run(ctx, filter, flags.batchSize, a.progress(capitalize(ch.past), n))
 	if err != nil {
-		return fmt.Errorf("%w (%s %s before the error)", err, ch.past, plural(done, "message"))
+		return fmt.Errorf("%w (%s %s before the error)", err, ch.past, plural(report.Changed, "message"))
 	}
-	fmt.Fprintf(a.out, "%s %s.\n", capitalize(ch.past), plural(done, "message"))
-	return nil
+	return a.printReport(flags.output, report, fmt.Sprintf("%s %s.", capitalize(ch.past), plural(report.Changed, "message")))
+}
+
+// dryRunShown is how many messages a dry run's table shows.
+const dryRunShown = 20
+
+// dryRun shows what a replay or discard would change: the count and the
+// newest messages in a table, the count and the selection in JSON, or
+// every selected message in JSON lines.
+func (a *app) dryRun(ctx context.Context, verb string, r changeReport, output string) error {
+	switch output {
+	case formatJSON:
+		return writeJSON(a.out, r)
+	case formatJSONL:
+		return a.list(ctx, r.Selection.(admin.Filter), 0, formatJSONL, "")
+	}
+	fmt.Fprintf(a.out, "Would %s %s. Nothing was changed (--dry-run). The newest of them:\n\n", verb, plural(r.Matched, "message"))
+	return a.list(ctx, r.Selection.(admin.Filter), dryRunShown, formatTable,
+		fmt.Sprintf("add -o jsonl to list all %s as JSON lines.", count(r.Matched)))
 }
 
 // checkIDs refuses the whole change when an id does not exist or is not in
@@ -180,6 +207,8 @@ batches, exactly once. 'inboxctl scheduled' lists scheduled replays.`,
 				verb: "replay", past: "replayed",
 				eligible: []pgbox.InboxStatus{pgbox.InboxDead, pgbox.InboxDiscarded, pgbox.InboxPending},
 				why:      "only dead, discarded or failing messages are replayed: a running one is held by a worker, a done one has had its effect",
+				resume: "it replays the rest; a message already replayed is pending, and replaying it again only makes it due now " +
+					"and counts one more replay: none runs again once it has succeeded",
 				filter: func(f admin.Filter) admin.Filter {
 					f.ReplayableOnly = true
 					return f
@@ -217,6 +246,7 @@ message's history. Only dead messages can be discarded.`,
 				verb: "discard", past: "discarded",
 				eligible: []pgbox.InboxStatus{pgbox.InboxDead},
 				why:      "only dead messages are discarded",
+				resume:   "messages already discarded are no longer dead, so it discards only the rest",
 				filter: func(f admin.Filter) admin.Filter {
 					f.Statuses = []pgbox.InboxStatus{pgbox.InboxDead}
 					return f
@@ -237,6 +267,7 @@ func (a *app) purgeCommand() *cobra.Command {
 		olderThan, status, consumer string
 		batchSize                   int
 		dryRun, yes                 bool
+		output                      string
 	)
 	cmd := &cobra.Command{
 		Use:   "purge --older-than DURATION",
@@ -247,7 +278,12 @@ func (a *app) purgeCommand() *cobra.Command {
 A done message is the inbox's memory that it was handled: once deleted, a
 redelivery of it is handled again. Keep --older-than longer than any
 producer's or broker's redelivery window. Dead messages are never purged:
-replay or discard them first.`,
+replay or discard them first.
+
+` + purgeWindowRule + `
+
+An interrupted purge stops after the batch under way and says how many it
+deleted; running the same command again deletes the rest.`,
 		Example: `  inboxctl purge --older-than 30d --dry-run
   inboxctl purge --older-than 30d --yes
   inboxctl purge --status discarded --older-than 7d --consumer payments`,
@@ -279,23 +315,31 @@ replay or discard them first.`,
 			if consumer != "" {
 				what += fmt.Sprintf(" of consumer %q", consumer)
 			}
-			switch {
-			case n == 0:
-				fmt.Fprintf(a.out, "Nothing to purge: no %s message older than %s.\n", status, olderThan)
-				return nil
-			case dryRun:
-				fmt.Fprintf(a.out, "Would delete %s. Nothing was changed (--dry-run).\n", what)
-				return nil
-			case !yes && !a.confirm("Delete "+what+"?"):
-				return fmt.Errorf("not confirmed: nothing was deleted")
+			report := changeReport{Action: "purge", DryRun: dryRun, Matched: n, Selection: purgeSelection{
+				Consumer: consumer, OlderThan: d.Seconds(), Status: pgbox.InboxStatus(status)}}
+			if n == 0 {
+				return a.printReport(output, report, fmt.Sprintf("Nothing to purge: no %s message older than %s.", status, olderThan))
 			}
-			opts.ProgressFunc = a.progress("Deleted", n)
-			done, err := a.admin.Purge(ctx, opts)
+			a.warnPurgeWindow(d, olderThan, pgbox.InboxStatus(status))
+			if dryRun {
+				return a.printReport(output, report, fmt.Sprintf("Would delete %s. Nothing was changed (--dry-run).", what))
+			}
+			if !yes {
+				if err := a.confirm(ctx, "Delete "+what+"?", "deleted"); err != nil {
+					return err
+				}
+			}
+			b := a.startBatches(ctx, "Deleted", n)
+			opts.ProgressFunc = b.report
+			report.Changed, err = a.admin.Purge(b.ctx, opts)
+			a.endBatches(b)
+			if b.interrupted() {
+				return a.interruptedChange(output, report, "deleted", status+" message", "the messages already deleted are gone, so it deletes only the rest")
+			}
 			if err != nil {
-				return fmt.Errorf("%w (deleted %s before the error)", err, count(done))
+				return fmt.Errorf("%w (deleted %s before the error)", err, count(report.Changed))
 			}
-			fmt.Fprintf(a.out, "Deleted %s.\n", plural(done, status+" message"))
-			return nil
+			return a.printReport(output, report, fmt.Sprintf("Deleted %s.", plural(report.Changed, status+" message")))
 		},
 	}
 	cmd.Flags().StringVar(&olderThan, "older-than", "", "delete messages older than this: 90m, 36h, 30d (required)")
@@ -304,5 +348,6 @@ replay or discard them first.`,
 	cmd.Flags().IntVar(&batchSize, "batch-size", admin.BatchSizeDefault, "rows deleted per statement")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted, and delete nothing")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	outputFlag(cmd, &output, documentOutput)
 	return cmd
 }

@@ -17,7 +17,7 @@ func (a *app) migrateCommand() *cobra.Command {
 Several migrators may run at once: they take turns on an advisory lock.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(a.migrateUpCommand(), a.migrateDownCommand(), a.migrateStatusCommand(), a.migrateVersionCommand())
+	cmd.AddCommand(a.migrateUpCommand(), a.migrateDownCommand(), a.migrateStatusCommand(), a.migrateVersionCommand(), a.migrateCheckCommand())
 	return cmd
 }
 
@@ -97,8 +97,10 @@ confirmation unless --yes.`,
 			if current >= migrations.RiverSince && target < migrations.RiverSince {
 				question = fmt.Sprintf("Roll schema %q back from version %d to %d (River's job tables included), dropping tables and their data?", a.schema, current, target)
 			}
-			if !yes && !a.confirm(question) {
-				return fmt.Errorf("not confirmed: nothing was rolled back")
+			if !yes {
+				if err := a.confirm(cmd.Context(), question, "rolled back"); err != nil {
+					return err
+				}
 			}
 			done, err := m.DownTo(cmd.Context(), target)
 			for _, r := range done {
@@ -132,8 +134,8 @@ func (a *app) migrateStatusCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if output == formatJSON {
-				return writeJSON(a.out, st)
+			if output != formatTable {
+				return writeList(a.out, output, st)
 			}
 			t := newTable(a.out)
 			fmt.Fprintln(t, "VERSION\tMIGRATION\tAPPLIED (UTC)")
@@ -151,29 +153,140 @@ func (a *app) migrateStatusCommand() *cobra.Command {
 			return a.printRiver(cmd, m)
 		},
 	}
-	outputFlag(cmd, &output, formatTable, formatJSON)
+	outputFlag(cmd, &output, listOutput)
 	return cmd
 }
 
 func (a *app) migrateVersionCommand() *cobra.Command {
-	return &cobra.Command{
+	var output string
+	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the schema's migration version and the one this build needs",
-		Args:  cobra.NoArgs,
+		Long: `version prints the schema's migration version and the one this build needs, and
+always exits 0 when it could read them; 'inboxctl migrate check' exits by
+where the schema stands, for deploy pipelines.`,
+		Example: `  inboxctl migrate version
+  inboxctl migrate version -o json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := a.migrator(cmd)
+			st, err := a.schemaState(cmd)
 			if err != nil {
 				return err
 			}
-			defer m.Close()
-			v, err := m.Version(cmd.Context())
-			if err != nil {
-				return err
+			if output == formatJSON {
+				return writeJSON(a.out, st)
 			}
-			fmt.Fprintf(a.out, "schema %q is at version %d; this build needs %d\n", a.schema, v, pgbox.SchemaVersion)
+			fmt.Fprintf(a.out, "schema %q is at version %d; this build needs %d\n", a.schema, st.Version, st.Want)
 			return nil
 		},
 	}
+	outputFlag(cmd, &output, documentOutput)
+	return cmd
+}
+
+func (a *app) migrateCheckCommand() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Exit 0 if the schema is at this build's version, non-zero if not (for deploy pipelines)",
+		Long: fmt.Sprintf(`check compares the schema with this build, River's job tables included, and
+exits with a code a deploy pipeline can act on. It changes nothing.
+
+  %d  current: the schema is at the version this build needs
+  %d  behind: an older version, or River's tables behind: run inboxctl migrate up
+  %d  ahead: a newer version than this build knows: deploy a newer build
+  %d  missing: the schema has no pgbox tables: run inboxctl migrate up
+  %d  the check itself failed (the database unreachable, say)
+
+It prints the same as 'migrate version', with the state ("state" in JSON).`,
+			ExitOK, ExitSchemaBehind, ExitSchemaAhead, ExitSchemaMissing, ExitFailure),
+		Example: `  inboxctl migrate check && deploy
+  inboxctl migrate check -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := a.schemaState(cmd)
+			if err != nil {
+				return err
+			}
+			if output == formatJSON {
+				if err := writeJSON(a.out, st); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(a.out, "schema %q is at version %d (River %d); this build needs %d (River %d): %s\n",
+					a.schema, st.Version, st.RiverVersion, st.Want, st.RiverWant, st.State)
+			}
+			return st.err(a.schema)
+		},
+	}
+	outputFlag(cmd, &output, documentOutput)
+	return cmd
+}
+
+// Where a schema stands against this build, as migrate check reports it.
+const (
+	schemaCurrent = "current"
+	schemaBehind  = "behind"
+	schemaAhead   = "ahead"
+	schemaMissing = "missing"
+)
+
+// schemaState is where a schema stands against this build: what migrate
+// version and migrate check print.
+type schemaState struct {
+	// RiverVersion is the newest River migration applied (0: none).
+	RiverVersion int `json:"river_version"`
+	// RiverWant is the newest River migration this build carries.
+	RiverWant int `json:"river_want"`
+	// Schema is the schema's name.
+	Schema string `json:"schema"`
+	// State is current, behind, ahead or missing.
+	State string `json:"state"`
+	// Version is the schema's pgbox migration version (0: none).
+	Version int64 `json:"version"`
+	// Want is the version this build needs (pgbox.SchemaVersion).
+	Want int64 `json:"want"`
+}
+
+// schemaState reads where the schema stands; it changes nothing.
+func (a *app) schemaState(cmd *cobra.Command) (schemaState, error) {
+	m, err := a.migrator(cmd)
+	if err != nil {
+		return schemaState{}, err
+	}
+	defer m.Close()
+	st := schemaState{Schema: a.schema, Want: pgbox.SchemaVersion}
+	if st.Version, err = m.Version(cmd.Context()); err != nil {
+		return st, err
+	}
+	if st.RiverVersion, st.RiverWant, err = m.RiverVersion(cmd.Context()); err != nil {
+		return st, err
+	}
+	switch {
+	case st.Version == 0:
+		st.State = schemaMissing
+	case st.Version < st.Want, st.Version == st.Want && st.RiverVersion < st.RiverWant:
+		st.State = schemaBehind
+	case st.Version > st.Want, st.RiverVersion > st.RiverWant:
+		st.State = schemaAhead
+	default:
+		st.State = schemaCurrent
+	}
+	return st, nil
+}
+
+// err is nil for a current schema, and otherwise the exit code for its
+// state with what to do.
+func (st schemaState) err(schema string) error {
+	switch st.State {
+	case schemaMissing:
+		return &exitError{ExitSchemaMissing, fmt.Errorf("schema %q has no pgbox tables: run inboxctl migrate up", schema)}
+	case schemaBehind:
+		return &exitError{ExitSchemaBehind, fmt.Errorf("schema %q is behind this build: run inboxctl migrate up", schema)}
+	case schemaAhead:
+		return &exitError{ExitSchemaAhead, fmt.Errorf("schema %q is ahead of this build: deploy a newer build (or roll back with the newer build's inboxctl migrate down)", schema)}
+	}
+	return nil
 }
 
 // printRiver says where River's migrations stand: migration RiverSince

@@ -81,7 +81,7 @@ func (a *app) outboxListCommand() *cobra.Command {
 	cmd.Flags().StringSliceVar(&statusFlags, "status", nil, "only these statuses: pending, running, published, dead (comma-separated)")
 	cmd.Flags().StringVar(&topic, "topic", "", "only this topic")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many rows; 0 for all")
-	outputFlag(cmd, &output, formatTable, formatJSON, formatJSONL)
+	outputFlag(cmd, &output, listOutput)
 	return cmd
 }
 
@@ -150,13 +150,14 @@ func (a *app) outboxShowCommand() *cobra.Command {
 			return nil
 		},
 	}
-	outputFlag(cmd, &output, formatTable, formatJSON)
+	outputFlag(cmd, &output, documentOutput)
 	return cmd
 }
 
 func (a *app) outboxRetryCommand() *cobra.Command {
 	var (
 		allDead, dryRun, yes bool
+		output               string
 	)
 	cmd := &cobra.Command{
 		Use:   "retry [ID...]",
@@ -205,26 +206,42 @@ ordering key until then. Name the rows by id, or pass --all-dead.`,
 					return err
 				}
 			}
+			report := changeReport{Action: "retry outbox rows", DryRun: dryRun, Matched: n, Selection: outboxSelection{AllDead: allDead, IDs: ids}}
 			switch {
 			case n == 0:
-				fmt.Fprintln(a.out, "Nothing to retry: no dead outbox row.")
-				return nil
+				return a.printReport(output, report, "Nothing to retry: no dead outbox row.")
 			case dryRun:
-				fmt.Fprintf(a.out, "Would retry %s. Nothing was changed (--dry-run).\n", plural(n, "dead outbox row"))
-				return nil
-			case allDead && !yes && !a.confirm(fmt.Sprintf("Retry %s?", plural(n, "dead outbox row"))):
-				return fmt.Errorf("not confirmed: nothing was retried")
+				return a.printReport(output, report, fmt.Sprintf("Would retry %s. Nothing was changed (--dry-run).", plural(n, "dead outbox row")))
+			case allDead && !yes:
+				if err := a.confirm(ctx, fmt.Sprintf("Retry %s?", plural(n, "dead outbox row")), "retried"); err != nil {
+					return err
+				}
 			}
-			done, err := a.admin.OutboxRetry(ctx, admin.OutboxRetryOptions{IDs: ids, ProgressFunc: a.progress("Retried", n)})
+			b := a.startBatches(ctx, "Retried", n)
+			var err error
+			report.Changed, err = a.admin.OutboxRetry(b.ctx, admin.OutboxRetryOptions{IDs: ids, ProgressFunc: b.report})
+			a.endBatches(b)
+			if b.interrupted() {
+				return a.interruptedChange(output, report, "retried", "dead outbox row",
+					"rows already retried are pending, no longer dead, so --all-dead retries only the rest (drop ids already retried: they are refused)")
+			}
 			if err != nil {
-				return fmt.Errorf("%w (retried %s before the error)", err, plural(done, "row"))
+				return fmt.Errorf("%w (retried %s before the error)", err, plural(report.Changed, "row"))
 			}
-			fmt.Fprintf(a.out, "Retried %s: the relay will publish again.\n", plural(done, "outbox row"))
-			return nil
+			return a.printReport(output, report, fmt.Sprintf("Retried %s: the relay will publish again.", plural(report.Changed, "outbox row")))
 		},
 	}
 	cmd.Flags().BoolVar(&allDead, "all-dead", false, "retry every dead row")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be retried, and change nothing")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	outputFlag(cmd, &output, documentOutput)
 	return cmd
+}
+
+// outboxSelection is outbox retry's selection in its JSON report.
+type outboxSelection struct {
+	// AllDead is --all-dead: every dead row.
+	AllDead bool `json:"all_dead,omitzero"`
+	// IDs are the rows named.
+	IDs []uuid.UUID `json:"ids,omitzero"`
 }

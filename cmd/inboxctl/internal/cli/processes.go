@@ -54,7 +54,7 @@ retries them. A footer says what each dead process left behind.`,
 			return a.printProcesses(ps)
 		},
 	}
-	outputFlag(cmd, &output, formatTable, formatJSON, formatJSONL)
+	outputFlag(cmd, &output, listOutput)
 	return cmd
 }
 

@@ -64,15 +64,23 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 	when := stamp(runAt) + " UTC"
 	now := fmt.Sprintf("%s %s replayable now", plural(n, "message"), map[bool]string{true: "is", false: "are"}[n == 1])
 	if flags.dryRun {
-		fmt.Fprintf(a.out, "Would schedule a replay for %s (%s). Nothing was changed (--dry-run).\n", when, now)
-		return nil
+		return a.printReport(flags.output, changeReport{Action: "schedule replay", DryRun: true, Matched: n, Selection: filter},
+			fmt.Sprintf("Would schedule a replay for %s (%s). Nothing was changed (--dry-run).", when, now))
 	}
-	if bulk && !flags.yes && !a.confirm(fmt.Sprintf("Schedule a replay for %s (%s)?", when, now)) {
-		return fmt.Errorf("not confirmed: nothing was scheduled")
+	if bulk && !flags.yes {
+		if err := a.confirm(ctx, fmt.Sprintf("Schedule a replay for %s (%s)?", when, now), "scheduled"); err != nil {
+			return err
+		}
 	}
 	r, err := a.admin.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: runAt, Filter: filter, Note: note})
 	if err != nil {
 		return err
+	}
+	switch flags.output {
+	case formatJSON:
+		return writeJSON(a.out, r)
+	case formatJSONL:
+		return writeJSONLine(a.out, r)
 	}
 	fmt.Fprintf(a.out, "Scheduled replay %d for %s (%s). The maintenance job replays what is replayable then.\n", r.ID, when, now)
 	fmt.Fprintf(a.out, "See it: inboxctl scheduled. Call it off: inboxctl scheduled cancel %d\n", r.ID)
@@ -104,11 +112,8 @@ each once its time has come, by the database clock.`,
 			if err != nil {
 				return err
 			}
-			if output == formatJSON {
-				if list == nil {
-					list = []admin.ScheduledReplay{}
-				}
-				return writeJSON(a.out, list)
+			if output != formatTable {
+				return writeList(a.out, output, list)
 			}
 			if len(list) == 0 {
 				fmt.Fprintln(a.out, "No scheduled replays. Schedule one with: inboxctl replay … --at TIME")
@@ -126,7 +131,7 @@ each once its time has come, by the database clock.`,
 			return t.Flush()
 		},
 	}
-	outputFlag(cmd, &output, formatTable, formatJSON)
+	outputFlag(cmd, &output, listOutput)
 	cmd.Flags().IntVar(&limit, "limit", 50, "show at most this many")
 	cmd.AddCommand(&cobra.Command{
 		Use:     "cancel ID",

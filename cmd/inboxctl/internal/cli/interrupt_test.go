@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/pgtest"
+)
+
+// watchedBuffer is a stream run writes to from its goroutine; seen closes
+// once the output contains want.
+type watchedBuffer struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func newWatchedBuffer(want string) *watchedBuffer {
+	return &watchedBuffer{want: want, seen: make(chan struct{})}
+}
+
+func (w *watchedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return n, err
+}
+
+func (w *watchedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// runAsync runs inboxctl with ctx in the background and returns its exit
+// code on the channel.
+func runAsync(t *testing.T, ctx context.Context, schema string, stdin io.Reader, stdout, stderr io.Writer, args ...string) <-chan int {
+	t.Helper()
+	env := map[string]string{"DATABASE_URL": pgtest.URL(t)}
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, append(args, "--schema", schema), stdin, stdout, stderr, func(k string) string { return env[k] })
+	}()
+	return code
+}
+
+// Ctrl-C at a confirmation prompt ends the command at once, although the
+// prompt's read of stdin never returns: exit 130, nothing changed.
+func TestInterruptAtPromptEndsAtOnce(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	stdin, typist := io.Pipe() // nobody types: a read never returns
+	t.Cleanup(func() { typist.Close() })
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	var stdout bytes.Buffer
+	stderr := newWatchedBuffer("Type yes to continue:")
+
+	code := runAsync(t, ctx, schema, stdin, &stdout, stderr, "replay", "--consumer", "payments", "--status", "dead")
+	select {
+	case <-stderr.seen:
+	case c := <-code:
+		t.Fatalf("ended with %d before prompting: %s", c, stderr.String())
+	}
+	interrupt()
+	require.Equal(t, ExitInterrupted, <-code, "stderr: %s", stderr.String())
+	require.Contains(t, stderr.String(), "inboxctl: interrupted at the prompt: nothing was replayed")
+	require.Empty(t, stdout.String())
+	for id, replays := range map[string]int{"order-2/placed": 0, "order-3/placed": 1, "bad-1": 0} {
+		status, _, n := state(t, schema, "payments", id)
+		require.Equal(t, []any{"dead", replays}, []any{status, n}, id)
+	}
+}
+
+// An interrupted bulk replay stops after the batch under way and prints
+// exactly how many it replayed, on a line of its own, and that running it
+// again finishes it; running it again does.
+func TestInterruptedBulkReplayPrintsExactCount(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.Schema(t)
+	pool := pgtest.Pool(t)
+	bg := context.Background()
+	_, err := pool.Exec(bg, ident.Render(`
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
+		SELECT 'payments', 'm-' || i, 'OrderPlaced', 'dead', 5, 5, '\x00', '', 'timeout'
+		FROM generate_series(1, 50) AS i ORDER BY i`, schema))
+	require.NoError(t, err)
+
+	// Hold a row of the second batch, so the replay waits inside it.
+	holder, err := pool.Begin(bg)
+	require.NoError(t, err)
+	defer holder.Rollback(bg)
+	_, err = holder.Exec(bg, ident.Render(`SELECT 1 FROM /* schema */inbox WHERE message_id = 'm-15' FOR UPDATE`, schema))
+	require.NoError(t, err)
+
+	ctx, interrupt := context.WithCancel(bg)
+	defer interrupt()
+	var stdout, stderr bytes.Buffer
+	code := runAsync(t, ctx, schema, strings.NewReader(""), &stdout, &stderr,
+		"replay", "--consumer", "payments", "--status", "dead", "--batch-size", "10", "--yes")
+	waitForLockWait(t, schema)
+	interrupt()
+	require.NoError(t, holder.Rollback(bg)) // the batch under way finishes; no other starts
+
+	require.Equal(t, ExitInterrupted, <-code, "stderr: %s", stderr.String())
+	require.Equal(t, "Replayed 20 of 50 messages before the interruption.\n", stdout.String())
+	require.Contains(t, stderr.String(), "inboxctl: interrupted: run the same command again to finish")
+	var replayed int
+	require.NoError(t, pool.QueryRow(bg, ident.Render(`SELECT count(*) FROM /* schema */inbox WHERE replays = 1`, schema)).Scan(&replayed))
+	require.Equal(t, 20, replayed, "the printed count is what the database holds")
+
+	again := inboxctl(t, schema, "", "replay", "--consumer", "payments", "--status", "dead", "--yes").ok(t)
+	require.Equal(t, "Replayed 30 messages.\n", again.stdout)
+}
+
+// waitForLockWait waits until a statement on schema waits for a row lock.
+func waitForLockWait(t *testing.T, schema string) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	for {
+		var waiting bool
+		err := pool.QueryRow(context.Background(), `
+			SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			               WHERE wait_event_type = 'Lock' AND application_name = 'inboxctl' AND strpos(query, $1) > 0)`,
+			pgx.QueryExecModeSimpleProtocol, schema).Scan(&waiting)
+		require.NoError(t, err)
+		if waiting {
+			return
+		}
+	}
+}
+
+// Interrupting stats --watch is a normal end, reported as an
+// interruption like any other.
+func TestInterruptedWatchExits130(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	frames := &frameCounter{cancelAfter: 2, cancel: cancel}
+	var stderr bytes.Buffer
+	code := run(ctx, []string{"stats", "--watch", "--interval", "100ms", "--schema", schema}, strings.NewReader(""), frames, &stderr,
+		func(k string) string { return map[string]string{"DATABASE_URL": pgtest.URL(t)}[k] })
+	require.Equal(t, ExitInterrupted, code)
+	require.Empty(t, stderr.String())
+	require.GreaterOrEqual(t, strings.Count(frames.String(), "INBOX"), 2)
+}
