@@ -462,7 +462,7 @@ func TestReplayAt(t *testing.T) {
 	inboxctl(t, schema, "", "replay", "--group", failureGroup(t, schema), "--at", "0s", "--yes").ok(t)
 	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: schema})
 	require.NoError(t, err)
-	n, err := adm.RunDueReplays(context.Background(), 0)
+	n, err := adm.RunDueReplays(context.Background(), admin.RunDueReplaysOptions{})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 	list := inboxctl(t, schema, "", "scheduled").ok(t).stdout

@@ -215,7 +215,7 @@ ordering key until then. Name the rows by id, or pass --all-dead.`,
 			case allDead && !yes && !a.confirm(fmt.Sprintf("Retry %s?", plural(n, "dead outbox row"))):
 				return fmt.Errorf("not confirmed: nothing was retried")
 			}
-			done, err := a.admin.OutboxRetry(ctx, admin.OutboxRetryOptions{IDs: ids, ProgressFunc: a.progress("Retried", n)})
+			done, err := a.admin.OutboxRetry(ctx, admin.OutboxRetryOptions{Actor: a.actor(), IDs: ids, ProgressFunc: a.progress("Retried", n)})
 			if err != nil {
 				return fmt.Errorf("%w (retried %s before the error)", err, plural(done, "row"))
 			}
