@@ -381,8 +381,8 @@ LIMIT $1`
 const countScheduledSQL = `
 SELECT count(*) FROM /* schema */scheduled_replays WHERE state IN ` + replayUnfinished
 
-// cancelReplaySQL cancels scheduled replay $1 if it has not started,
-// ends the record of its scheduling as cancelled, counts it in the cancel's
+// cancelReplaySQL cancels scheduled replay $1 if it is waiting or under
+// way (a throttled one, say; the batches it committed stay replayed), ends the record of its scheduling as cancelled, counts it in the cancel's
 // audit record $2, and returns its state either way (no row: no such
 // replay).
 var cancelReplaySQL = `
@@ -392,7 +392,7 @@ WITH target AS (
 changed AS (
     UPDATE /* schema */scheduled_replays AS r SET state = ` + replayCancelledSQL + `, finished_at = now()
     FROM target AS t
-    WHERE r.id = t.id AND t.state = ` + replayScheduledSQL + `
+    WHERE r.id = t.id AND t.state IN ` + replayUnfinished + `
     RETURNING r.id, t.audit_id
 ),
 closed AS (

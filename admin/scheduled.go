@@ -31,7 +31,7 @@ const (
 	// ReplayFailed is a replay that could not run (see
 	// ScheduledReplay.Error); nothing more will be done.
 	ReplayFailed ReplayState = "failed"
-	// ReplayCancelled is a replay an operator cancelled before it started.
+	// ReplayCancelled is a replay an operator cancelled before it ended.
 	ReplayCancelled ReplayState = "cancelled"
 )
 
@@ -267,25 +267,27 @@ type CancelScheduledReplayOptions struct {
 	Note string
 }
 
-// CancelScheduledReplay calls off scheduled replay opts.ID before it
-// starts, and records that in the audit log (the record of its scheduling
-// ends as cancelled). It returns an error wrapping ErrNotFound when there
-// is no such replay, and an error when it has already started or ended;
-// then nothing is changed or recorded.
+// CancelScheduledReplay calls off scheduled replay opts.ID while it waits
+// or runs (a throttled replay, say: the messages it has replayed stay
+// replayed, the rest are left as they are), and records that in the audit
+// log (the record of its scheduling ends as cancelled, with its count). A
+// batch under way finishes first: the cancel waits for it. It returns an
+// error wrapping ErrNotFound when there is no such replay, and an error
+// when it has already ended; then nothing is changed or recorded.
 func (a *Admin) CancelScheduledReplay(ctx context.Context, opts CancelScheduledReplayOptions) error {
 	return a.cancelScheduledReplay(ctx, nil, opts)
 }
 
 // CancelScheduledReplayTx is CancelScheduledReplay inside the caller's
 // transaction: the replay is called off only if tx commits. Until then it
-// holds the replay's row locked, so the maintenance job cannot start it
+// holds the replay's row locked, so the maintenance job cannot run it
 // meanwhile.
 func (a *Admin) CancelScheduledReplayTx(ctx context.Context, tx pgx.Tx, opts CancelScheduledReplayOptions) error {
 	return a.cancelScheduledReplay(ctx, tx, opts)
 }
 
-// errNotCancelled rolls back a cancel that found the replay already under
-// way or ended; cancelScheduledReplay replaces it with the explanation.
+// errNotCancelled rolls back a cancel that found the replay already
+// ended; cancelScheduledReplay replaces it with the explanation.
 var errNotCancelled = errors.New("not cancelled")
 
 func (a *Admin) cancelScheduledReplay(ctx context.Context, tx pgx.Tx, opts CancelScheduledReplayOptions) error {
@@ -309,7 +311,7 @@ func (a *Admin) cancelScheduledReplay(ctx context.Context, tx pgx.Tx, opts Cance
 		return a.auditEnd(ctx, db, auditID, nil)
 	})
 	if errors.Is(err, errNotCancelled) {
-		return fmt.Errorf("scheduled replay %d is %s: only a replay that has not started can be cancelled", opts.ID, state)
+		return fmt.Errorf("scheduled replay %d is %s: only a replay waiting or under way can be cancelled", opts.ID, state)
 	}
 	return err
 }

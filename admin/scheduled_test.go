@@ -155,7 +155,7 @@ func TestCancelScheduledReplay(t *testing.T) {
 	require.Zero(t, n, "a cancelled replay never runs")
 	require.Equal(t, 3, countStatus(t, schema, "dead"))
 
-	require.ErrorContains(t, adm.CancelScheduledReplay(ctx, admin.CancelScheduledReplayOptions{ID: r.ID}), "is cancelled: only a replay that has not started can be cancelled")
+	require.ErrorContains(t, adm.CancelScheduledReplay(ctx, admin.CancelScheduledReplayOptions{ID: r.ID}), "is cancelled: only a replay waiting or under way can be cancelled")
 	require.ErrorIs(t, adm.CancelScheduledReplay(ctx, admin.CancelScheduledReplayOptions{ID: r.ID + 100}), admin.ErrNotFound)
 }
 

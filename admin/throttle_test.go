@@ -190,3 +190,31 @@ func TestScheduleReplayPacing(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 }
+
+// A throttled replay under way can be called off: what it replayed stays
+// replayed and counted, nothing more is.
+func TestCancelThrottledReplayPartWay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, admin.Config{})
+	b.add(t, "payments", "dead", 50, pgbox.InboxDead, "gateway timeout", 0)
+	r, err := b.adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(-time.Hour), Rate: 10})
+	require.NoError(t, err)
+	n, err := b.adm.RunDueReplays(ctx, admin.RunDueReplaysOptions{Tick: time.Second})
+	require.NoError(t, err)
+	require.Positive(t, n)
+
+	require.NoError(t, b.adm.CancelScheduledReplay(ctx, admin.CancelScheduledReplayOptions{ID: r.ID, Note: "gateway failing again"}))
+	more, err := b.adm.RunDueReplays(ctx, admin.RunDueReplaysOptions{Tick: time.Second})
+	require.NoError(t, err)
+	require.Zero(t, more)
+	require.EqualValues(t, n, b.count(t, b.pool, "replays = 1"))
+
+	records, err := b.adm.AuditLog(ctx, admin.AuditLogOptions{Action: admin.AuditScheduleReplay})
+	require.NoError(t, err)
+	require.Len(t, records, 1)
+	require.Equal(t, admin.AuditCancelled, records[0].State)
+	require.Equal(t, n, records[0].Affected)
+	require.ErrorContains(t, b.adm.CancelScheduledReplay(ctx, admin.CancelScheduledReplayOptions{ID: r.ID}),
+		"is cancelled: only a replay waiting or under way can be cancelled")
+}

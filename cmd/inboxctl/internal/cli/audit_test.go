@@ -110,7 +110,7 @@ func TestReplayPayloadFile(t *testing.T) {
 	require.Equal(t, 1, replays)
 	show := inboxctl(t, schema, "", "show", "order-2/placed", "--consumer", "payments").ok(t).stdout
 	require.Contains(t, show, `"currency": "EUR"`)
-	require.Contains(t, show, "edited")
+	require.Contains(t, show, "payload edited by an operator (40 bytes, was 23; the original is kept; audit record 1)")
 	records := auditRecords(t, schema)
 	require.Len(t, records, 1)
 	require.Equal(t, admin.AuditEditPayload, records[0].Action)

@@ -153,7 +153,7 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 		return err
 	}
 	fmt.Fprintf(a.out, "Scheduled replay %d for %s (%s). The maintenance job replays what is replayable then.\n", r.ID, when, what)
-	fmt.Fprintf(a.out, "See it: inboxctl scheduled. Call it off before it starts: inboxctl scheduled cancel %d\n", r.ID)
+	fmt.Fprintf(a.out, "See it: inboxctl scheduled. Call it off: inboxctl scheduled cancel %d\n", r.ID)
 	return nil
 }
 
@@ -223,7 +223,7 @@ each once its time has come, by the database clock.`,
 	var note string
 	cancel := &cobra.Command{
 		Use:     "cancel ID",
-		Short:   "Call off a scheduled replay that has not started",
+		Short:   "Call off a scheduled replay waiting or under way (a throttled one, say)",
 		Example: `  inboxctl scheduled cancel 3`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
