@@ -9,6 +9,18 @@
 // replay and discard is recorded in the message's history, next to its
 // failed attempts, and replays are counted on the row.
 //
+// # Audit
+//
+// Every write (Replay, Discard, Purge, ScheduleReplay and
+// CancelScheduledReplay, OutboxRetry, EditAndReplay) is recorded in the
+// audit log (AuditLog): who (the options' Actor, by default this process),
+// from where, when, the selection, the note and how many rows it changed.
+// The record is written before the first batch, and each batch adds its
+// count to it in the statement that makes the change, so the count is
+// always what committed: an action interrupted part way ends as
+// AuditInterrupted with the count it reached, and one whose process died
+// stays AuditRunning with the count of its committed batches.
+//
 // # Transactions
 //
 // Each write comes in a pair, as in River: Replay and ReplayTx, Discard and
@@ -112,7 +124,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Admin, error) {
 		"scheduleReplay": scheduleReplaySQL, "scheduledReplays": scheduledReplaysSQL, "cancelReplay": cancelReplaySQL,
 		"claimDueReplay": claimDueReplaySQL, "advanceReplay": advanceReplaySQL, "failReplay": failReplaySQL,
 		"countScheduled": countScheduledSQL, "groupKnown": groupKnownSQL, "doneExact": doneExactSQL,
-		"doneEstimate": doneEstimateSQL,
+		"doneEstimate": doneEstimateSQL, "auditStart": auditStartSQL, "auditEnd": auditEndSQL, "auditLog": auditLogSQL,
+		"editLock": editLockSQL, "edit": editSQL,
 	} {
 		q[name] = ident.Render(sql, cfg.Schema)
 	}

@@ -27,6 +27,10 @@ func (a *Admin) Count(ctx context.Context, f Filter) (int64, error) {
 
 // ReplayOptions says which messages Replay replays, and how.
 type ReplayOptions struct {
+	// Actor is who replays, as the audit log records it. Defaults to
+	// ProcessActor, field by field.
+	Actor Actor
+
 	// BatchSize is how many messages one statement replays. Defaults to
 	// Config.BatchSize.
 	BatchSize int
@@ -72,11 +76,18 @@ func (a *Admin) replay(ctx context.Context, db dbtx, opts ReplayOptions) (int64,
 	if err != nil {
 		return 0, err
 	}
-	return a.inBatches(ctx, db, "replay", size, opts.ProgressFunc, a.seqBatches(a.q["replay"], opts.Filter, opts.Note))
+	e := auditEntry{action: AuditReplay, actor: opts.Actor, note: opts.Note, selection: opts.Filter}
+	return a.audited(ctx, db, e, func(auditID int64) (int64, error) {
+		return a.inBatches(ctx, db, "replay", size, opts.ProgressFunc, a.seqBatches(a.q["replay"], opts.Filter, opts.Note, auditID))
+	})
 }
 
 // DiscardOptions says which messages Discard sets aside, why, and how.
 type DiscardOptions struct {
+	// Actor is who discards, as the audit log records it. Defaults to
+	// ProcessActor, field by field.
+	Actor Actor
+
 	// BatchSize is how many messages one statement discards. Defaults to
 	// Config.BatchSize.
 	BatchSize int
@@ -119,7 +130,10 @@ func (a *Admin) discard(ctx context.Context, db dbtx, opts DiscardOptions) (int6
 	if err != nil {
 		return 0, err
 	}
-	return a.inBatches(ctx, db, "discard", size, opts.ProgressFunc, a.seqBatches(a.q["discard"], opts.Filter, opts.Reason))
+	e := auditEntry{action: AuditDiscard, actor: opts.Actor, note: opts.Reason, selection: opts.Filter}
+	return a.audited(ctx, db, e, func(auditID int64) (int64, error) {
+		return a.inBatches(ctx, db, "discard", size, opts.ProgressFunc, a.seqBatches(a.q["discard"], opts.Filter, opts.Reason, auditID))
+	})
 }
 
 // batchFunc runs one statement of a bulk operation on db, touching at most
@@ -153,11 +167,12 @@ func (a *Admin) inBatches(ctx context.Context, db dbtx, op string, size int, pro
 // after the highest seq the one before touched, and the walk ends with a
 // batch that touches nothing. A replayed message still matches the filter
 // (pending, with its last error), so it is the walk, not the filter, that
-// keeps it from being replayed twice.
-func (a *Admin) seqBatches(query string, f Filter, note string) batchFunc {
+// keeps it from being replayed twice. Each batch counts its rows in audit
+// record auditID.
+func (a *Admin) seqBatches(query string, f Filter, note string, auditID int64) batchFunc {
 	after := int64(-1)
 	return func(ctx context.Context, db dbtx, size int) (int64, bool, error) {
-		seqs, err := seqBatch(ctx, db, query, f, after, size, note)
+		seqs, err := seqBatch(ctx, db, query, f, after, size, note, auditID)
 		if err != nil {
 			return 0, false, err
 		}
@@ -169,10 +184,15 @@ func (a *Admin) seqBatches(query string, f Filter, note string) batchFunc {
 }
 
 // seqBatch runs one batch of query (replayBatchSQL or discardBatchSQL):
-// at most size rows matching f above seq after, with note. It returns the
-// seqs of the rows it changed.
-func seqBatch(ctx context.Context, db dbtx, query string, f Filter, after int64, size int, note string) ([]int64, error) {
-	rows, err := db.Query(ctx, query, slices.Concat(f.args(), []any{after, size, note})...)
+// at most size rows matching f above seq after, with note, counted in
+// audit record auditID (0: none). It returns the seqs of the rows it
+// changed.
+func seqBatch(ctx context.Context, db dbtx, query string, f Filter, after int64, size int, note string, auditID int64) ([]int64, error) {
+	var audit any
+	if auditID != 0 {
+		audit = auditID
+	}
+	rows, err := db.Query(ctx, query, slices.Concat(f.args(), []any{after, size, note, audit})...)
 	if err != nil {
 		return nil, err
 	}
@@ -203,6 +223,10 @@ func (a *Admin) IDStatuses(ctx context.Context, consumer string, ids []string) (
 
 // PurgeOptions says which messages Purge deletes, and how.
 type PurgeOptions struct {
+	// Actor is who purges, as the audit log records it. Defaults to
+	// ProcessActor, field by field.
+	Actor Actor
+
 	// BatchSize is how many messages one statement deletes. Defaults to
 	// Config.BatchSize.
 	BatchSize int
@@ -276,11 +300,31 @@ func (a *Admin) purge(ctx context.Context, db dbtx, opts PurgeOptions) (int64, e
 		return 0, err
 	}
 	olderThan, status, consumer := opts.OlderThan.Milliseconds(), string(opts.Status), nullable(opts.Consumer)
-	return a.inBatches(ctx, db, "purge", size, opts.ProgressFunc, func(ctx context.Context, db dbtx, size int) (int64, bool, error) {
-		tag, err := db.Exec(ctx, a.q["purge"], olderThan, status, size, consumer)
-		if err != nil {
+	e := auditEntry{action: AuditPurge, actor: opts.Actor, selection: purgeSelection{
+		Consumer: opts.Consumer, OlderThan: opts.OlderThan.String(), Status: opts.Status}}
+	return a.audited(ctx, db, e, func(auditID int64) (int64, error) {
+		return a.inBatches(ctx, db, "purge", size, opts.ProgressFunc, countBatch(a.q["purge"], func(size int) []any {
+			return []any{olderThan, status, size, consumer, auditID}
+		}))
+	})
+}
+
+// purgeSelection is a purge's selection in the audit log.
+type purgeSelection struct {
+	Consumer  string            `json:"consumer,omitzero"`
+	OlderThan string            `json:"older_than"`
+	Status    pgbox.InboxStatus `json:"status"`
+}
+
+// countBatch returns the batches of query (purgeBatchSQL or
+// outboxRetrySQL), which take args(size) and return how many rows they
+// changed; a full batch means more may remain.
+func countBatch(query string, args func(size int) []any) batchFunc {
+	return func(ctx context.Context, db dbtx, size int) (int64, bool, error) {
+		var n int64
+		if err := db.QueryRow(ctx, query, args(size)...).Scan(&n); err != nil {
 			return 0, false, err
 		}
-		return tag.RowsAffected(), tag.RowsAffected() >= int64(size), nil
-	})
+		return n, n >= int64(size), nil
+	}
 }

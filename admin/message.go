@@ -53,23 +53,31 @@ func (m *Message) scanTargets() []any {
 // HistoryEntry is one event in a message's history: a failed attempt, or
 // an operator's replay or discard.
 type HistoryEntry struct {
-	// Action is "" for a failed attempt, "replayed", "discarded" or
-	// "retried" (outbox) for an operator's action.
+	// Action is "" for a failed attempt, "replayed", "discarded",
+	// "edited" (its payload replaced, by EditAndReplay) or "retried"
+	// (outbox) for an operator's action.
 	Action string `json:"action,omitempty"`
 	// At is when it happened (database time).
 	At time.Time `json:"at"`
+	// AuditID is the audit record of an edit.
+	AuditID int64 `json:"audit_id,omitempty"`
 	// Attempt is the failed attempt's number.
 	Attempt int `json:"attempt,omitempty"`
 	// Error is the failed attempt's error.
 	Error string `json:"error,omitempty"`
 	// Note is the operator's note on a replay, or the reason for a discard.
 	Note string `json:"note,omitempty"`
+	// PreviousSize is the size in bytes of the payload an edit replaced
+	// (kept in inbox_payload_edits).
+	PreviousSize int `json:"previous_size,omitempty"`
 	// PreviousAttempts is how many attempts a replayed message had used.
 	PreviousAttempts int `json:"previous_attempts,omitempty"`
 	// PreviousStatus is the status a replayed message had.
 	PreviousStatus pgbox.InboxStatus `json:"previous_status,omitempty"`
 	// Replay is the replay's number.
 	Replay int `json:"replay,omitempty"`
+	// Size is the size in bytes of the payload an edit put in.
+	Size int `json:"size,omitempty"`
 	// Trace is a panicking attempt's stack.
 	Trace string `json:"trace,omitempty"`
 }

@@ -156,6 +156,10 @@ func (a *Admin) OutboxShow(ctx context.Context, id uuid.UUID) (*OutboxDetail, er
 // OutboxRetryOptions says which dead outbox rows OutboxRetry puts back,
 // and how.
 type OutboxRetryOptions struct {
+	// Actor is who retries, as the audit log records it. Defaults to
+	// ProcessActor, field by field.
+	Actor Actor
+
 	// BatchSize is how many rows one statement puts back. Defaults to
 	// Config.BatchSize.
 	BatchSize int
@@ -201,11 +205,16 @@ func (a *Admin) outboxRetry(ctx context.Context, db dbtx, opts OutboxRetryOption
 		}
 		ids = text
 	}
-	return a.inBatches(ctx, db, "retry outbox rows", size, opts.ProgressFunc, func(ctx context.Context, db dbtx, size int) (int64, bool, error) {
-		tag, err := db.Exec(ctx, a.q["outboxRetry"], ids, size)
-		if err != nil {
-			return 0, false, err
-		}
-		return tag.RowsAffected(), tag.RowsAffected() >= int64(size), nil
+	e := auditEntry{action: AuditOutboxRetry, actor: opts.Actor, selection: outboxRetrySelection{AllDead: opts.IDs == nil, IDs: ids}}
+	return a.audited(ctx, db, e, func(auditID int64) (int64, error) {
+		return a.inBatches(ctx, db, "retry outbox rows", size, opts.ProgressFunc, countBatch(a.q["outboxRetry"], func(size int) []any {
+			return []any{ids, size, auditID}
+		}))
 	})
+}
+
+// outboxRetrySelection is an outbox retry's selection in the audit log.
+type outboxRetrySelection struct {
+	AllDead bool `json:"all_dead,omitzero"`
+	IDs     any  `json:"ids,omitzero"`
 }

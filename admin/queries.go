@@ -116,13 +116,42 @@ SELECT EXISTS (SELECT 1 FROM /* schema */inbox AS i WHERE i.last_error IS NOT NU
 const countSQL = `
 SELECT count(*) FROM /* schema */inbox AS i WHERE ` + filterSQL
 
+// auditCountSQL is a WITH item that adds the rows of the WITH item
+// "changed" to audit record param (NULL: no record), in the statement that
+// changes them: the record's count and the change commit together or not
+// at all, so a crash can never leave them disagreeing.
+func auditCountSQL(param string) string {
+	return `audited AS (
+    UPDATE /* schema */audit_log SET affected = affected + (SELECT count(*) FROM changed)
+    WHERE id = ` + param + `::bigint AND EXISTS (SELECT 1 FROM changed)
+)`
+}
+
+// replaySetSQL is what a replay sets on inbox row i: pending now, attempts
+// zeroed, the replay counted, and an entry with the note param added to
+// its history (which is kept). extra is more history entries to add
+// before the replay's; "" for none.
+func replaySetSQL(note, extra string) string {
+	if extra != "" {
+		extra += ", "
+	}
+	return `status       = ` + tables.InboxPending + `,
+    attempts     = 0,
+    available_at = now(),
+    claim_token  = NULL,
+    replays      = i.replays + 1,
+    errors       = i.errors || jsonb_build_array(` + extra + `jsonb_strip_nulls(jsonb_build_object(
+                       'action', 'replayed', 'at', now(), 'replay', i.replays + 1,
+                       'previous_status', i.status, 'previous_attempts', i.attempts, 'note', ` + note + `::text)))`
+}
+
 // replayBatchSQL replays up to $12 replayable messages matching the filter
-// whose seq is above $11, in seq order, in one short statement: pending
-// now, attempts zeroed, the replay counted, and an entry added to the
-// history (which is kept). Batches walk forward by seq, so every matching
-// row is visited once however many there are, and no statement holds many
-// locks for long. $13 is the operator's note.
-const replayBatchSQL = `
+// whose seq is above $11, in seq order, in one short statement (see
+// replaySetSQL; $13 is the operator's note), and counts them in audit
+// record $14. Batches walk forward by seq, so every matching row is
+// visited once however many there are, and no statement holds many locks
+// for long.
+var replayBatchSQL = `
 WITH batch AS (
     SELECT i.consumer, i.message_id
     FROM /* schema */inbox AS i
@@ -130,24 +159,21 @@ WITH batch AS (
     ORDER BY i.seq
     LIMIT $12
     FOR UPDATE
-)
-UPDATE /* schema */inbox AS i SET
-    status       = ` + tables.InboxPending + `,
-    attempts     = 0,
-    available_at = now(),
-    claim_token  = NULL,
-    replays      = i.replays + 1,
-    errors       = i.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-                       'action', 'replayed', 'at', now(), 'replay', i.replays + 1,
-                       'previous_status', i.status, 'previous_attempts', i.attempts, 'note', $13::text)))
-FROM batch AS b
-WHERE i.consumer = b.consumer AND i.message_id = b.message_id
-RETURNING i.seq`
+),
+changed AS (
+    UPDATE /* schema */inbox AS i SET ` + replaySetSQL("$13", "") + `
+    FROM batch AS b
+    WHERE i.consumer = b.consumer AND i.message_id = b.message_id
+    RETURNING i.seq
+),
+` + auditCountSQL("$14") + `
+SELECT seq FROM changed`
 
 // discardBatchSQL sets aside up to $12 dead messages matching the filter
-// whose seq is above $11: discarded, with the reason $13 in the history.
-// A discarded message no longer holds up its ordering key.
-const discardBatchSQL = `
+// whose seq is above $11: discarded, with the reason $13 in the history,
+// counted in audit record $14. A discarded message no longer holds up its
+// ordering key.
+var discardBatchSQL = `
 WITH batch AS (
     SELECT i.consumer, i.message_id
     FROM /* schema */inbox AS i
@@ -155,13 +181,17 @@ WITH batch AS (
     ORDER BY i.seq
     LIMIT $12
     FOR UPDATE
-)
-UPDATE /* schema */inbox AS i SET
-    status = ` + tables.InboxDiscarded + `,
-    errors = i.errors || jsonb_build_array(jsonb_build_object('action', 'discarded', 'at', now(), 'reason', $13::text))
-FROM batch AS b
-WHERE i.consumer = b.consumer AND i.message_id = b.message_id
-RETURNING i.seq`
+),
+changed AS (
+    UPDATE /* schema */inbox AS i SET
+        status = ` + tables.InboxDiscarded + `,
+        errors = i.errors || jsonb_build_array(jsonb_build_object('action', 'discarded', 'at', now(), 'reason', $13::text))
+    FROM batch AS b
+    WHERE i.consumer = b.consumer AND i.message_id = b.message_id
+    RETURNING i.seq
+),
+` + auditCountSQL("$14") + `
+SELECT seq FROM changed`
 
 // idStatusSQL reports the status of each of the ids $2 held by consumer
 // $1, for telling an operator which ids were not found or not eligible.
@@ -170,16 +200,22 @@ SELECT message_id, status FROM /* schema */inbox WHERE consumer = $1 AND message
 
 // purgeBatchSQL deletes up to $3 messages in status $2 (done or
 // discarded) processed (or received, for discarded ones) more than $1
-// milliseconds ago, for consumer $4 (NULL: every consumer).
-const purgeBatchSQL = `
-DELETE FROM /* schema */inbox
-WHERE (consumer, message_id) IN (
-    SELECT i.consumer, i.message_id FROM /* schema */inbox AS i
-    WHERE i.status = $2
-      AND coalesce(i.processed_at, i.received_at) < now() - $1 * interval '1 millisecond'
-      AND ($4::text IS NULL OR i.consumer = $4)
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED)`
+// milliseconds ago, for consumer $4 (NULL: every consumer), counts them in
+// audit record $5, and returns how many it deleted.
+var purgeBatchSQL = `
+WITH changed AS (
+    DELETE FROM /* schema */inbox
+    WHERE (consumer, message_id) IN (
+        SELECT i.consumer, i.message_id FROM /* schema */inbox AS i
+        WHERE i.status = $2
+          AND coalesce(i.processed_at, i.received_at) < now() - $1 * interval '1 millisecond'
+          AND ($4::text IS NULL OR i.consumer = $4)
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+),
+` + auditCountSQL("$5") + `
+SELECT count(*) FROM changed`
 
 // countPurgeableSQL counts what a purge would delete.
 const countPurgeableSQL = `
@@ -357,25 +393,89 @@ FROM /* schema */outbox AS o
 WHERE o.id = $1`
 
 // outboxRetrySQL puts dead outbox rows back to pending: the ids $1, or
-// every dead row when $1 is NULL, up to $2 per statement.
-const outboxRetrySQL = `
+// every dead row when $1 is NULL, up to $2 per statement, counted in audit
+// record $3; it returns how many it put back.
+var outboxRetrySQL = `
 WITH batch AS (
     SELECT o.id FROM /* schema */outbox AS o
     WHERE o.status = ` + tables.OutboxDead + ` AND ($1::uuid[] IS NULL OR o.id = ANY($1::uuid[]))
     ORDER BY o.seq
     LIMIT $2
     FOR UPDATE
+),
+changed AS (
+    UPDATE /* schema */outbox AS o SET
+        status       = ` + tables.OutboxPending + `,
+        attempts     = 0,
+        available_at = now(),
+        claim_token  = NULL,
+        replays      = o.replays + 1,
+        errors       = o.errors || jsonb_build_array(jsonb_build_object('action', 'retried', 'at', now(), 'previous_attempts', o.attempts))
+    FROM batch AS b
+    WHERE o.id = b.id
+    RETURNING o.id
+),
+` + auditCountSQL("$3") + `
+SELECT count(*) FROM changed`
+
+// The states of an audit record as SQL literals.
+const (
+	auditRunningSQL     = "'" + string(AuditRunning) + "'"
+	auditFinishedSQL    = "'" + string(AuditFinished) + "'"
+	auditCancelledSQL   = "'" + string(AuditCancelled) + "'"
+	auditInterruptedSQL = "'" + string(AuditInterrupted) + "'"
 )
-UPDATE /* schema */outbox AS o SET
-    status       = ` + tables.OutboxPending + `,
-    attempts     = 0,
-    available_at = now(),
-    claim_token  = NULL,
-    replays      = o.replays + 1,
-    errors       = o.errors || jsonb_build_array(jsonb_build_object('action', 'retried', 'at', now(), 'previous_attempts', o.attempts))
-FROM batch AS b
-WHERE o.id = b.id
-RETURNING o.id`
+
+// auditStartSQL records an action as it begins: $1 actor, $2 host, $3
+// pid, $4 action, $5 selection (JSON), $6 note.
+const auditStartSQL = `
+INSERT INTO /* schema */audit_log (actor, host, pid, action, selection, note, state)
+VALUES ($1, $2, nullif($3::integer, 0), $4, $5::jsonb, nullif($6, ''), ` + auditRunningSQL + `)
+RETURNING id`
+
+// auditEndSQL records how action $1 ended: state $2, error $3.
+const auditEndSQL = `
+UPDATE /* schema */audit_log SET state = $2, error = $3::text, finished_at = now() WHERE id = $1`
+
+// auditLogSQL lists audit records begun at or after $1 (NULL: all), of
+// action $2 (NULL: all), newest first, up to $3.
+const auditLogSQL = `
+SELECT id, at, finished_at, actor, host, pid, action, selection, note, affected, state, error
+FROM /* schema */audit_log
+WHERE ($1::timestamptz IS NULL OR at >= $1)
+  AND ($2::text IS NULL OR action = $2)
+ORDER BY at DESC, id DESC
+LIMIT $3`
+
+// editLockSQL locks message $2 of consumer $1 for an edit, and says
+// whether it is replayable.
+const editLockSQL = `
+SELECT i.status, ` + replayableSQL + `
+FROM /* schema */inbox AS i
+WHERE i.consumer = $1 AND i.message_id = $2
+FOR UPDATE`
+
+// editSQL keeps the payload of message $2 of consumer $1 in
+// inbox_payload_edits, replaces it with $4, and replays the message, with
+// the edit and the replay in its history (note $5) and counted in audit
+// record $3. payload_hash is left as it is: the hash of what the producer
+// sent, which a redelivery is compared with.
+var editSQL = `
+WITH kept AS (
+    INSERT INTO /* schema */inbox_payload_edits (consumer, message_id, audit_id, payload)
+    SELECT consumer, message_id, $3, payload FROM /* schema */inbox WHERE consumer = $1 AND message_id = $2
+),
+changed AS (
+    UPDATE /* schema */inbox AS i SET
+        payload = $4::bytea,
+        ` + replaySetSQL("$5", `jsonb_strip_nulls(jsonb_build_object(
+                       'action', 'edited', 'at', now(), 'audit_id', $3::bigint,
+                       'previous_size', octet_length(i.payload), 'size', octet_length($4::bytea), 'note', $5::text))`) + `
+    WHERE i.consumer = $1 AND i.message_id = $2
+    RETURNING 1
+),
+` + auditCountSQL("$3") + `
+SELECT count(*) FROM changed`
 
 // The states of a scheduled replay as SQL literals, and the set of those
 // not finished (waiting or under way).
@@ -391,13 +491,15 @@ const (
 // scheduledReplayColumns are the columns of a ScheduledReplay, in scan
 // order.
 const scheduledReplayColumns = `r.id, r.run_at, r.filter, coalesce(r.note, ''), r.state, r.replayed,
-    r.created_at, r.started_at, r.finished_at, r.last_error`
+    r.created_at, r.started_at, r.finished_at, r.last_error, r.rate, r.selected, r.audit_id`
 
-// scheduleReplaySQL records a replay to run at $1 of the messages matching
-// the filter $2 (JSON), with the operator's note $3.
+// scheduleReplaySQL records a replay to run at $1 (NULL: now, by the
+// database clock) of the messages matching the filter $2 (JSON), with the
+// operator's note $3, at most $4 messages per second (NULL: no limit), $5
+// of them replayable now, audited as record $6.
 const scheduleReplaySQL = `
-INSERT INTO /* schema */scheduled_replays AS r (run_at, filter, note)
-VALUES ($1, $2::jsonb, nullif($3, ''))
+INSERT INTO /* schema */scheduled_replays AS r (run_at, filter, note, rate, selected, audit_id)
+VALUES (coalesce($1::timestamptz, now()), $2::jsonb, nullif($3, ''), $4::double precision, $5::bigint, $6::bigint)
 RETURNING ` + scheduledReplayColumns
 
 // scheduledReplaysSQL lists scheduled replays: those not finished first, by
@@ -414,46 +516,87 @@ LIMIT $1`
 const countScheduledSQL = `
 SELECT count(*) FROM /* schema */scheduled_replays WHERE state IN ` + replayUnfinished
 
-// cancelReplaySQL cancels scheduled replay $1 if it has not started, and
-// returns its state either way (no row: no such replay).
-const cancelReplaySQL = `
+// cancelReplaySQL cancels scheduled replay $1 if it is waiting or under
+// way (a throttled one, say; the batches it committed stay replayed), ends the record of its scheduling as cancelled, counts it in the cancel's
+// audit record $2, and returns its state either way (no row: no such
+// replay).
+var cancelReplaySQL = `
 WITH target AS (
-    SELECT id, state FROM /* schema */scheduled_replays WHERE id = $1 FOR UPDATE
+    SELECT id, state, audit_id FROM /* schema */scheduled_replays WHERE id = $1 FOR UPDATE
 ),
-cancelled AS (
+changed AS (
     UPDATE /* schema */scheduled_replays AS r SET state = ` + replayCancelledSQL + `, finished_at = now()
     FROM target AS t
-    WHERE r.id = t.id AND t.state = ` + replayScheduledSQL + `
-    RETURNING r.id
-)
-SELECT t.state, EXISTS (SELECT 1 FROM cancelled) FROM target AS t`
+    WHERE r.id = t.id AND t.state IN ` + replayUnfinished + `
+    RETURNING r.id, t.audit_id
+),
+closed AS (
+    UPDATE /* schema */audit_log AS l SET state = ` + auditCancelledSQL + `, finished_at = now()
+    FROM changed AS c
+    WHERE l.id = c.audit_id
+),
+` + auditCountSQL("$2") + `
+SELECT t.state, EXISTS (SELECT 1 FROM changed) FROM target AS t`
+
+// pacedFromSQL is the time from which throttled scheduled replay r has
+// its rate to spend: where its batches have paced it to, but no earlier
+// than one tick ($1 milliseconds: how often the runner runs) or one
+// message's time back, whichever is longer. A replay whose runner stopped
+// for an hour so resumes at its rate, instead of catching up the hour at
+// once.
+const pacedFromSQL = `greatest(coalesce(r.paced_at, r.run_at),
+    now() - greatest($1 * interval '1 millisecond', interval '1 second' / r.rate))`
+
+// allowanceSQL is how many messages throttled scheduled replay r may
+// replay now; NULL for a replay without a rate.
+const allowanceSQL = `floor(extract(epoch FROM now() - ` + pacedFromSQL + `) * r.rate)::bigint`
 
 // claimDueReplaySQL locks the scheduled replay that is due first (by the
-// database clock), skipping one that another maintenance worker holds, for
-// the length of one batch's transaction.
+// database clock) and may replay something now (a throttled one: when its
+// rate allows, with $1 the runner's tick), skipping one that another
+// maintenance worker holds, for the length of one batch's transaction. It
+// returns how many messages the replay may replay (NULL: as many as a
+// batch holds).
 const claimDueReplaySQL = `
-SELECT r.id, r.filter, coalesce(r.note, ''), r.cursor_seq
+SELECT r.id, r.filter, coalesce(r.note, ''), r.cursor_seq, r.audit_id, ` + allowanceSQL + `
 FROM /* schema */scheduled_replays AS r
 WHERE r.state IN ` + replayUnfinished + ` AND r.run_at <= now()
+  AND (r.rate IS NULL OR ` + allowanceSQL + ` >= 1)
 ORDER BY r.run_at, r.id
 LIMIT 1
 FOR UPDATE SKIP LOCKED`
 
-// advanceReplaySQL records one batch of scheduled replay $1, in the batch's
-// transaction: $2 messages replayed, up to seq $3; a batch shorter than the
-// batch size ($4 is true) ends it.
+// advanceReplaySQL records one batch of scheduled replay $2, in the batch's
+// transaction: $3 messages replayed, up to seq $4, paced on by their time
+// at its rate ($1 is the runner's tick, as in claimDueReplaySQL); a batch
+// shorter than allowed ($5 is true) ends it, and the record of its
+// scheduling.
 const advanceReplaySQL = `
-UPDATE /* schema */scheduled_replays SET
-    state       = CASE WHEN $4 THEN ` + replayDoneSQL + ` ELSE ` + replayRunningSQL + ` END,
-    replayed    = replayed + $2,
-    cursor_seq  = greatest(cursor_seq, $3),
-    started_at  = coalesce(started_at, now()),
-    finished_at = CASE WHEN $4 THEN now() END
-WHERE id = $1`
+WITH advanced AS (
+    UPDATE /* schema */scheduled_replays AS r SET
+        state       = CASE WHEN $5 THEN ` + replayDoneSQL + ` ELSE ` + replayRunningSQL + ` END,
+        replayed    = r.replayed + $3::bigint,
+        cursor_seq  = greatest(r.cursor_seq, $4),
+        paced_at    = CASE WHEN r.rate IS NOT NULL THEN ` + pacedFromSQL + ` + $3::bigint * (interval '1 second' / r.rate) END,
+        started_at  = coalesce(r.started_at, now()),
+        finished_at = CASE WHEN $5 THEN now() END
+    WHERE r.id = $2
+    RETURNING r.audit_id
+)
+UPDATE /* schema */audit_log AS l SET state = ` + auditFinishedSQL + `, finished_at = now()
+FROM advanced AS a
+WHERE $5 AND l.id = a.audit_id`
 
 // failReplaySQL ends scheduled replay $1 with the error $2: its filter can
-// never run (an invalid regular expression, say).
+// never run (an invalid regular expression, say). The record of its
+// scheduling ends as interrupted, with the error.
 const failReplaySQL = `
-UPDATE /* schema */scheduled_replays SET
-    state = ` + replayFailedSQL + `, last_error = $2, started_at = coalesce(started_at, now()), finished_at = now()
-WHERE id = $1`
+WITH failed AS (
+    UPDATE /* schema */scheduled_replays SET
+        state = ` + replayFailedSQL + `, last_error = $2, started_at = coalesce(started_at, now()), finished_at = now()
+    WHERE id = $1
+    RETURNING audit_id
+)
+UPDATE /* schema */audit_log AS l SET state = ` + auditInterruptedSQL + `, error = $2, finished_at = now()
+FROM failed AS f
+WHERE l.id = f.audit_id`

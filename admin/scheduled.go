@@ -1,10 +1,12 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -29,7 +31,7 @@ const (
 	// ReplayFailed is a replay that could not run (see
 	// ScheduledReplay.Error); nothing more will be done.
 	ReplayFailed ReplayState = "failed"
-	// ReplayCancelled is a replay an operator cancelled before it started.
+	// ReplayCancelled is a replay an operator cancelled before it ended.
 	ReplayCancelled ReplayState = "cancelled"
 )
 
@@ -37,6 +39,9 @@ const (
 // replay --at). The maintenance job (package maintenance) runs it once its
 // time has come, by the database clock.
 type ScheduledReplay struct {
+	// AuditID is the audit record of its scheduling, which counts what it
+	// replayed; 0 for one scheduled before pgbox kept an audit log.
+	AuditID int64 `json:"audit_id,omitzero"`
 	// CreatedAt is when it was scheduled.
 	CreatedAt time.Time `json:"created_at"`
 	// Error is why it failed.
@@ -51,10 +56,15 @@ type ScheduledReplay struct {
 	ID int64 `json:"id"`
 	// Note is kept in each replayed message's history.
 	Note string `json:"note,omitzero"`
+	// Rate is the most messages it replays per second; 0 for no limit.
+	Rate float64 `json:"rate,omitzero"`
 	// Replayed counts the messages replayed so far.
 	Replayed int64 `json:"replayed"`
 	// RunAt is when it is due, by the database clock.
 	RunAt time.Time `json:"run_at"`
+	// Selected counts the messages its filter selected that were
+	// replayable when it was scheduled: with Replayed, its progress.
+	Selected int64 `json:"selected"`
 	// StartedAt is when its first batch ran; nil until then.
 	StartedAt *time.Time `json:"started_at"`
 	// State is where the replay is in its life.
@@ -63,23 +73,41 @@ type ScheduledReplay struct {
 
 // scan reads row, in scheduledReplayColumns' order, into r.
 func (r *ScheduledReplay) scan(row pgx.Row) error {
-	var filter []byte
-	var lastError *string
+	var (
+		filter    []byte
+		lastError *string
+		rate      *float64
+		selected  *int64
+		auditID   *int64
+	)
 	if err := row.Scan(&r.ID, &r.RunAt, &filter, &r.Note, &r.State, &r.Replayed,
-		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &lastError); err != nil {
+		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &lastError, &rate, &selected, &auditID); err != nil {
 		return err
 	}
-	if lastError != nil {
-		r.Error = *lastError
-	}
+	r.Error, r.Rate, r.Selected, r.AuditID = deref(lastError), deref(rate), deref(selected), deref(auditID)
 	return json.Unmarshal(filter, &r.Filter)
 }
 
-// ScheduleReplayOptions says what a scheduled replay replays, and when.
+// deref returns *p, or the zero value for nil (SQL NULL).
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// ScheduleReplayOptions says what a scheduled replay replays, when, and
+// how fast.
 type ScheduleReplayOptions struct {
+	// Actor is who schedules it, as the audit log records it. Defaults to
+	// ProcessActor, field by field.
+	Actor Actor
+
 	// At is when the replay is to run, judged by the database clock; a
-	// time already past runs at the maintenance job's next check.
-	// Required.
+	// time already past runs at the maintenance job's next check. Defaults
+	// to the zero time: now, by the database clock (a throttled replay,
+	// say).
 	At time.Time
 
 	// Filter selects the messages. Of those, the ones replayable when the
@@ -90,14 +118,43 @@ type ScheduleReplayOptions struct {
 	// Note is kept in each replayed message's history, after the scheduled
 	// replay's id. Defaults to none.
 	Note string
+
+	// Over spreads the replay evenly over this long: its rate is the
+	// messages replayable now divided by Over. Set Over or Rate, not both.
+	// Defaults to 0: no spreading.
+	Over time.Duration
+
+	// Rate is the most messages replayed per second (0.5: one every two
+	// seconds), so that a recovered downstream service is not hit by the
+	// whole backlog at once. The maintenance job spends it tick by tick:
+	// each of its runs replays what the rate allowed since the one
+	// before, and a runner that was stopped resumes at the rate, without
+	// catching up. Defaults to 0: as fast as batches go.
+	Rate float64
+}
+
+// validate reports options ScheduleReplay refuses.
+func (o ScheduleReplayOptions) validate() error {
+	switch {
+	case o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0):
+		return fmt.Errorf("schedule replay: the rate is %v: use a positive number of messages per second, or 0 for no limit", o.Rate)
+	case o.Over < 0:
+		return fmt.Errorf("schedule replay: Over is %s: use a positive duration, or 0 for no spreading", o.Over)
+	case o.Rate > 0 && o.Over > 0:
+		return errors.New("schedule replay: set a rate or a duration to spread the replay over, not both")
+	}
+	return o.Filter.Validate()
 }
 
 // ScheduleReplay records a replay of the messages opts.Filter selects, to
-// run at opts.At: the maintenance job then replays those still
-// replayable, as Replay would, with opts.Note in their history. Nothing is
-// changed until then, and CancelScheduledReplay can call it off.
+// run at opts.At (or now), at most opts.Rate messages per second: the
+// maintenance job then replays those still replayable, as Replay would,
+// with opts.Note in their history. Nothing is changed until then, and
+// CancelScheduledReplay can call it off before it starts. The scheduling
+// and the audit record that then counts the replayed messages are written
+// in one transaction.
 func (a *Admin) ScheduleReplay(ctx context.Context, opts ScheduleReplayOptions) (*ScheduledReplay, error) {
-	return a.scheduleReplay(ctx, a.pool, opts)
+	return a.scheduleReplay(ctx, nil, opts)
 }
 
 // ScheduleReplayTx is ScheduleReplay inside the caller's transaction: the
@@ -106,25 +163,60 @@ func (a *Admin) ScheduleReplayTx(ctx context.Context, tx pgx.Tx, opts ScheduleRe
 	return a.scheduleReplay(ctx, tx, opts)
 }
 
-func (a *Admin) scheduleReplay(ctx context.Context, db dbtx, opts ScheduleReplayOptions) (*ScheduledReplay, error) {
-	f := opts.Filter
-	if err := f.Validate(); err != nil {
+// scheduleSelection is a scheduled replay's selection in the audit log.
+type scheduleSelection struct {
+	At     *time.Time `json:"at,omitzero"`
+	Filter Filter     `json:"filter"`
+	Rate   float64    `json:"rate,omitzero"`
+}
+
+func (a *Admin) scheduleReplay(ctx context.Context, tx pgx.Tx, opts ScheduleReplayOptions) (*ScheduledReplay, error) {
+	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if opts.At.IsZero() {
-		return nil, errors.New("schedule replay: the time is zero")
-	}
+	f := opts.Filter
 	f.ReplayableOnly = true
 	filter, err := json.Marshal(f)
 	if err != nil {
 		return nil, fmt.Errorf("schedule replay: %w", err)
 	}
+	var at any
+	if !opts.At.IsZero() {
+		at = opts.At
+	}
 	var r ScheduledReplay
-	// The filter goes as text: pgx would send a []byte as bytea unless it
-	// knew the parameter is jsonb, which the exec and simple_protocol query
-	// modes never tell it.
-	if err := r.scan(db.QueryRow(ctx, a.q["scheduleReplay"], opts.At, string(filter), opts.Note)); err != nil {
-		return nil, a.dbError(ctx, "schedule replay", err)
+	err = a.inTx(ctx, tx, func(db dbtx) error {
+		var selected int64
+		if err := db.QueryRow(ctx, a.q["count"], f.args()...).Scan(&selected); err != nil {
+			return a.dbError(ctx, "schedule replay", err)
+		}
+		rate := opts.Rate
+		if opts.Over > 0 {
+			rate = float64(max(selected, 1)) / opts.Over.Seconds()
+		}
+		sel := scheduleSelection{Filter: f, Rate: rate}
+		if !opts.At.IsZero() {
+			sel.At = &opts.At
+		}
+		auditID, err := a.auditStart(ctx, db, auditEntry{action: AuditScheduleReplay, actor: opts.Actor, note: opts.Note, selection: sel})
+		if err != nil {
+			return err
+		}
+		var rateArg any
+		if rate > 0 {
+			rateArg = rate
+		}
+		// The filter goes as text: pgx would send a []byte as bytea unless
+		// it knew the parameter is jsonb, which the exec and
+		// simple_protocol query modes never tell it.
+		err = r.scan(db.QueryRow(ctx, a.q["scheduleReplay"], at, string(filter), opts.Note, rateArg, selected, auditID))
+		if err != nil {
+			return a.dbError(ctx, "schedule replay", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return &r, nil
 }
@@ -161,54 +253,111 @@ func (a *Admin) CountScheduledReplays(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// CancelScheduledReplay calls off scheduled replay id before it starts. It
-// returns an error wrapping ErrNotFound when there is no such replay, and
-// an error when it has already started or ended.
-func (a *Admin) CancelScheduledReplay(ctx context.Context, id int64) error {
-	return a.cancelScheduledReplay(ctx, a.pool, id)
+// CancelScheduledReplayOptions says which scheduled replay
+// CancelScheduledReplay calls off, and who does.
+type CancelScheduledReplayOptions struct {
+	// Actor is who cancels, as the audit log records it. Defaults to
+	// ProcessActor, field by field.
+	Actor Actor
+
+	// ID is the scheduled replay's. Required.
+	ID int64
+
+	// Note says why, in the audit log. Defaults to none.
+	Note string
+}
+
+// CancelScheduledReplay calls off scheduled replay opts.ID while it waits
+// or runs (a throttled replay, say: the messages it has replayed stay
+// replayed, the rest are left as they are), and records that in the audit
+// log (the record of its scheduling ends as cancelled, with its count). A
+// batch under way finishes first: the cancel waits for it. It returns an
+// error wrapping ErrNotFound when there is no such replay, and an error
+// when it has already ended; then nothing is changed or recorded.
+func (a *Admin) CancelScheduledReplay(ctx context.Context, opts CancelScheduledReplayOptions) error {
+	return a.cancelScheduledReplay(ctx, nil, opts)
 }
 
 // CancelScheduledReplayTx is CancelScheduledReplay inside the caller's
 // transaction: the replay is called off only if tx commits. Until then it
-// holds the replay's row locked, so the maintenance job cannot start it
+// holds the replay's row locked, so the maintenance job cannot run it
 // meanwhile.
-func (a *Admin) CancelScheduledReplayTx(ctx context.Context, tx pgx.Tx, id int64) error {
-	return a.cancelScheduledReplay(ctx, tx, id)
+func (a *Admin) CancelScheduledReplayTx(ctx context.Context, tx pgx.Tx, opts CancelScheduledReplayOptions) error {
+	return a.cancelScheduledReplay(ctx, tx, opts)
 }
 
-func (a *Admin) cancelScheduledReplay(ctx context.Context, db dbtx, id int64) error {
-	var (
-		state     ReplayState
-		cancelled bool
-	)
-	err := db.QueryRow(ctx, a.q["cancelReplay"], id).Scan(&state, &cancelled)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("scheduled replay %d: %w", id, ErrNotFound)
-	case err != nil:
-		return a.dbError(ctx, "cancel scheduled replay", err)
-	case !cancelled:
-		return fmt.Errorf("scheduled replay %d is %s: only a replay that has not started can be cancelled", id, state)
+// errNotCancelled rolls back a cancel that found the replay already
+// ended; cancelScheduledReplay replaces it with the explanation.
+var errNotCancelled = errors.New("not cancelled")
+
+func (a *Admin) cancelScheduledReplay(ctx context.Context, tx pgx.Tx, opts CancelScheduledReplayOptions) error {
+	var state ReplayState
+	err := a.inTx(ctx, tx, func(db dbtx) error {
+		auditID, err := a.auditStart(ctx, db, auditEntry{action: AuditCancelScheduledReplay, actor: opts.Actor, note: opts.Note,
+			selection: map[string]int64{"scheduled_replay": opts.ID}})
+		if err != nil {
+			return err
+		}
+		var cancelled bool
+		err = db.QueryRow(ctx, a.q["cancelReplay"], opts.ID, auditID).Scan(&state, &cancelled)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("scheduled replay %d: %w", opts.ID, ErrNotFound)
+		case err != nil:
+			return a.dbError(ctx, "cancel scheduled replay", err)
+		case !cancelled:
+			return errNotCancelled
+		}
+		return a.auditEnd(ctx, db, auditID, nil)
+	})
+	if errors.Is(err, errNotCancelled) {
+		return fmt.Errorf("scheduled replay %d is %s: only a replay waiting or under way can be cancelled", opts.ID, state)
 	}
-	return nil
+	return err
 }
 
-// RunDueReplays runs the scheduled replays whose time has come, and returns
-// how many messages it replayed. The maintenance job calls it; several
-// processes may at once.
+// RunDueReplaysOptions says how RunDueReplays runs the due replays.
+type RunDueReplaysOptions struct {
+	// BatchSize is the most messages one batch replays. Defaults to
+	// Config.BatchSize.
+	BatchSize int
+
+	// Tick is how often the caller calls RunDueReplays (the maintenance
+	// job: its ReplayInterval). A throttled replay (ScheduledReplay.Rate)
+	// replays what its rate allowed since it last ran, but never more than
+	// one Tick's worth (or one message), however long ago that was: a
+	// runner stopped for an hour does not catch the hour up at once.
+	// Defaults to TickDefault.
+	Tick time.Duration
+}
+
+// TickDefault is the default RunDueReplaysOptions.Tick.
+const TickDefault = time.Second
+
+// RunDueReplays runs the scheduled replays whose time has come, a
+// throttled one as far as its rate allows, and returns how many messages
+// it replayed. The maintenance job calls it; several processes may at
+// once.
 //
-// A replay runs in batches of batchSize messages (0 for Config.BatchSize).
-// Each batch is one transaction that replays the messages and records the
-// replay's progress, so a replay interrupted by a crash resumes where it
-// stopped and replays no message twice. If ctx ends, it returns what it
-// replayed so far with ctx's error; the rest waits for the next call.
-func (a *Admin) RunDueReplays(ctx context.Context, batchSize int) (int64, error) {
-	if batchSize <= 0 {
-		batchSize = a.cfg.BatchSize
+// A replay runs in batches of opts.BatchSize messages. Each batch is one
+// transaction that replays the messages and records the replay's progress
+// (its cursor, its count, its pace, and the count in the audit record of
+// its scheduling), so a replay interrupted by a crash resumes where it
+// stopped, replays no message twice, and keeps its rate. If ctx ends, it
+// returns what it replayed so far with ctx's error; the rest waits for the
+// next call.
+func (a *Admin) RunDueReplays(ctx context.Context, opts RunDueReplaysOptions) (int64, error) {
+	size, err := a.batchSize("RunDueReplaysOptions.BatchSize", opts.BatchSize)
+	if err != nil {
+		return 0, err
 	}
+	if opts.Tick < 0 {
+		return 0, fmt.Errorf("admin: RunDueReplaysOptions.Tick is %s: use a positive duration, or 0 for the default (%s)", opts.Tick, TickDefault)
+	}
+	tick := cmp.Or(opts.Tick, TickDefault).Milliseconds()
 	var total int64
 	for {
-		n, found, err := a.runReplayBatch(ctx, batchSize)
+		n, found, err := a.runReplayBatch(ctx, size, tick)
 		total += n
 		if err != nil || !found {
 			return total, err
@@ -216,9 +365,9 @@ func (a *Admin) RunDueReplays(ctx context.Context, batchSize int) (int64, error)
 	}
 }
 
-// runReplayBatch runs one batch of the first due replay. found is false
-// when no replay is due (or every due one is being run elsewhere).
-func (a *Admin) runReplayBatch(ctx context.Context, size int) (replayed int64, found bool, err error) {
+// runReplayBatch runs one batch of the first due replay that may replay
+// now. found is false when none may (or every one is being run elsewhere).
+func (a *Admin) runReplayBatch(ctx context.Context, size int, tick int64) (replayed int64, found bool, err error) {
 	tx, err := a.pool.Begin(ctx)
 	if err != nil {
 		return 0, false, a.dbError(ctx, "run scheduled replays", err)
@@ -226,12 +375,14 @@ func (a *Admin) runReplayBatch(ctx context.Context, size int) (replayed int64, f
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
 
 	var (
-		id     int64
-		raw    []byte
-		note   string
-		cursor int64
+		id      int64
+		raw     []byte
+		note    string
+		cursor  int64
+		auditID *int64
+		allowed *int64
 	)
-	err = tx.QueryRow(ctx, a.q["claimDueReplay"]).Scan(&id, &raw, &note, &cursor)
+	err = tx.QueryRow(ctx, a.q["claimDueReplay"], tick).Scan(&id, &raw, &note, &cursor, &auditID, &allowed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -248,8 +399,11 @@ func (a *Admin) runReplayBatch(ctx context.Context, size int) (replayed int64, f
 	} else {
 		note = "scheduled replay " + strconv.FormatInt(id, 10) + ": " + note
 	}
+	if allowed != nil {
+		size = int(min(int64(size), *allowed))
+	}
 
-	seqs, err := seqBatch(ctx, tx, a.q["replay"], f, cursor, size, note)
+	seqs, err := seqBatch(ctx, tx, a.q["replay"], f, cursor, size, note, deref(auditID))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code[:2] == "22" { // data exception: the filter can never run
 		return 0, true, a.failReplay(ctx, tx, id, a.dbError(ctx, "replay", err))
@@ -262,7 +416,7 @@ func (a *Admin) runReplayBatch(ctx context.Context, size int) (replayed int64, f
 		last = max(last, s)
 	}
 	finished := len(seqs) < size
-	if _, err := tx.Exec(ctx, a.q["advanceReplay"], id, len(seqs), last, finished); err != nil {
+	if _, err := tx.Exec(ctx, a.q["advanceReplay"], tick, id, len(seqs), last, finished); err != nil {
 		return 0, true, a.dbError(ctx, "run scheduled replay "+strconv.FormatInt(id, 10), err)
 	}
 	if err := tx.Commit(ctx); err != nil {

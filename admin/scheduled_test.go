@@ -67,7 +67,7 @@ func TestScheduledReplayRunsOnceWhenDue(t *testing.T) {
 	)
 	for range 4 {
 		wg.Go(func() {
-			n, err := adm.RunDueReplays(ctx, 10)
+			n, err := adm.RunDueReplays(ctx, admin.RunDueReplaysOptions{BatchSize: 10})
 			require.NoError(t, err)
 			mu.Lock()
 			total += n
@@ -98,7 +98,7 @@ func TestScheduledReplayRunsOnceWhenDue(t *testing.T) {
 	require.NotNil(t, list[1].FinishedAt)
 
 	// Nothing else is due: another run replays nothing.
-	again, err := adm.RunDueReplays(ctx, 10)
+	again, err := adm.RunDueReplays(ctx, admin.RunDueReplaysOptions{BatchSize: 10})
 	require.NoError(t, err)
 	require.Zero(t, again)
 }
@@ -125,7 +125,7 @@ func TestScheduledReplayInUntypedQueryModes(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, []string{"dead-1", "dead-2", "dead-3"}, r.Filter.IDs)
 
-			n, err := b.adm.RunDueReplays(ctx, 2)
+			n, err := b.adm.RunDueReplays(ctx, admin.RunDueReplaysOptions{BatchSize: 2})
 			require.NoError(t, err)
 			require.EqualValues(t, 3, n)
 			require.Equal(t, 3, countStatus(t, b.schema, "pending"))
@@ -149,14 +149,14 @@ func TestCancelScheduledReplay(t *testing.T) {
 
 	r, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(-time.Minute), Filter: admin.Filter{Consumer: "payments"}})
 	require.NoError(t, err)
-	require.NoError(t, adm.CancelScheduledReplay(ctx, r.ID))
-	n, err := adm.RunDueReplays(ctx, 0)
+	require.NoError(t, adm.CancelScheduledReplay(ctx, admin.CancelScheduledReplayOptions{ID: r.ID}))
+	n, err := adm.RunDueReplays(ctx, admin.RunDueReplaysOptions{})
 	require.NoError(t, err)
 	require.Zero(t, n, "a cancelled replay never runs")
 	require.Equal(t, 3, countStatus(t, schema, "dead"))
 
-	require.ErrorContains(t, adm.CancelScheduledReplay(ctx, r.ID), "is cancelled: only a replay that has not started can be cancelled")
-	require.ErrorIs(t, adm.CancelScheduledReplay(ctx, r.ID+100), admin.ErrNotFound)
+	require.ErrorContains(t, adm.CancelScheduledReplay(ctx, admin.CancelScheduledReplayOptions{ID: r.ID}), "is cancelled: only a replay waiting or under way can be cancelled")
+	require.ErrorIs(t, adm.CancelScheduledReplay(ctx, admin.CancelScheduledReplayOptions{ID: r.ID + 100}), admin.ErrNotFound)
 }
 
 // A filter that can never run (an invalid regular expression stored behind
@@ -170,12 +170,21 @@ func TestScheduledReplayWithABadFilterFails(t *testing.T) {
 	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: schema})
 	require.NoError(t, err)
 
-	bad, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(-time.Minute), Filter: admin.Filter{ErrorMatches: "("}})
+	// Through the API, it is refused at once, and nothing is scheduled.
+	_, err = adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(-time.Minute), Filter: admin.Filter{ErrorMatches: "("}})
+	require.ErrorContains(t, err, "not a valid regular expression")
+	n, err := adm.CountScheduledReplays(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	bad, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(-time.Minute), Filter: admin.Filter{Consumer: "nobody"}})
+	require.NoError(t, err)
+	_, err = pgtest.Pool(t).Exec(ctx, ident.Render(`UPDATE /* schema */scheduled_replays SET filter = '{"error_matches": "(", "replayable_only": true}' WHERE id = $1`, schema), bad.ID)
 	require.NoError(t, err)
 	good, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(-time.Minute), Filter: admin.Filter{Consumer: "payments"}})
 	require.NoError(t, err)
 
-	n, err := adm.RunDueReplays(ctx, 0)
+	n, err = adm.RunDueReplays(ctx, admin.RunDueReplaysOptions{})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "the bad one does not hold up the good one")
 
@@ -206,11 +215,11 @@ func TestScheduledReplayTx(t *testing.T) {
 		})
 		require.NoError(t, err)
 		require.Equal(t, admin.ReplayScheduled, r.State)
-		require.NoError(t, b.adm.CancelScheduledReplayTx(ctx, tx, keep.ID))
+		require.NoError(t, b.adm.CancelScheduledReplayTx(ctx, tx, admin.CancelScheduledReplayOptions{ID: keep.ID}))
 
 		// Until the commit, nobody else sees either: the due replay does
 		// not run, and the other is still scheduled.
-		n, err := b.adm.RunDueReplays(ctx, 0)
+		n, err := b.adm.RunDueReplays(ctx, admin.RunDueReplaysOptions{})
 		require.NoError(t, err)
 		require.Zero(t, n)
 		list, err := b.adm.ScheduledReplays(ctx, 0)
@@ -223,7 +232,7 @@ func TestScheduledReplayTx(t *testing.T) {
 				require.NoError(t, err)
 				require.EqualValues(t, 1, count, "the cancelled one is still waiting; the new one never was")
 			}, func() {
-				n, err := b.adm.RunDueReplays(ctx, 0)
+				n, err := b.adm.RunDueReplays(ctx, admin.RunDueReplaysOptions{})
 				require.NoError(t, err)
 				require.EqualValues(t, 3, n)
 				list, err := b.adm.ScheduledReplays(ctx, 0)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river"
+
+	"github.com/pgbox/pgbox/admin"
 )
 
 const (
@@ -50,7 +52,11 @@ func (m *Maintainer) periodicJobs() []*river.PeriodicJob {
 	}
 	if m.cfg.ReplayInterval > 0 {
 		jobs = append(jobs, river.NewPeriodicJob(aligned(m.cfg.ReplayInterval), func() (river.JobArgs, *river.InsertOpts) {
-			return replayArgs{BatchSize: m.cfg.BatchSize, EnqueuedBy: m.client.ID()}, m.insertOpts(m.cfg.ReplayInterval)
+			return replayArgs{
+				BatchSize:  m.cfg.BatchSize,
+				EnqueuedBy: m.client.ID(),
+				TickMS:     m.cfg.ReplayInterval.Milliseconds(),
+			}, m.insertOpts(m.cfg.ReplayInterval)
 		}, &river.PeriodicJobOpts{ID: replayArgs{}.Kind(), RunOnStart: true}))
 	}
 	return jobs
@@ -168,10 +174,13 @@ func (m *Maintainer) deleteInBatches(ctx context.Context, table, query string, r
 	}
 }
 
-// replayArgs is a look for due scheduled replays.
+// replayArgs is a look for due scheduled replays. TickMS is the leader's
+// ReplayInterval: a throttled replay replays at most one interval's worth
+// of its rate per run.
 type replayArgs struct {
 	BatchSize  int    `json:"batch_size"`
 	EnqueuedBy string `json:"enqueued_by"`
+	TickMS     int64  `json:"tick_ms"`
 }
 
 // Kind names scheduled-replay runs in river_job.
@@ -184,11 +193,16 @@ type replayWorker struct {
 
 func (w *replayWorker) Timeout(*river.Job[replayArgs]) time.Duration { return runBudget }
 
-// Work runs the due scheduled replays. Each batch commits with the
-// replay's progress, so a run cut short resumes at the next one.
+// Work runs the due scheduled replays, throttled ones as far as their rate
+// allows. Each batch commits with the replay's progress and pace, so a run
+// cut short resumes at the next one, without repeating a message or
+// exceeding the rate.
 func (w *replayWorker) Work(ctx context.Context, job *river.Job[replayArgs]) error {
 	m := w.m
-	n, err := m.admin.RunDueReplays(ctx, job.Args.BatchSize)
+	n, err := m.admin.RunDueReplays(ctx, admin.RunDueReplaysOptions{
+		BatchSize: job.Args.BatchSize,
+		Tick:      time.Duration(job.Args.TickMS) * time.Millisecond,
+	})
 	m.tel.Replayed(ctx, n)
 	partial := err != nil && ctx.Err() != nil
 	if partial {

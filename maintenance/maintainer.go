@@ -119,8 +119,12 @@ type Config struct {
 	PruneInterval time.Duration
 
 	// ReplayInterval is how often due scheduled replays are looked for,
-	// which bounds how late one starts. Defaults to ReplayIntervalDefault
-	// (30 seconds); at least IntervalMin; -1 never runs them.
+	// which bounds how late one starts. It is also the step of a throttled
+	// replay (inboxctl replay --rate): each run replays what the rate
+	// allowed since the one before, at most rate × ReplayInterval, so a
+	// shorter interval gives smaller, more frequent steps. Defaults to
+	// ReplayIntervalDefault (30 seconds); at least IntervalMin; -1 never
+	// runs them.
 	ReplayInterval time.Duration
 
 	// Schema is the PostgreSQL schema holding pgbox's (and River's) tables.

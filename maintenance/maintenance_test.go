@@ -298,3 +298,33 @@ func TestLifecycle(t *testing.T) {
 	require.True(t, m.Running())
 	require.ErrorContains(t, m.Start(ctx), "already started")
 }
+
+// A throttled replay is paced by the maintenance job: each run replays at
+// most what the rate allowed over one interval (and the run's own length),
+// judged by the times River recorded, and every message is replayed once.
+func TestThrottledReplayFromTheMaintainer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.exec(t, `
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
+		SELECT 'payments', 'order-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea, 'gateway timeout'
+		FROM generate_series(1, 25) AS g`)
+	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: b.schema})
+	require.NoError(t, err)
+	r, err := adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{Rate: 10, Filter: admin.Filter{Consumer: "payments"}})
+	require.NoError(t, err)
+
+	b.start(t, maintenance.Config{PruneInterval: time.Hour, ReplayInterval: time.Second})
+	b.waitFor(t, "SELECT state = 'done' FROM /* schema */scheduled_replays WHERE id = $1", r.ID)
+	require.EqualValues(t, 25, b.count(t, "SELECT count(*) FROM /* schema */inbox WHERE status = 'pending' AND replays = 1"))
+
+	const runs = `FROM /* schema */river_job
+		WHERE kind = 'pgbox.scheduled_replays' AND state = 'completed' AND (metadata->'output'->>'replayed')::bigint > 0`
+	// River records a run as completed a moment after its last batch commits.
+	b.waitFor(t, "SELECT coalesce(sum((metadata->'output'->>'replayed')::bigint), 0) = 25 "+runs)
+	require.GreaterOrEqual(t, b.count(t, "SELECT count(*) "+runs), int64(2), "25 messages at 10/s take several runs")
+	require.Zero(t, b.count(t, "SELECT count(*) "+runs+`
+		AND (metadata->'output'->>'replayed')::bigint > 10 * (1 + extract(epoch FROM finalized_at - attempted_at)) + 1`),
+		"no run replayed more than one interval's worth of the rate")
+}

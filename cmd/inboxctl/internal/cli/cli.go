@@ -28,6 +28,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 // app is one run of inboxctl: its streams and, once connected, its admin.
 type app struct {
 	admin  *admin.Admin
+	as     string
 	dsn    string
 	errOut io.Writer
 	getenv func(string) string
@@ -102,12 +103,13 @@ where the output is a list.
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVar(&a.dsn, "dsn", "", "PostgreSQL connection string (default: $DATABASE_URL)")
 	root.PersistentFlags().StringVar(&a.schema, "schema", pgbox.DefaultSchema, "schema holding pgbox's tables")
+	root.PersistentFlags().StringVar(&a.as, "as", "", "who you are, in the audit log (default: your OS user)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
 		a.statsCommand(), a.listCommand(), a.showCommand(), a.failuresCommand(),
 		a.replayCommand(), a.scheduledCommand(), a.discardCommand(), a.purgeCommand(),
 		a.outboxCommand(), a.migrateCommand(), a.versionCommand(),
-		a.processesCommand(),
+		a.processesCommand(), a.auditCommand(),
 	)
 	for _, c := range root.Commands() {
 		wrapArgs(c)

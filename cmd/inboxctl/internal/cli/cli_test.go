@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/pgtest"
@@ -351,7 +353,8 @@ func TestMigrate(t *testing.T) {
 
 	declined := inboxctl(t, schema, "", "migrate", "down")
 	require.Equal(t, ExitFailure, declined.code)
-	require.Contains(t, declined.stderr, "back from version 8 to 7, dropping tables and their data? Type yes to continue")
+	require.Contains(t, declined.stderr, fmt.Sprintf("back from version %d to %d, dropping tables and their data? Type yes to continue",
+		pgbox.SchemaVersion, pgbox.SchemaVersion-1))
 	require.NotContains(t, declined.stderr, "River")
 	declined = inboxctl(t, schema, "", "migrate", "down", "--to", "3")
 	require.Equal(t, ExitFailure, declined.code)
@@ -447,11 +450,11 @@ func TestReplayAt(t *testing.T) {
 	inboxctl(t, schema, "", "replay", "--group", failureGroup(t, schema), "--at", "0s", "--yes").ok(t)
 	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: schema})
 	require.NoError(t, err)
-	n, err := adm.RunDueReplays(context.Background(), 0)
+	n, err := adm.RunDueReplays(context.Background(), admin.RunDueReplaysOptions{})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 	list := inboxctl(t, schema, "", "scheduled").ok(t).stdout
-	require.Regexp(t, `3\s+\S+ \S+\s+done\s+2\s+group=[0-9a-f]{12}`, list)
+	require.Regexp(t, `3\s+\S+ \S+\s+done\s+-\s+2 of 2\s+group=[0-9a-f]{12}`, list)
 }
 
 // failureGroup returns the fixture's two-message gateway-timeout group.

@@ -54,7 +54,9 @@ var docsPath = filepath.Join("..", "..", "..", "..", "docs", "inboxctl.md")
 // run, so they are masked on both sides before comparing (see masked),
 // and runs of spaces count as one, as a masked value's width can shift a
 // table's columns. A fenced block that begins with "$ inboxctl" must be
-// marked. With -update-docs the blocks are rewritten as captured,
+// marked. A session the fixture cannot replay (a Ctrl-C, a live
+// maintainer's progress, another host's audit records) is a transcript
+// whose first line, "# captured …", says where it comes from. With -update-docs the blocks are rewritten as captured,
 // unmasked, and a marker without a block gets one.
 func TestDocs(t *testing.T) {
 	t.Parallel()

@@ -390,6 +390,9 @@ func (a *app) printHistory(h []admin.HistoryEntry) {
 			fmt.Fprintln(a.out, line)
 		case "discarded":
 			fmt.Fprintf(a.out, "  %s  discarded by an operator: %s\n", stamp(e.At), e.Note)
+		case "edited":
+			fmt.Fprintf(a.out, "  %s  payload edited by an operator (%d bytes, was %d; the original is kept; audit record %d)\n",
+				stamp(e.At), e.Size, e.PreviousSize, e.AuditID)
 		case "retried":
 			fmt.Fprintf(a.out, "  %s  retried by an operator (was dead after %s)\n", stamp(e.At), plural(int64(e.PreviousAttempts), "attempt"))
 		default:

@@ -170,9 +170,10 @@ func capitalize(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
 
 func (a *app) replayCommand() *cobra.Command {
 	var (
-		at    string
-		flags changeFlags
-		note  string
+		flags       changeFlags
+		later       replayLater
+		note        string
+		payloadFile string
 	)
 	cmd := &cobra.Command{
 		Use:   "replay [ID...]",
@@ -192,16 +193,36 @@ statement, so a million-message replay never holds one giant lock.
 partner's outage window ends): a time, or a duration from now. Nothing changes
 until then; the maintenance job (package maintenance, running in the
 service) then replays the selected messages that are still replayable, in
-batches, exactly once. 'inboxctl scheduled' lists scheduled replays.`,
+batches, exactly once. 'inboxctl scheduled' lists scheduled replays.
+
+--rate (10/s, 300/m) or --over (30m: the selection spread evenly) throttle the
+replay, so a recovered downstream service is not hit by the whole backlog at
+once: it is scheduled (now, or --at) and the maintenance job replays at most
+what the rate allows at each of its runs, resuming after a crash without
+repeating a message or exceeding the rate.
+
+--payload-file F replaces the payload of the one message named by id (dead,
+discarded or failing) with F's bytes and replays it. The original payload is
+kept, and the edit is in the message's history and the audit log. The inbox
+still recognises a redelivery of the original as a duplicate.
+
+Every replay is recorded in the audit log ('inboxctl audit'), as the OS user
+or --as NAME; a --dry-run is not.`,
 		Example: `  inboxctl replay order-17/placed --consumer payments
   inboxctl replay --group 3f2a9c1d0b7e --note "gateway fixed"
   inboxctl replay --consumer payments --status dead --error-contains timeout --dry-run
   inboxctl replay --consumer payments --status dead --yes
   inboxctl replay --group 3f2a9c1d0b7e --at 2026-11-23T03:00:00Z --note "after the gateway's maintenance"
-  inboxctl replay --consumer payments --status dead --at 2h --yes`,
+  inboxctl replay --consumer payments --status dead --at 2h --yes
+  inboxctl replay --group 3f2a9c1d0b7e --rate 10/s --yes
+  inboxctl replay --consumer payments --status dead --over 30m --yes
+  inboxctl replay order-17/placed --consumer payments --payload-file fixed.json --note "currency code fixed"`,
 		RunE: func(cmd *cobra.Command, ids []string) error {
-			if at != "" {
-				return a.scheduleReplay(cmd.Context(), flags, ids, note, at)
+			if payloadFile != "" {
+				return a.editAndReplay(cmd.Context(), flags, ids, note, payloadFile, later)
+			}
+			if later.set() {
+				return a.scheduleReplay(cmd.Context(), flags, ids, note, later)
 			}
 			return a.apply(cmd.Context(), change{
 				verb: "replay", past: "replayed",
@@ -214,14 +235,15 @@ batches, exactly once. 'inboxctl scheduled' lists scheduled replays.`,
 					return f
 				},
 				run: func(ctx context.Context, f admin.Filter, batchSize int, progress func(int64)) (int64, error) {
-					return a.admin.Replay(ctx, admin.ReplayOptions{BatchSize: batchSize, Filter: f, Note: note, ProgressFunc: progress})
+					return a.admin.Replay(ctx, admin.ReplayOptions{Actor: a.actor(), BatchSize: batchSize, Filter: f, Note: note, ProgressFunc: progress})
 				},
 			}, flags, ids)
 		},
 	}
 	flags.add(cmd, true)
 	cmd.Flags().StringVar(&note, "note", "", "a note kept in each replayed message's history")
-	cmd.Flags().StringVar(&at, "at", "", "replay later, at this time (2026-11-23T03:00:00Z) or after this long (90m, 2h, 1d)")
+	later.add(cmd)
+	cmd.Flags().StringVar(&payloadFile, "payload-file", "", "replace the one named message's payload with this file's bytes (the original is kept), then replay it")
 	return cmd
 }
 
@@ -252,7 +274,7 @@ message's history. Only dead messages can be discarded.`,
 					return f
 				},
 				run: func(ctx context.Context, f admin.Filter, batchSize int, progress func(int64)) (int64, error) {
-					return a.admin.Discard(ctx, admin.DiscardOptions{BatchSize: batchSize, Filter: f, ProgressFunc: progress, Reason: reason})
+					return a.admin.Discard(ctx, admin.DiscardOptions{Actor: a.actor(), BatchSize: batchSize, Filter: f, ProgressFunc: progress, Reason: reason})
 				},
 			}, flags, ids)
 		},
@@ -306,7 +328,7 @@ deleted; running the same command again deletes the rest.`,
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			opts := admin.PurgeOptions{BatchSize: batchSize, Consumer: consumer, OlderThan: d, Status: pgbox.InboxStatus(status)}
+			opts := admin.PurgeOptions{Actor: a.actor(), BatchSize: batchSize, Consumer: consumer, OlderThan: d, Status: pgbox.InboxStatus(status)}
 			n, err := a.admin.CountPurgeable(ctx, opts)
 			if err != nil {
 				return err

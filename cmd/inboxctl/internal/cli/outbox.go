@@ -219,7 +219,7 @@ ordering key until then. Name the rows by id, or pass --all-dead.`,
 			}
 			b := a.startBatches(ctx, "Retried", n)
 			var err error
-			report.Changed, err = a.admin.OutboxRetry(b.ctx, admin.OutboxRetryOptions{IDs: ids, ProgressFunc: b.report})
+			report.Changed, err = a.admin.OutboxRetry(b.ctx, admin.OutboxRetryOptions{Actor: a.actor(), IDs: ids, ProgressFunc: b.report})
 			a.endBatches(b)
 			if b.interrupted() {
 				return a.interruptedChange(output, report, "retried", "dead outbox row",

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -27,9 +28,79 @@ func parseAt(s string, now time.Time) (time.Time, error) {
 	return t, nil
 }
 
-// scheduleReplay records a replay for later: replay --at.
-func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []string, note, at string) error {
-	runAt, err := parseAt(at, a.now())
+// replayLater is how replay schedules instead of replaying at once:
+// --at, --rate, --over.
+type replayLater struct {
+	at, over, rate string
+}
+
+func (l *replayLater) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&l.at, "at", "", "replay later, at this time (2026-11-23T03:00:00Z) or after this long (90m, 2h, 1d)")
+	cmd.Flags().StringVar(&l.rate, "rate", "", "replay at most this fast: 10/s, 300/m, 1000/h (a scheduled replay the maintenance job paces)")
+	cmd.Flags().StringVar(&l.over, "over", "", "spread the replay evenly over this long: 30m, 2h (instead of --rate)")
+}
+
+// set reports whether any of the flags was given.
+func (l replayLater) set() bool { return l.at != "" || l.rate != "" || l.over != "" }
+
+// parseRate reads --rate: messages per second, minute or hour ("10/s",
+// "300/m", "1000/h"), or a bare number per second.
+func parseRate(s string) (float64, error) {
+	num, unit, _ := strings.Cut(s, "/")
+	per := map[string]float64{"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}[unit]
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil || per == 0 || !(n > 0) || math.IsInf(n, 0) {
+		return 0, usagef("--rate %q is not a rate such as 10/s, 300/m or 1000/h", s)
+	}
+	return n / per, nil
+}
+
+// formatRate shows a rate the way --rate takes it: "10/s", "30/m".
+func formatRate(perSecond float64) string {
+	switch {
+	case perSecond == 0:
+		return "-"
+	case perSecond >= 1:
+		return strconv.FormatFloat(math.Round(perSecond*100)/100, 'f', -1, 64) + "/s"
+	case perSecond*60 >= 1:
+		return strconv.FormatFloat(math.Round(perSecond*6000)/100, 'f', -1, 64) + "/m"
+	default:
+		return strconv.FormatFloat(math.Round(perSecond*360000)/100, 'f', -1, 64) + "/h"
+	}
+}
+
+// options reads the flags into what ScheduleReplay takes (less the
+// filter and note).
+func (l replayLater) options(now time.Time) (admin.ScheduleReplayOptions, error) {
+	var (
+		opts admin.ScheduleReplayOptions
+		err  error
+	)
+	if l.rate != "" && l.over != "" {
+		return opts, usagef("give --rate or --over, not both")
+	}
+	if l.at != "" {
+		if opts.At, err = parseAt(l.at, now); err != nil {
+			return opts, err
+		}
+	}
+	if l.rate != "" {
+		if opts.Rate, err = parseRate(l.rate); err != nil {
+			return opts, err
+		}
+	}
+	if l.over != "" {
+		if opts.Over, err = parseDuration(l.over); err != nil || opts.Over <= 0 {
+			return opts, usagef("--over %q is not a duration such as 30m, 2h or 1d", l.over)
+		}
+	}
+	return opts, nil
+}
+
+// scheduleReplay records a replay for later, or a throttled one: replay
+// --at, --rate, --over.
+func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []string, note string, later replayLater) error {
+	opts, err := later.options(a.now())
 	if err != nil {
 		return err
 	}
@@ -61,18 +132,25 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 	if err != nil {
 		return err
 	}
-	when := stamp(runAt) + " UTC"
-	now := fmt.Sprintf("%s %s replayable now", plural(n, "message"), map[bool]string{true: "is", false: "are"}[n == 1])
+	when := "now"
+	if !opts.At.IsZero() {
+		when = stamp(opts.At) + " UTC"
+	}
+	what := fmt.Sprintf("%s %s replayable now", plural(n, "message"), map[bool]string{true: "is", false: "are"}[n == 1])
+	if pace := describePace(opts, n); pace != "" {
+		what += ", " + pace
+	}
 	if flags.dryRun {
 		return a.printReport(flags.output, changeReport{Action: "schedule replay", DryRun: true, Matched: n, Selection: filter},
-			fmt.Sprintf("Would schedule a replay for %s (%s). Nothing was changed (--dry-run).", when, now))
+			fmt.Sprintf("Would schedule a replay for %s (%s). Nothing was changed (--dry-run).", when, what))
 	}
 	if bulk && !flags.yes {
-		if err := a.confirm(ctx, fmt.Sprintf("Schedule a replay for %s (%s)?", when, now), "scheduled"); err != nil {
+		if err := a.confirm(ctx, fmt.Sprintf("Schedule a replay for %s (%s)?", when, what), "scheduled"); err != nil {
 			return err
 		}
 	}
-	r, err := a.admin.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: runAt, Filter: filter, Note: note})
+	opts.Actor, opts.Filter, opts.Note = a.actor(), filter, note
+	r, err := a.admin.ScheduleReplay(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -82,9 +160,22 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 	case formatJSONL:
 		return writeJSONLine(a.out, r)
 	}
-	fmt.Fprintf(a.out, "Scheduled replay %d for %s (%s). The maintenance job replays what is replayable then.\n", r.ID, when, now)
+	fmt.Fprintf(a.out, "Scheduled replay %d for %s (%s). The maintenance job replays what is replayable then.\n", r.ID, when, what)
 	fmt.Fprintf(a.out, "See it: inboxctl scheduled. Call it off: inboxctl scheduled cancel %d\n", r.ID)
 	return nil
+}
+
+// describePace says how fast a replay of n messages goes: "at 10/s, about
+// 2m0s"; "" when it is not throttled.
+func describePace(opts admin.ScheduleReplayOptions, n int64) string {
+	rate := opts.Rate
+	if opts.Over > 0 {
+		rate = float64(max(n, 1)) / opts.Over.Seconds()
+	}
+	if rate == 0 {
+		return ""
+	}
+	return fmt.Sprintf("at %s, about %s", formatRate(rate), age(time.Duration(float64(n)/rate*float64(time.Second))))
 }
 
 func (a *app) scheduledCommand() *cobra.Command {
@@ -120,22 +211,24 @@ each once its time has come, by the database clock.`,
 				return nil
 			}
 			t := newTable(a.out)
-			fmt.Fprintln(t, "ID\tRUN AT (UTC)\tSTATE\tREPLAYED\tSELECTION\tNOTE")
+			fmt.Fprintln(t, "ID\tRUN AT (UTC)\tSTATE\tRATE\tREPLAYED\tSELECTION\tNOTE")
 			for _, r := range list {
 				state := string(r.State)
 				if r.State == admin.ReplayFailed {
 					state += ": " + oneLine(r.Error, 60)
 				}
-				fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, stamp(r.RunAt), state, count(r.Replayed), describe(r.Filter), oneLine(r.Note, 40))
+				fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, stamp(r.RunAt), state, formatRate(r.Rate), replayProgress(r),
+					describe(r.Filter), oneLine(r.Note, 40))
 			}
 			return t.Flush()
 		},
 	}
 	outputFlag(cmd, &output, listOutput)
 	cmd.Flags().IntVar(&limit, "limit", 50, "show at most this many")
-	cmd.AddCommand(&cobra.Command{
+	var note string
+	cancel := &cobra.Command{
 		Use:     "cancel ID",
-		Short:   "Call off a scheduled replay that has not started",
+		Short:   "Call off a scheduled replay waiting or under way (a throttled one, say)",
 		Example: `  inboxctl scheduled cancel 3`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -146,14 +239,26 @@ each once its time has come, by the database clock.`,
 			if err := a.open(cmd.Context()); err != nil {
 				return err
 			}
-			if err := a.admin.CancelScheduledReplay(cmd.Context(), id); err != nil {
+			err = a.admin.CancelScheduledReplay(cmd.Context(), admin.CancelScheduledReplayOptions{Actor: a.actor(), ID: id, Note: note})
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(a.out, "Cancelled scheduled replay %d.\n", id)
 			return nil
 		},
-	})
+	}
+	cancel.Flags().StringVar(&note, "note", "", "why, for the audit log")
+	cmd.AddCommand(cancel)
 	return cmd
+}
+
+// replayProgress shows how far a scheduled replay got: "120 of 1,200" (of the
+// messages replayable when it was scheduled).
+func replayProgress(r admin.ScheduledReplay) string {
+	if r.Selected == 0 && r.Replayed == 0 {
+		return "0"
+	}
+	return count(r.Replayed) + " of " + count(r.Selected)
 }
 
 // describe sums up a filter in one cell: "consumer=payments status=dead".
