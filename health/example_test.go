@@ -68,7 +68,7 @@ func ExampleChecker() {
 	//       "status": "ok"
 	//     },
 	//     {
-	//       "detail": "version 6",
+	//       "detail": "version 8",
 	//       "name": "schema",
 	//       "status": "ok"
 	//     },
