@@ -88,7 +88,12 @@ func sqlBroker(t testing.TB, pool *pgxpool.Pool, schema string) broker {
 // the test's own.
 func natsBroker(t testing.TB, name string) broker {
 	t.Helper()
-	url := natstest.URL(t)
+	return natsBrokerAt(t, natstest.URL(t), name)
+}
+
+// natsBrokerAt is natsBroker on the NATS server at url.
+func natsBrokerAt(t testing.TB, url, name string) broker {
+	t.Helper()
 	logger := watermillLogger(t)
 	topic := "orders_" + name
 	pub, err := jetstream.NewPublisher(jetstream.PublisherConfig{URL: url, Logger: logger})
