@@ -4,6 +4,7 @@
 package test
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -178,15 +179,25 @@ func (p *producer) place(t testing.TB, o order, key string, commit bool) uuid.UU
 // startRelay runs a relay for the producer, stopped when the test ends.
 func (p *producer) startRelay(t testing.TB, pub message.Publisher) {
 	t.Helper()
-	r, err := relay.New(p.pool, relay.Config{
-		ListenConnConfig: pgtest.ListenConnConfig(t),
-		Publisher:        pub,
-		Schema:           p.schema,
-		PollInterval:     20 * time.Millisecond,
-		Lease:            2 * time.Second,
-		RetryBackoffFunc: func(int) time.Duration { return 20 * time.Millisecond },
-		Logger:           slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	p.startRelayWith(t, relay.Config{
+		Logger:    slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Publisher: pub,
 	})
+}
+
+// startRelayWith runs a relay for the producer configured by cfg, with the
+// tests' quick timings where cfg leaves them unset, stopped when the test
+// ends.
+func (p *producer) startRelayWith(t testing.TB, cfg relay.Config) *relay.Relay {
+	t.Helper()
+	cfg.ListenConnConfig = pgtest.ListenConnConfig(t)
+	cfg.Schema = p.schema
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, 20*time.Millisecond)
+	cfg.Lease = cmp.Or(cfg.Lease, 2*time.Second)
+	if cfg.RetryBackoffFunc == nil {
+		cfg.RetryBackoffFunc = func(int) time.Duration { return 20 * time.Millisecond }
+	}
+	r, err := relay.New(p.pool, cfg)
 	require.NoError(t, err)
 	require.NoError(t, r.Start(context.Background()))
 	t.Cleanup(func() {
@@ -194,6 +205,7 @@ func (p *producer) startRelay(t testing.TB, pub message.Publisher) {
 		defer cancel()
 		require.NoError(t, r.Stop(ctx))
 	})
+	return r
 }
 
 // consumer is a payments service: a Watermill router stores each delivery

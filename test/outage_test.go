@@ -18,7 +18,6 @@ import (
 	"github.com/pgbox/pgbox/internal/brokertest"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/logtest"
-	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/internal/tables"
 	"github.com/pgbox/pgbox/internal/telemetry"
 	"github.com/pgbox/pgbox/internal/telemetry/telemetrytest"
@@ -55,23 +54,12 @@ func TestBrokerOutageCostsNoAttempts(t *testing.T) {
 	logs := &logtest.Recorder{}
 	reader := sdkmetric.NewManualReader()
 	pub := &failCounter{Publisher: b.publisher}
-	r, err := relay.New(p.pool, relay.Config{
-		ListenConnConfig:  pgtest.ListenConnConfig(t),
+	r := p.startRelayWith(t, relay.Config{
 		Logger:            slog.New(logs),
 		MaxAttempts:       maxAttempts,
 		MeterProvider:     sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 		OutageBackoffFunc: func(int) time.Duration { return 100 * time.Millisecond },
-		PollInterval:      20 * time.Millisecond,
 		Publisher:         pub,
-		RetryBackoffFunc:  func(int) time.Duration { return 20 * time.Millisecond },
-		Schema:            p.schema,
-	})
-	require.NoError(t, err)
-	require.NoError(t, r.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, r.Stop(ctx))
 	})
 
 	const orders = 200
