@@ -116,3 +116,11 @@ func maxOutboxAttempts(t *testing.T, p *producer) (n int) {
 		"SELECT coalesce(max(attempts), 0) FROM /* schema */outbox", p.schema)).Scan(&n))
 	return n
 }
+
+// publishedRows counts the producer's published outbox rows.
+func publishedRows(t *testing.T, p *producer) (n int) {
+	t.Helper()
+	require.NoError(t, p.pool.QueryRow(context.Background(), ident.Render(
+		"SELECT count(*) FROM /* schema */outbox WHERE status = "+tables.OutboxPublished, p.schema)).Scan(&n))
+	return n
+}

@@ -125,12 +125,3 @@ func runRabbitKilled(t *testing.T, srv *brokertest.Server) {
 	require.Equal(t, 1, logs.Count(slog.LevelError, "the broker is unreachable"))
 	require.Equal(t, 1, logs.Count(slog.LevelInfo, "the broker is reachable again"))
 }
-
-// publishedRows counts the producer's published outbox rows.
-func publishedRows(t *testing.T, p *producer) (n int) {
-	t.Helper()
-	require.NoError(t, p.pool.QueryRow(context.Background(), ident.Render(
-		"SELECT count(*) FROM /* schema */outbox WHERE status = "+tables.OutboxPublished, p.schema)).Scan(&n))
-	return n
-}
-
