@@ -55,6 +55,9 @@ func TestBrokerOutageCostsNoAttempts(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	pub := &failCounter{Publisher: b.publisher}
 	r := p.startRelayWith(t, relay.Config{
+		// Longer than NATS's 5s publish timeout: a lease that expired
+		// under a hung publish would rightly charge an attempt.
+		Lease:             30 * time.Second,
 		Logger:            slog.New(logs),
 		MaxAttempts:       maxAttempts,
 		MeterProvider:     sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
