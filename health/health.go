@@ -16,7 +16,9 @@
 // "warn", still 200): notifications that never reach a dispatcher or relay
 // (a LISTEN through a transaction pooler) leave new work to wait for the
 // next poll. A dispatcher or relay that cannot record its outcomes, and so
-// has stopped claiming, fails. Use it for readiness and alerting.
+// has stopped claiming, fails. A relay that has paused because its broker
+// is unreachable warns: no message is lost or charged an attempt, and the
+// outbox backlog check fails once rows have waited too long. Use it for readiness and alerting.
 // Think twice before using it as a liveness probe: a backlog that ages
 // because a downstream system is slow, or a database that is down, is not
 // cured by restarting the process.
@@ -81,8 +83,8 @@ type Config struct {
 	Maintainer *maintenance.Maintainer
 
 	// Relays must be running and recording their outcomes, and the
-	// outbox's backlog young enough. Notifications that do not reach one
-	// only warn.
+	// outbox's backlog young enough. Notifications that do not reach one,
+	// and a broker that one cannot reach, only warn.
 	Relays []*relay.Relay
 
 	// Schema is the PostgreSQL schema holding pgbox's tables. Defaults to
@@ -138,7 +140,8 @@ type CheckResult struct {
 	Error string `json:"error,omitzero"`
 	// Name says what was checked: "database", "schema",
 	// "dispatcher payments", "relay", "maintenance",
-	// "notifications payments", "notifications relay", "backlog payments",
+	// "notifications payments", "notifications relay", "broker relay",
+	// "backlog payments",
 	// "outbox".
 	Name string `json:"name"`
 	// Status is StatusOK, StatusWarn or StatusFail.
@@ -225,6 +228,9 @@ func (c *Checker) Check(ctx context.Context) *Report {
 	}
 	for i, r := range c.cfg.Relays {
 		warn("notifications "+relayName(i), r.NotifyErr())
+	}
+	for i, r := range c.cfg.Relays {
+		warn("broker "+relayName(i), r.BrokerErr())
 	}
 
 	if c.cfg.BacklogAgeMax < 0 {

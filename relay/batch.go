@@ -49,35 +49,70 @@ type outcome struct {
 }
 
 // runBatch claims rows, publishes them topic by topic in commit order, and
-// records the outcomes. It returns how many rows the claim took.
+// records the outcomes. It returns how many rows the claim took. While the
+// broker is unreachable it first waits for its turn to probe it (outage).
 func (r *Relay) runBatch() (int, error) {
+	if !r.outage.await(r.loop.StopSignal()) {
+		return 0, nil
+	}
 	token := r.proc.Token()
 	rows, n, err := r.claim(token)
 	if err != nil || len(rows) == 0 {
+		r.outage.idle()
 		return n, err
 	}
 	outcomes := make([]outcome, 0, len(rows))
+	var (
+		reached bool  // the broker answered a publish of this round
+		down    error // a publish found it unreachable: publish no more this round
+	)
 	for _, group := range byTopic(rows) {
-		if r.loop.CancelledByStop() {
-			for _, rw := range group {
-				outcomes = append(outcomes, outcome{id: rw.id, status: pgbox.OutboxPending, refund: true})
-			}
+		if down != nil || r.loop.CancelledByStop() {
+			outcomes = released(outcomes, group)
 			continue
 		}
 		msgs := toMessages(group)
 		end := r.tel.Publishing(group[0].topic, msgs)
 		err := r.cfg.Publisher.Publish(group[0].topic, msgs...)
 		end(err)
-		for _, rw := range group {
-			if err == nil {
+		switch {
+		case err == nil:
+			reached = true
+			for _, rw := range group {
 				outcomes = append(outcomes, outcome{id: rw.id, status: pgbox.OutboxPublished})
+			}
+		case !reached && r.cfg.UnreachableFunc(err):
+			down = err // an outage: not the rows' fault
+			outcomes = released(outcomes, group)
+		default:
+			// The broker refused these rows, or went away after taking
+			// others of this round: charged, as any failure.
+			if r.cfg.UnreachableFunc(err) {
+				down = err
 			} else {
+				reached = true
+			}
+			for _, rw := range group {
 				outcomes = append(outcomes, r.failed(rw, err))
 			}
 		}
 	}
+	if down != nil && !reached {
+		r.outage.failed(down)
+	} else {
+		r.outage.reached()
+	}
 	r.complete(token, outcomes)
 	return n, nil
+}
+
+// released returns outcomes with group's rows handed back unpublished:
+// pending at once, their attempt refunded.
+func released(outcomes []outcome, group []*row) []outcome {
+	for _, rw := range group {
+		outcomes = append(outcomes, outcome{id: rw.id, status: pgbox.OutboxPending, refund: true})
+	}
+	return outcomes
 }
 
 // claim takes a batch of rows. It returns the rows to publish and how many

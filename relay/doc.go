@@ -1,6 +1,6 @@
 // Package relay publishes committed outbox rows through any Watermill
 // publisher: watermill-sql on the same PostgreSQL (nothing else to run),
-// NATS JetStream, Kafka.
+// NATS JetStream, RabbitMQ (package rabbitmq), Kafka (package kafka).
 //
 //	r, _ := relay.New(pool, relay.Config{Publisher: publisher})
 //	_ = r.Start(ctx)
@@ -26,6 +26,11 @@
 //   - A failed publish is recorded on the row and retried after a backoff,
 //     for ever unless Config.MaxAttempts says otherwise; a row out of
 //     attempts is dead, for an operator to retry. Nothing is dropped.
+//   - A broker outage is not the rows' fault: when a round's first publish
+//     finds the broker unreachable (Config.UnreachableFunc), its rows go
+//     back with their attempt refunded and the whole relay pauses, probing
+//     the broker after a backoff; BrokerErr, the health check and a gauge
+//     show it, and the log says it once per change.
 //   - New rows wake an idle relay through LISTEN/NOTIFY; polling remains the
 //     source of truth.
 //

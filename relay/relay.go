@@ -61,8 +61,9 @@ type Config struct {
 	Logger *slog.Logger
 
 	// MaxAttempts, when positive, marks a row dead after that many failed
-	// publishes, for an operator to retry (`inboxctl outbox retry`). Zero,
-	// the default, retries for ever: a broker outage must not lose messages.
+	// publishes, for an operator to retry (`inboxctl outbox retry`). A
+	// broker outage spends no attempt (see UnreachableFunc). Zero, the
+	// default, retries for ever.
 	MaxAttempts int
 
 	// MeterProvider receives the relay's metrics (messages published,
@@ -70,6 +71,12 @@ type Config struct {
 	// docs/operations.md). Defaults to OpenTelemetry's global provider,
 	// which does nothing until one is installed.
 	MeterProvider metric.MeterProvider
+
+	// OutageBackoffFunc returns how long a relay that found its broker
+	// unreachable waits before its probe number probe (1 for the first):
+	// one worker publishes one batch, and the relay resumes if the broker
+	// takes it. Defaults to DefaultOutageBackoff (1s doubling to 30s).
+	OutageBackoffFunc func(probe int) time.Duration
 
 	// PollInterval is how often an idle relay looks for rows when no
 	// notification wakes it. Defaults to PollIntervalDefault (one second).
@@ -122,6 +129,18 @@ type Config struct {
 	// installed.
 	TracerProvider trace.TracerProvider
 
+	// UnreachableFunc reports whether a publish error means that the broker
+	// could not be reached, rather than that it refused the messages. A
+	// round in which the first publish fails so is an outage: its rows go
+	// back to pending with their attempt refunded, the whole relay pauses
+	// (Config.OutageBackoffFunc, BrokerErr, the health check, the
+	// pgbox.relay.broker_unreachable gauge) and logs once per change. A
+	// publish that fails after another of its round succeeded is charged an
+	// attempt, as is any other failure. Defaults to IsUnreachable; wrap a
+	// publisher's own connection errors in ErrBrokerUnreachable, or give a
+	// function that knows them.
+	UnreachableFunc func(err error) bool
+
 	// Workers is how many batches are published at once. Defaults to
 	// WorkersDefault (2).
 	Workers int
@@ -146,10 +165,16 @@ func (c Config) WithDefaults() Config {
 	if c.Propagator == nil {
 		c.Propagator = propagation.TraceContext{}
 	}
+	if c.OutageBackoffFunc == nil {
+		c.OutageBackoffFunc = DefaultOutageBackoff
+	}
 	if c.RetryBackoffFunc == nil {
 		c.RetryBackoffFunc = DefaultRetryBackoff
 	}
 	c.Schema = cmp.Or(c.Schema, pgbox.DefaultSchema)
+	if c.UnreachableFunc == nil {
+		c.UnreachableFunc = IsUnreachable
+	}
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
 	return c
 }
@@ -196,6 +221,7 @@ type Relay struct {
 	cfg    Config
 	gauges telemetry.Registration
 	loop   *workloop.Service
+	outage *outage
 	pool   *pgxpool.Pool
 	proc   *liveness.Process // its row in the processes table; it makes the claim tokens
 	q      queries
@@ -227,6 +253,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	}
 	r.proc = liveness.New(pool, liveness.Config{Heartbeat: cfg.ProcessHeartbeat, Kind: pgbox.ProcessRelay,
 		Logger: cfg.Logger, Name: cfg.ProcessName, Schema: cfg.Schema})
+	r.outage = newOutage(cfg.OutageBackoffFunc, cfg.Logger, r.tel)
 	r.loop = workloop.New(workloop.Config{
 		Batch:        r.runBatch,
 		BatchSize:    cfg.BatchSize,

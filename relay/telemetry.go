@@ -14,3 +14,10 @@ func (r *Relay) NotifyErr() error { return r.loop.NotifyErr() }
 // it published rows but cannot record that it did, and retries recording
 // before it claims anything more. The health check reports it.
 func (r *Relay) RecordErr() error { return r.loop.RecordErr() }
+
+// BrokerErr says why the relay has paused publishing, or returns nil: the
+// broker was unreachable in its last round (Config.UnreachableFunc), and it
+// probes it again after a backoff. No row is charged an attempt meanwhile.
+// The health check reports it as a warning; the outbox backlog check fails
+// once rows have waited too long.
+func (r *Relay) BrokerErr() error { return r.outage.Err() }

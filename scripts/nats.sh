@@ -5,8 +5,9 @@
 #   scripts/nats.sh url    print the URL of the running server
 #   scripts/nats.sh down   stop it and delete its files
 #
-# It lives in .pgbox/nats (git-ignored) and listens only on 127.0.0.1 on a
-# free port.
+# It lives in .pgbox/nats (git-ignored; PGBOX_NATS_DIR moves it) and listens
+# only on 127.0.0.1 on a free port. Started again after a crash (a test that
+# kills it), it takes the port it had, so clients reconnect to the same URL.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,7 +46,8 @@ up() {
   [ -n "$bin" ] || die "nats-server not found after installing it"
   mkdir -p "$dir"
   for tries in 1 2 3; do
-    port=$(free_port)
+    port=$(cat "$dir/port" 2>/dev/null || free_port)
+    rm -f "$dir/port"
     setsid "$bin" --jetstream --addr 127.0.0.1 --port "$port" --store_dir "$dir/store" \
       --pid "$dir/pid" --log "$dir/server.log" </dev/null >/dev/null 2>&1 &
     if wait_tcp "$port"; then

@@ -4,6 +4,7 @@
 package test
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -88,7 +89,12 @@ func sqlBroker(t testing.TB, pool *pgxpool.Pool, schema string) broker {
 // the test's own.
 func natsBroker(t testing.TB, name string) broker {
 	t.Helper()
-	url := natstest.URL(t)
+	return natsBrokerAt(t, natstest.URL(t), name)
+}
+
+// natsBrokerAt is natsBroker on the NATS server at url.
+func natsBrokerAt(t testing.TB, url, name string) broker {
+	t.Helper()
 	logger := watermillLogger(t)
 	topic := "orders_" + name
 	pub, err := jetstream.NewPublisher(jetstream.PublisherConfig{URL: url, Logger: logger})
@@ -173,15 +179,25 @@ func (p *producer) place(t testing.TB, o order, key string, commit bool) uuid.UU
 // startRelay runs a relay for the producer, stopped when the test ends.
 func (p *producer) startRelay(t testing.TB, pub message.Publisher) {
 	t.Helper()
-	r, err := relay.New(p.pool, relay.Config{
-		ListenConnConfig: pgtest.ListenConnConfig(t),
-		Publisher:        pub,
-		Schema:           p.schema,
-		PollInterval:     20 * time.Millisecond,
-		Lease:            2 * time.Second,
-		RetryBackoffFunc: func(int) time.Duration { return 20 * time.Millisecond },
-		Logger:           slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	p.startRelayWith(t, relay.Config{
+		Logger:    slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Publisher: pub,
 	})
+}
+
+// startRelayWith runs a relay for the producer configured by cfg, with the
+// tests' quick timings where cfg leaves them unset, stopped when the test
+// ends.
+func (p *producer) startRelayWith(t testing.TB, cfg relay.Config) *relay.Relay {
+	t.Helper()
+	cfg.ListenConnConfig = pgtest.ListenConnConfig(t)
+	cfg.Schema = p.schema
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, 20*time.Millisecond)
+	cfg.Lease = cmp.Or(cfg.Lease, 2*time.Second)
+	if cfg.RetryBackoffFunc == nil {
+		cfg.RetryBackoffFunc = func(int) time.Duration { return 20 * time.Millisecond }
+	}
+	r, err := relay.New(p.pool, cfg)
 	require.NoError(t, err)
 	require.NoError(t, r.Start(context.Background()))
 	t.Cleanup(func() {
@@ -189,6 +205,7 @@ func (p *producer) startRelay(t testing.TB, pub message.Publisher) {
 		defer cancel()
 		require.NoError(t, r.Stop(ctx))
 	})
+	return r
 }
 
 // consumer is a payments service: a Watermill router stores each delivery

@@ -13,16 +13,26 @@
 //
 // The dedupe key is the message's Watermill UUID, which pgbox's relay sets
 // to the outbox row's id, so it is the same on every delivery end to end. A
-// different key can be taken from a header (MetadataID) or built from the
-// payload (Config.IDFunc).
+// message from a producer that is not Watermill has no UUID: take its key
+// from a header (MetadataID, such as "x-event-id") or a payload field
+// (PayloadID, such as a business key), or build it with Config.IDFunc.
+//
+// A message that can never be stored (no usable id, no event type, a
+// payload over the limit) would be redelivered for ever and, on Kafka,
+// stop its partition. Give Config.PoisonPublisher and Config.PoisonTopic:
+// Handler then publishes it there with the reason and acknowledges it.
 package watermillinbox
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/inbox"
@@ -50,6 +60,20 @@ type Config struct {
 	// OrderingKeyFunc returns a message's ordering key, or "" for none.
 	// Defaults to the pgbox.MetadataOrderingKey metadata.
 	OrderingKeyFunc func(*message.Message) string
+
+	// PoisonPublisher, with PoisonTopic, is where a message that can never
+	// be stored goes (the error wraps inbox.ErrInvalidMessage): Handler
+	// publishes it to PoisonTopic, with the reason in the metadata key
+	// middleware.ReasonForPoisonedKey ("reason_poisoned") and its topic in
+	// middleware.PoisonedTopicKey, as Watermill's PoisonQueue middleware
+	// does, logs it at error and acknowledges it, so that the messages
+	// behind it flow on. If that publish fails the message is nacked. Unset
+	// (the default), such a message is nacked, and redelivered for ever.
+	PoisonPublisher message.Publisher
+
+	// PoisonTopic is the topic PoisonPublisher publishes to. Required with
+	// PoisonPublisher.
+	PoisonTopic string
 }
 
 // MetadataID returns an IDFunc that takes the dedupe key from the metadata
@@ -63,6 +87,40 @@ func MetadataID(key string) func(*message.Message) (string, error) {
 	}
 }
 
+// PayloadID returns an IDFunc that takes the dedupe key from field of the
+// JSON object in the payload: a top-level name ("event_id"), or a path
+// through nested objects separated by dots ("order.id"). The field must be
+// a non-empty string or a number. A message without it is refused.
+func PayloadID(field string) func(*message.Message) (string, error) {
+	path := strings.Split(field, ".")
+	return func(m *message.Message) (string, error) {
+		d := json.NewDecoder(bytes.NewReader(m.Payload))
+		d.UseNumber()
+		var v any
+		if err := d.Decode(&v); err != nil {
+			return "", fmt.Errorf("payload is not JSON, so it has no field %q, this consumer's dedupe key: %v", field, err)
+		}
+		for _, name := range path {
+			obj, ok := v.(map[string]any)
+			if !ok {
+				return "", fmt.Errorf("payload field %q is missing: it is this consumer's dedupe key", field)
+			}
+			v = obj[name]
+		}
+		switch id := v.(type) {
+		case string:
+			if id != "" {
+				return id, nil
+			}
+		case json.Number:
+			return id.String(), nil
+		case nil:
+			return "", fmt.Errorf("payload field %q is missing or null: it is this consumer's dedupe key", field)
+		}
+		return "", fmt.Errorf("payload field %q is not a non-empty string or a number: it is this consumer's dedupe key", field)
+	}
+}
+
 // Handler returns a Watermill handler that stores each message in
 // cfg.Inbox. It returns:
 //
@@ -73,16 +131,20 @@ func MetadataID(key string) func(*message.Message) (string, error) {
 //     applies: redelivering it could never succeed;
 //   - an error (nack, so the broker delivers it again) when the database
 //     could not be reached;
-//   - an error wrapping inbox.ErrInvalidMessage for a message that can never
-//     be stored (no id, no event type, a payload over the limit). Route it
-//     to a poison queue, for instance with Watermill's
-//     middleware.PoisonQueueWithFilter; otherwise it is redelivered for
-//     ever, never silently dropped.
+//   - for a message that can never be stored (no id, no event type, a
+//     payload over the limit): nil (ack) once it is published to
+//     Config.PoisonTopic, or, without a PoisonPublisher, an error wrapping
+//     inbox.ErrInvalidMessage (nack; it is redelivered for ever, never
+//     silently dropped).
 //
-// Handler panics if cfg.Inbox is nil: that is a programming error.
+// Handler panics if cfg.Inbox is nil, or if only one of PoisonPublisher
+// and PoisonTopic is set: those are programming errors.
 func Handler(cfg Config) message.NoPublishHandlerFunc {
 	if cfg.Inbox == nil {
 		panic("watermillinbox: Config.Inbox is nil")
+	}
+	if (cfg.PoisonPublisher == nil) != (cfg.PoisonTopic == "") {
+		panic("watermillinbox: set both Config.PoisonPublisher and Config.PoisonTopic, or neither")
 	}
 	if cfg.EventTypeFunc == nil {
 		cfg.EventTypeFunc = defaultEventType
@@ -97,27 +159,51 @@ func Handler(cfg Config) message.NoPublishHandlerFunc {
 		cfg.OrderingKeyFunc = func(m *message.Message) string { return m.Metadata.Get(pgbox.MetadataOrderingKey) }
 	}
 	return func(m *message.Message) error {
-		id, err := cfg.IDFunc(m)
-		if err != nil {
-			return fmt.Errorf("watermillinbox: %w: %v", inbox.ErrInvalidMessage, err)
+		err := store(cfg, m)
+		if err == nil || cfg.PoisonPublisher == nil || !errors.Is(err, inbox.ErrInvalidMessage) {
+			return err
 		}
-		_, err = cfg.Inbox.Receive(m.Context(), inbox.Message{
-			EventType:   cfg.EventTypeFunc(m),
-			ID:          id,
-			Metadata:    m.Metadata,
-			OrderingKey: cfg.OrderingKeyFunc(m),
-			Payload:     m.Payload,
-		})
-		if errors.Is(err, inbox.ErrPayloadConflict) {
-			cfg.Logger.ErrorContext(m.Context(), "watermillinbox: conflicting redelivery acknowledged and recorded, not applied",
-				slog.String("consumer", cfg.Inbox.Consumer()), slog.String("message_id", id), slog.String("error", err.Error()))
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("watermillinbox: %w", err)
-		}
+		return poison(cfg, m, err)
+	}
+}
+
+// store receives m into the inbox; see Handler for what it returns.
+func store(cfg Config, m *message.Message) error {
+	id, err := cfg.IDFunc(m)
+	if err != nil {
+		return fmt.Errorf("watermillinbox: %w: %v", inbox.ErrInvalidMessage, err)
+	}
+	_, err = cfg.Inbox.Receive(m.Context(), inbox.Message{
+		EventType:   cfg.EventTypeFunc(m),
+		ID:          id,
+		Metadata:    m.Metadata,
+		OrderingKey: cfg.OrderingKeyFunc(m),
+		Payload:     m.Payload,
+	})
+	if errors.Is(err, inbox.ErrPayloadConflict) {
+		cfg.Logger.ErrorContext(m.Context(), "watermillinbox: conflicting redelivery acknowledged and recorded, not applied",
+			slog.String("consumer", cfg.Inbox.Consumer()), slog.String("message_id", id), slog.String("error", err.Error()))
 		return nil
 	}
+	if err != nil {
+		return fmt.Errorf("watermillinbox: %w", err)
+	}
+	return nil
+}
+
+// poison publishes m, which can never be stored because of err, to the
+// poison topic, and reports whether it may be acknowledged.
+func poison(cfg Config, m *message.Message, err error) error {
+	p := m.Copy()
+	p.Metadata.Set(middleware.ReasonForPoisonedKey, err.Error())
+	p.Metadata.Set(middleware.PoisonedTopicKey, message.SubscribeTopicFromCtx(m.Context()))
+	if perr := cfg.PoisonPublisher.Publish(cfg.PoisonTopic, p); perr != nil {
+		return fmt.Errorf("%w; and publishing it to poison topic %q failed: %v", err, cfg.PoisonTopic, perr)
+	}
+	cfg.Logger.ErrorContext(m.Context(), "watermillinbox: a message that can never be stored was moved to the poison topic and acknowledged",
+		slog.String("consumer", cfg.Inbox.Consumer()), slog.String("poison_topic", cfg.PoisonTopic),
+		slog.String("watermill_uuid", m.UUID), slog.String("error", err.Error()))
+	return nil
 }
 
 func defaultEventType(m *message.Message) string {

@@ -154,3 +154,74 @@ func TestInARouterWithDuplicatedDeliveries(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, 20, b.count(t, "SELECT count(*) FROM /* schema */inbox WHERE event_type = 'orders.placed'"))
 }
+
+// A producer that is not Watermill sends no UUID: the key comes from a
+// payload field, a string or a number, nested or not.
+func TestDedupeKeyFromAPayloadField(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	handle := watermillinbox.Handler(watermillinbox.Config{Inbox: b.inbox, IDFunc: watermillinbox.PayloadID("order.id")})
+	for _, payload := range []string{`{"order":{"id":"o-1"}}`, `{"order":{"id":"o-1"}}`, `{"order":{"id":7}}`} {
+		m := newMessage(payload)
+		m.UUID = ""
+		require.NoError(t, handle(m))
+	}
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM /* schema */inbox WHERE message_id = 'o-1'"))
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM /* schema */inbox WHERE message_id = '7'"))
+
+	for payload, reason := range map[string]string{
+		`not json`:               "payload is not JSON",
+		`{"order":{}}`:           `payload field "order.id" is missing or null`,
+		`{"order":"o-1"}`:        `payload field "order.id" is missing`,
+		`{"order":{"id":""}}`:    "not a non-empty string or a number",
+		`{"order":{"id":[1,2]}}`: "not a non-empty string or a number",
+	} {
+		err := handle(newMessage(payload))
+		require.ErrorIs(t, err, inbox.ErrInvalidMessage, payload)
+		require.ErrorContains(t, err, reason, payload)
+	}
+	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM /* schema */inbox"))
+}
+
+// With a poison route, a message that can never be stored is published
+// there with the reason and acknowledged, so the messages behind it flow
+// on; without one, or when the poison publish fails, it is nacked.
+func TestUnstorableMessageGoesToThePoisonTopic(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	poison := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = poison.Close() })
+	handle := watermillinbox.Handler(watermillinbox.Config{
+		IDFunc:          watermillinbox.MetadataID("x-event-id"),
+		Inbox:           b.inbox,
+		PoisonPublisher: poison,
+		PoisonTopic:     "orders.poison",
+	})
+	bad := newMessage("no id")
+	require.NoError(t, handle(bad))
+	good := newMessage("has an id")
+	good.Metadata.Set("x-event-id", "evt-1")
+	require.NoError(t, handle(good))
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM /* schema */inbox"))
+
+	msgs, err := poison.Subscribe(context.Background(), "orders.poison")
+	require.NoError(t, err)
+	select {
+	case m := <-msgs:
+		m.Ack()
+		require.Equal(t, bad.UUID, m.UUID)
+		require.Equal(t, "no id", string(m.Payload))
+		require.Contains(t, m.Metadata.Get(middleware.ReasonForPoisonedKey), `metadata "x-event-id" is missing or empty`)
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing on the poison topic")
+	}
+
+	require.NoError(t, poison.Close())
+	err = handle(newMessage("no id either"))
+	require.ErrorIs(t, err, inbox.ErrInvalidMessage)
+	require.ErrorContains(t, err, `publishing it to poison topic "orders.poison" failed`)
+
+	require.PanicsWithValue(t, "watermillinbox: set both Config.PoisonPublisher and Config.PoisonTopic, or neither", func() {
+		watermillinbox.Handler(watermillinbox.Config{Inbox: b.inbox, PoisonTopic: "orders.poison"})
+	})
+}

@@ -14,6 +14,7 @@ import (
 
 // Relay holds a relay's instruments and tracer.
 type Relay struct {
+	brokerDown metric.Int64Gauge
 	dead       metric.Int64Counter
 	failures   metric.Int64Counter
 	meter      metric.Meter
@@ -28,6 +29,8 @@ type Relay struct {
 func NewRelay(mp metric.MeterProvider, tp trace.TracerProvider, propagator propagation.TextMapPropagator) *Relay {
 	m := Meter(mp)
 	return &Relay{
+		brokerDown: must(m.Int64Gauge(RelayBrokerDown, metric.WithUnit("1"),
+			metric.WithDescription("1 while the relay has paused publishing because the broker is unreachable (no row is charged an attempt meanwhile), 0 otherwise."))),
 		dead: must(m.Int64Counter(RelayDead, metric.WithUnit("{message}"),
 			metric.WithDescription("Outbox rows that became dead: never published unless retried (inboxctl outbox retry)."))),
 		failures: must(m.Int64Counter(RelayPublishFailures, metric.WithUnit("{message}"),
@@ -80,6 +83,11 @@ func (r *Relay) Publishing(topic string, msgs []*message.Message) (end func(erro
 			s.End(trace.WithTimestamp(now))
 		}
 	}
+}
+
+// Unreachable records whether publishing is paused by a broker outage.
+func (r *Relay) Unreachable(down bool) {
+	r.brokerDown.Record(context.Background(), b2i(down))
 }
 
 // Dead counts an outbox row of topic that became dead, once its dead mark

@@ -66,6 +66,7 @@ const (
 	RelayPublishFailures  = "pgbox.relay.publish.failures"
 	RelayDead             = "pgbox.relay.dead"
 	RelayLag              = "pgbox.relay.lag"
+	RelayBrokerDown       = "pgbox.relay.broker_unreachable"
 	OutboxBacklog         = "pgbox.outbox.backlog"
 	MaintenanceDeleted    = "pgbox.maintenance.deleted"
 	MaintenanceReplayed   = "pgbox.maintenance.replayed"

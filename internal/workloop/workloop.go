@@ -202,6 +202,10 @@ func (s *Service) Stopping() bool {
 	}
 }
 
+// StopSignal returns a channel closed when Stop begins: for a Batch that
+// waits before claiming, to stop waiting.
+func (s *Service) StopSignal() <-chan struct{} { return s.stopping }
+
 // WorkContext is the context work runs under: cancelled, with cause
 // ErrStopped, when Stop's deadline passes.
 func (s *Service) WorkContext() context.Context { return s.workCtx }

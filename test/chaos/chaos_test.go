@@ -1,10 +1,12 @@
 // Package chaos is pgbox's fault-injection suite. It runs the whole
 // pipeline (producer processes writing orders and their messages, relay
-// processes publishing them through watermill-sql, consumer processes
+// processes publishing them through NATS JetStream (or watermill-sql, with
+// -chaos.broker=sql), consumer processes
 // storing them in an inbox, flood processes redelivering them, dispatcher
 // processes handling them) on a PostgreSQL cluster of its own, and meanwhile
 // kills processes with SIGKILL, cuts every connection, restarts the server
-// in immediate mode and feeds in poison. At the end an independent checker
+// in immediate mode, SIGKILLs and restarts the NATS server and feeds in
+// poison. At the end an independent checker
 // counts, from the database alone, what was accepted and applied, and fails
 // unless nothing was lost and no effect happened twice.
 //
@@ -22,10 +24,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbox/pgbox/internal/brokertest"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/migrations"
@@ -38,6 +42,7 @@ var (
 	flagBacklog   = flag.Int("chaos.backlog", 20_000, "messages in the backlog-drain memory scenario")
 	flagReport    = flag.String("chaos.report", "", "append the run's figures (markdown) to this file")
 	flagSettle    = flag.Duration("chaos.settle", 3*time.Minute, "how long the run may take to settle after the faults")
+	flagBroker    = flag.String("chaos.broker", "nats", "the broker between relays and consumers: nats (a NATS JetStream server of the run's own, SIGKILLed and restarted mid-run) or sql (watermill-sql on the run's PostgreSQL)")
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -46,6 +51,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type fleet struct {
 	t       *testing.T
 	url     string
+	env     []string // every child's environment besides DATABASE_URL
 	byRole  map[string][]*pgtest.Child
 	kills   map[string]int
 	started map[string]int
@@ -53,7 +59,7 @@ type fleet struct {
 
 func (f *fleet) start(role string, env ...string) *pgtest.Child {
 	f.t.Helper()
-	child := pgtest.StartChild(f.t, "TestChildProcess", role, append(env, "DATABASE_URL="+f.url)...)
+	child := pgtest.StartChild(f.t, "TestChildProcess", role, append(append(env, f.env...), "DATABASE_URL="+f.url)...)
 	if role != "producer" {
 		line, ok := child.Line(2 * time.Minute)
 		require.True(f.t, ok && line == "ready", "%s did not start: %s", role, child.Stderr())
@@ -100,6 +106,20 @@ func TestChaos(t *testing.T) {
 	setupSchemas(t, pool)
 
 	f := &fleet{t: t, url: cl.url, byRole: map[string][]*pgtest.Child{}, kills: map[string]int{}, started: map[string]int{}}
+	var nats *brokertest.Server
+	switch *flagBroker {
+	case "nats":
+		nats = brokertest.Start(t, brokertest.NATS)
+		f.env = []string{"CHAOS_NATS_URL=" + nats.URL()}
+		// The stream must exist before a relay publishes to it.
+		sub, err := natsSubscriber(nats.URL())
+		require.NoError(t, err)
+		require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
+		require.NoError(t, sub.Close())
+	case "sql":
+	default:
+		t.Fatalf("-chaos.broker=%q: use nats or sql", *flagBroker)
+	}
 	f.start("locker")
 	for range 2 {
 		f.start("relay")
@@ -120,13 +140,19 @@ func TestChaos(t *testing.T) {
 
 	// Faults while the orders are produced: a SIGKILL every kill-every
 	// (mostly dispatchers, sometimes a relay or a consumer), every pgbox
-	// connection cut at 30%, the server crash-restarted at 60%.
+	// connection cut at 30%, the NATS server SIGKILLed at 45% and started
+	// again 3 seconds later, the PostgreSQL server crash-restarted at 60%.
 	started := time.Now()
 	var terminated, restarted bool
+	var brokerKilled time.Time
+	brokerBack := nats == nil
 	lastKill := time.Now()
 	for !allExited(producing) {
 		time.Sleep(200 * time.Millisecond)
-		if time.Since(lastKill) >= *flagKillEvery {
+		// While NATS is down no process is killed or replaced: a new
+		// consumer cannot say it is ready before the broker is back.
+		brokerDown := !brokerKilled.IsZero() && !brokerBack
+		if !brokerDown && time.Since(lastKill) >= *flagKillEvery {
 			lastKill = time.Now()
 			switch n := rand.N(10); {
 			case n < 6:
@@ -137,11 +163,21 @@ func TestChaos(t *testing.T) {
 				f.killOne("consumer")
 			}
 		}
-		f.replaceExited("consumer")
+		if !brokerDown {
+			f.replaceExited("consumer")
+		}
 		done := countOrders(pool)
 		if !terminated && done >= orders*3/10 {
 			terminateSessions(t, pool)
 			terminated = true
+		}
+		if nats != nil && brokerKilled.IsZero() && done >= orders*45/100 {
+			nats.Kill(t)
+			brokerKilled = time.Now()
+		}
+		if !brokerBack && !brokerKilled.IsZero() && time.Since(brokerKilled) >= 3*time.Second {
+			nats.Restart(t)
+			brokerBack = true
 		}
 		if !restarted && done >= orders*6/10 {
 			cl.crashRestart(t)
@@ -150,6 +186,10 @@ func TestChaos(t *testing.T) {
 	}
 	for _, p := range producing {
 		require.NoError(t, p.Wait(context.Background()), "a producer failed: %s", p.Stderr())
+	}
+	if !brokerBack { // the producers finished within the outage
+		nats.Restart(t)
+		brokerBack = true
 	}
 	require.True(t, terminated && restarted, "the run was too short for the planned faults")
 	produced := time.Since(started)
@@ -170,6 +210,9 @@ func TestChaos(t *testing.T) {
 	r := check(t, pool)
 	r.faults = fmt.Sprintf("%d dispatcher, %d relay and %d consumer processes SIGKILLed; every pgbox connection cut once (pg_terminate_backend); the server crash-restarted once (pg_ctl restart -m immediate)",
 		f.kills["dispatcher"], f.kills["relay"], f.kills["consumer"])
+	if nats != nil {
+		r.faults += "; the NATS JetStream server SIGKILLed once and restarted 3s later"
+	}
 	r.duration = fmt.Sprintf("%s producing, %s in all", produced.Round(time.Second), time.Since(started).Round(time.Second))
 	report := r.markdown(orders)
 	fmt.Println(report)

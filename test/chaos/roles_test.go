@@ -16,11 +16,13 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox"
@@ -190,13 +192,52 @@ func broker(pool *pgxpool.Pool) (*sql.DB, wmsql.DefaultPostgreSQLSchema, wmsql.D
 		}
 }
 
+// natsURL is the NATS JetStream server the relays and consumers go
+// through instead of watermill-sql, when the driver runs one
+// (-chaos.broker=nats).
+func natsURL() string { return os.Getenv("CHAOS_NATS_URL") }
+
+// natsConn connects to NATS, or keeps trying in the background while the
+// driver has it killed: a relay or consumer started meanwhile must start.
+func natsConn(url string) (*nats.Conn, error) {
+	return nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+}
+
+// natsSubscriber is the consumers' JetStream subscription: a durable
+// consumer group on a file-stored stream, so that a killed server loses
+// nothing it acknowledged.
+func natsSubscriber(url string) (message.Subscriber, error) {
+	nc, err := natsConn(url)
+	if err != nil {
+		return nil, err
+	}
+	return jetstream.NewSubscriber(jetstream.SubscriberConfig{
+		Conn: nc, Logger: watermill.NopLogger{}, AckWaitTimeout: 5 * time.Second,
+		ResourceInitializer: jetstream.GroupedConsumer(consumerName),
+	})
+}
+
 func startRelay(t *testing.T, ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) {
-	db, schema, _ := broker(pool)
-	pub, err := wmsql.NewPublisher(db, wmsql.PublisherConfig{SchemaAdapter: schema}, watermill.NopLogger{})
+	var (
+		pub message.Publisher
+		err error
+	)
+	if url := natsURL(); url != "" {
+		var nc *nats.Conn
+		if nc, err = natsConn(url); err == nil {
+			pub, err = jetstream.NewPublisher(jetstream.PublisherConfig{Conn: nc, Logger: watermill.NopLogger{}})
+		}
+	} else {
+		db, schema, _ := broker(pool)
+		pub, err = wmsql.NewPublisher(db, wmsql.PublisherConfig{SchemaAdapter: schema}, watermill.NopLogger{})
+	}
 	require.NoError(t, err)
+	// An attempt budget, which a broker outage must not spend: a row
+	// charged for it would end dead and fail the run.
 	r, err := relay.New(pool, relay.Config{
-		BatchSize: 50, Lease: 2 * time.Second, Logger: logger, PollInterval: 50 * time.Millisecond, Publisher: pub,
-		RetryBackoffFunc: func(int) time.Duration { return 50 * time.Millisecond }, Schema: producerSchema,
+		BatchSize: 50, Lease: 2 * time.Second, Logger: logger, MaxAttempts: 10, PollInterval: 50 * time.Millisecond, Publisher: pub,
+		OutageBackoffFunc: func(int) time.Duration { return 200 * time.Millisecond },
+		RetryBackoffFunc:  func(int) time.Duration { return 50 * time.Millisecond }, Schema: producerSchema,
 	})
 	require.NoError(t, err)
 	start(t, ctx, r.Start)
@@ -215,11 +256,19 @@ func start(t *testing.T, ctx context.Context, fn func(context.Context) error) {
 }
 
 func startConsumer(t *testing.T, ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) {
-	db, schema, offsets := broker(pool)
-	sub, err := wmsql.NewSubscriber(db, wmsql.SubscriberConfig{
-		ConsumerGroup: consumerName, OffsetsAdapter: offsets, PollInterval: 50 * time.Millisecond,
-		ResendInterval: 100 * time.Millisecond, SchemaAdapter: schema,
-	}, watermill.NopLogger{})
+	var (
+		sub message.Subscriber
+		err error
+	)
+	if url := natsURL(); url != "" {
+		sub, err = natsSubscriber(url)
+	} else {
+		db, schema, offsets := broker(pool)
+		sub, err = wmsql.NewSubscriber(db, wmsql.SubscriberConfig{
+			ConsumerGroup: consumerName, OffsetsAdapter: offsets, PollInterval: 50 * time.Millisecond,
+			ResendInterval: 100 * time.Millisecond, SchemaAdapter: schema,
+		}, watermill.NopLogger{})
+	}
 	require.NoError(t, err)
 	in, err := inbox.New(pool, inbox.Config{Consumer: consumerName, MaxAttempts: maxAttempts, Schema: consumerSchema})
 	require.NoError(t, err)

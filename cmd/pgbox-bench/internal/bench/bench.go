@@ -26,6 +26,8 @@ type Config struct {
 	URL string
 	// NATSURL, when set, adds the relay case through NATS JetStream.
 	NATSURL string
+	// RabbitMQURL, when set, adds the relay case through RabbitMQ.
+	RabbitMQURL string
 	// PoolerURL, when set, adds the pooler scenario: the hot paths
 	// measured on URL and through this transaction-pooling PgBouncer in
 	// front of the same server, side by side.

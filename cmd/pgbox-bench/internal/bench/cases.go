@@ -78,13 +78,19 @@ func (e *env) cases() ([]benchCase, error) {
 			systems: []system{{"one table", e.tablesContinuous(oneTable, cfg.Backlog)}, {"two tables", e.tablesContinuous(twoTables, cfg.Backlog)}}},
 		benchCase{scenario: "duplicate-storm", setting: "90% redeliveries", main: "round trips/redelivery",
 			systems: []system{{"pgbox", e.pgboxStorm()}, {"raw", e.rawStorm()}}},
-		benchCase{scenario: "relay", setting: fmt.Sprintf("%d rows → GoChannel", cfg.Backlog/4), main: "msgs/s", higherBetter: true,
-			systems: []system{{"pgbox", e.relayDrain(cfg.Backlog/4, goChannel)}}},
 	)
-	if cfg.NATSURL != "" {
-		cs = append(cs, benchCase{scenario: "relay", setting: fmt.Sprintf("%d rows → NATS JetStream", cfg.Backlog/4), main: "msgs/s", higherBetter: true,
-			systems: []system{{"pgbox", e.relayDrain(cfg.Backlog/4, natsJetStream(cfg.NATSURL))}}})
+	relayTo := func(broker string, pub newPublisher) benchCase {
+		return benchCase{scenario: "relay", setting: fmt.Sprintf("%d rows → %s", cfg.Backlog/4, broker), main: "msgs/s", higherBetter: true,
+			systems: []system{{"pgbox", e.relayDrain(cfg.Backlog/4, pub)}}}
 	}
+	cs = append(cs, relayTo("GoChannel", goChannel), relayTo("watermill-sql", watermillSQL))
+	if cfg.NATSURL != "" {
+		cs = append(cs, relayTo("NATS JetStream", natsJetStream(cfg.NATSURL)))
+	}
+	if cfg.RabbitMQURL != "" {
+		cs = append(cs, relayTo("RabbitMQ", rabbitMQ(cfg.RabbitMQURL)))
+	}
+	cs = append(cs, relayTo("Kafka (kfake, in process)", kafkaKFake))
 	cs = append(cs,
 		benchCase{scenario: "latency", setting: fmt.Sprintf("inbox, %d/s", cfg.Rate), main: "p99 ms",
 			systems: []system{{"pgbox", e.inboxLatency()}}},

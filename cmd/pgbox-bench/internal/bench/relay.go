@@ -5,15 +5,23 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/kafka"
 	"github.com/pgbox/pgbox/outbox"
+	"github.com/pgbox/pgbox/rabbitmq"
 	"github.com/pgbox/pgbox/relay"
 )
 
@@ -39,9 +47,13 @@ func waitOutboxDone(ctx context.Context, pool *pgxpool.Pool) error {
 	return waitNone(ctx, pool, "outbox", "published_at IS NULL")
 }
 
-// relayDrain publishes a pre-written outbox of n rows through publisher
-// (made by newPublisher, closed after) and reports rows per second.
-func (e *env) relayDrain(n int, newPublisher func(ctx context.Context) (message.Publisher, func(), error)) func(context.Context, scale) (Figures, error) {
+// newPublisher makes the publisher a relay case publishes through, on the
+// case's pool where it needs one, and returns it with what closes it.
+type newPublisher func(ctx context.Context, pool *pgxpool.Pool) (message.Publisher, func(), error)
+
+// relayDrain publishes a pre-written outbox of n rows through the
+// publisher newPub makes (closed after) and reports rows per second.
+func (e *env) relayDrain(n int, newPub newPublisher) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
 		n := s.n(n)
 		r, err := e.newRig(ctx, 8)
@@ -59,7 +71,7 @@ func (e *env) relayDrain(n int, newPublisher func(ctx context.Context) (message.
 		if err := vacuum(ctx, r.pool, pgboxSchemaName, "outbox"); err != nil {
 			return nil, err
 		}
-		pub, closePub, err := newPublisher(ctx)
+		pub, closePub, err := newPub(ctx, r.pool)
 		if err != nil {
 			return nil, err
 		}
@@ -82,7 +94,7 @@ func (e *env) relayDrain(n int, newPublisher func(ctx context.Context) (message.
 
 // goChannel is an in-process Watermill publisher with a subscriber that
 // takes everything: the relay's own cost, with no broker behind it.
-func goChannel(ctx context.Context) (message.Publisher, func(), error) {
+func goChannel(ctx context.Context, _ *pgxpool.Pool) (message.Publisher, func(), error) {
 	ps := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 10_000}, watermill.NopLogger{})
 	msgs, err := ps.Subscribe(ctx, "bench")
 	if err != nil {
@@ -97,8 +109,8 @@ func goChannel(ctx context.Context) (message.Publisher, func(), error) {
 }
 
 // natsJetStream publishes to a JetStream stream of its own, deleted after.
-func natsJetStream(url string) func(ctx context.Context) (message.Publisher, func(), error) {
-	return func(ctx context.Context) (message.Publisher, func(), error) {
+func natsJetStream(url string) newPublisher {
+	return func(ctx context.Context, _ *pgxpool.Pool) (message.Publisher, func(), error) {
 		nc, err := nats.Connect(url)
 		if err != nil {
 			return nil, nil, err
@@ -123,4 +135,62 @@ func natsJetStream(url string) func(ctx context.Context) (message.Publisher, fun
 			nc.Close()
 		}, nil
 	}
+}
+
+// watermillSQL publishes to Watermill's PostgreSQL Pub/Sub on the same
+// database, in a table of the bench schema: the zero-extra-server broker.
+func watermillSQL(_ context.Context, pool *pgxpool.Pool) (message.Publisher, func(), error) {
+	db := stdlib.OpenDBFromPool(pool)
+	pub, err := wmsql.NewPublisher(db, wmsql.PublisherConfig{
+		AutoInitializeSchema: true,
+		SchemaAdapter: wmsql.DefaultPostgreSQLSchema{
+			GenerateMessagesTableName: func(topic string) string {
+				return ident.Quote(pgboxSchemaName) + "." + ident.Quote("watermill_"+topic)
+			},
+			GeneratePayloadType: func(string) string { return "BYTEA" },
+		},
+	}, watermill.NopLogger{})
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, err
+	}
+	return pub, func() { _ = pub.Close(); _ = db.Close() }, nil
+}
+
+// rabbitMQ publishes through package rabbitmq (publisher confirms, the
+// consumer's queue declared first) to a queue of its own, deleted after.
+func rabbitMQ(url string) newPublisher {
+	return func(context.Context, *pgxpool.Pool) (message.Publisher, func(), error) {
+		pub, err := rabbitmq.NewPublisher(url, []string{"bench"}, watermill.NopLogger{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return pub, func() {
+			_ = pub.Close()
+			if conn, err := amqp091.Dial(url); err == nil {
+				if ch, err := conn.Channel(); err == nil {
+					_, _ = ch.QueueDelete(rabbitmq.Queue("bench", "bench"), false, false, false)
+					_ = ch.ExchangeDelete("bench", false, false)
+				}
+				_ = conn.Close()
+			}
+		}, nil
+	}
+}
+
+// kafkaKFake publishes through watermill-kafka (sarama, one synchronous
+// send per message) to franz-go's in-process kfake broker, a topic of 4
+// partitions keyed by kafka.Marshaler: no real Kafka's disk or network,
+// so it measures the relay and the client, not a cluster.
+func kafkaKFake(context.Context, *pgxpool.Pool) (message.Publisher, func(), error) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "bench"))
+	if err != nil {
+		return nil, nil, err
+	}
+	pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{Brokers: cluster.ListenAddrs(), Marshaler: kafka.Marshaler()}, watermill.NopLogger{})
+	if err != nil {
+		cluster.Close()
+		return nil, nil, err
+	}
+	return pub, func() { _ = pub.Close(); cluster.Close() }, nil
 }

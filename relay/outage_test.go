@@ -1,0 +1,87 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox/internal/logtest"
+	"github.com/pgbox/pgbox/outbox"
+	"github.com/pgbox/pgbox/relay"
+)
+
+func TestIsUnreachable(t *testing.T) {
+	t.Parallel()
+	for _, err := range []error{
+		relay.ErrBrokerUnreachable,
+		fmt.Errorf("publish: %w", relay.ErrBrokerUnreachable),
+		fmt.Errorf("failed to publish: %w", context.DeadlineExceeded),
+		&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED},
+		fmt.Errorf("write: %w", syscall.EPIPE),
+		io.ErrUnexpectedEOF,
+	} {
+		require.True(t, relay.IsUnreachable(err), "%v", err)
+	}
+	for _, err := range []error{
+		nil,
+		errors.New("message exceeds the broker's limit"),
+		errors.New("not connected"), // a publisher's own words: wrap ErrBrokerUnreachable
+	} {
+		require.False(t, relay.IsUnreachable(err), "%v", err)
+	}
+}
+
+// A broker that answers every publish with an unreachable error pauses the
+// relay: its rows keep their attempts however long it lasts (MaxAttempts
+// 1 would make each dead at its first charged failure), and are published
+// once the broker answers. A row refused while another topic's row of the
+// same round was taken is charged as any failure.
+func TestUnreachableBrokerPausesWithoutCharging(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var down atomic.Bool
+	down.Store(true)
+	var failed atomic.Int64
+	pub := &recorder{fail: func(topic string, _ *message.Message) error {
+		if down.Load() || topic == "refused" {
+			failed.Add(1)
+			return fmt.Errorf("dial: %w", relay.ErrBrokerUnreachable)
+		}
+		return nil
+	}}
+	logs := &logtest.Recorder{}
+	r := b.start(t, relay.Config{
+		Logger:            slog.New(logs),
+		MaxAttempts:       1,
+		OutageBackoffFunc: func(int) time.Duration { return 5 * time.Millisecond },
+		Publisher:         pub,
+	})
+	ids := b.write(t, outbox.Message{Topic: "t", EventType: "E"}, outbox.Message{Topic: "t", EventType: "E"})
+	require.Eventually(t, func() bool { return failed.Load() >= 20 }, 30*time.Second, time.Millisecond)
+	require.ErrorIs(t, r.BrokerErr(), relay.ErrBrokerUnreachable)
+	b.waitFor(t, "SELECT count(*) = 2 FROM /* schema */outbox WHERE attempts <= 1 AND status <> 'dead' AND errors = '[]'")
+
+	down.Store(false)
+	b.waitPublished(t)
+	require.Equal(t, strs(ids), pub.published())
+	require.NoError(t, r.BrokerErr())
+	require.Equal(t, 1, logs.Count(slog.LevelError, "the broker is unreachable"))
+	require.Equal(t, 1, logs.Count(slog.LevelInfo, "the broker is reachable again"))
+	require.Zero(t, logs.Count(slog.LevelWarn, "publish failed"))
+
+	// "ok" commits before "refused": the broker took a publish of the
+	// round, so the refusal is the row's, and with MaxAttempts 1 it is dead.
+	b.write(t, outbox.Message{Topic: "ok", EventType: "E"}, outbox.Message{Topic: "refused", EventType: "E"})
+	b.waitFor(t, "SELECT count(*) = 1 FROM /* schema */outbox WHERE topic = 'refused' AND status = 'dead'")
+	require.NoError(t, r.BrokerErr())
+}
