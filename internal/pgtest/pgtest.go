@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
@@ -184,6 +186,18 @@ func newPool(ctx context.Context, maxConns int32, configure func(*pgxpool.Config
 		return nil, fmt.Errorf("pgtest: parse database URL: %w", err)
 	}
 	cfg.MaxConns = maxConns
+	if ThroughPooler() {
+		// Debian 12's PgBouncer 1.18 can crash ("disconnect_client(): bad
+		// client state: 0", pgbouncer/pgbouncer#801, fixed in 1.19.1 and
+		// later) when a client closes a cancel request's connection
+		// before the pooler has forwarded it, which pgx does when a
+		// context ends mid-query under load. Through the pooler, the tests'
+		// pools end such a query by a deadline on the connection instead,
+		// as docs/operations.md advises users of 1.18.
+		cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+		}
+	}
 	if configure != nil {
 		configure(cfg)
 	}
