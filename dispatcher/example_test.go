@@ -68,7 +68,10 @@ func Example() {
 	if err := d.Stop(ctx); err != nil {
 		panic(err)
 	}
-	// Output:
+	// Two workers may handle the two messages in either order; order-1
+	// runs once although it was delivered twice.
+
+	// Unordered output:
 	// order-1
 	// order-2
 }
