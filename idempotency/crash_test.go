@@ -207,7 +207,7 @@ func TestStalledRequestLosesItsKeyToARetry(t *testing.T) {
 		m := b.middleware(t, crashConfig)
 		b.setupCharges(t)
 		var runs atomic.Int64
-		var stalledPID uint32 // the stalled request's session; set before entered closes
+		var stalledPID int32 // the stalled request's server process; set before entered closes
 		entered := make(chan struct{})
 		stall, free := stallUntil(t)
 		h := m.WrapTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) {
@@ -217,7 +217,13 @@ func TestStalledRequestLosesItsKeyToARetry(t *testing.T) {
 				return
 			}
 			if n == 1 {
-				stalledPID = tx.Conn().PgConn().PID()
+				// The server's own pid, asked of the server: a pooler hands
+				// the client a made-up one (PgConn().PID() through
+				// PgBouncer is its cancel key, often beyond int4).
+				if err := tx.QueryRow(r.Context(), "SELECT pg_backend_pid()").Scan(&stalledPID); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
 				close(entered)
 				<-stall // idle in its transaction, ignoring its context
 			}
@@ -234,7 +240,7 @@ func TestStalledRequestLosesItsKeyToARetry(t *testing.T) {
 		// first: free the request only once the server has ended its session.
 		require.Eventually(t, func() bool {
 			var alive bool
-			err := b.pool.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)", int64(stalledPID)).Scan(&alive)
+			err := b.pool.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)", stalledPID).Scan(&alive)
 			return err == nil && !alive
 		}, 20*time.Second, 20*time.Millisecond, "the server never ended the idle session")
 		free()

@@ -54,7 +54,7 @@ func runEndToEnd(t *testing.T, b broker) {
 
 	// The broker delivers some messages again.
 	injected := republish(t, p, b, committed[:25])
-	c.waitSettled(t, int64(2*(len(committed)+injected)))
+	c.waitSettled(t, int64(2*(len(committed)+injected)), len(committed))
 
 	payments := c.paymentsPerOrder(t)
 	require.Len(t, payments, len(paid), "no rolled-back order may be paid")

@@ -295,18 +295,24 @@ func (c *consumer) paymentsPerOrder(t testing.TB) map[string]int {
 }
 
 // waitSettled waits until the consumer has acknowledged at least
-// deliveries deliveries and its dispatcher has nothing left to do.
-func (c *consumer) waitSettled(t testing.TB, deliveries int64) {
+// deliveries deliveries, its inbox holds at least messages distinct
+// messages, and its dispatcher has nothing left to do. Both counts are
+// needed: a broker's redeliveries (an ack lost when it was killed) add
+// deliveries without adding messages, so deliveries alone can be reached
+// while messages are still on their way; and a test that injects
+// duplicates waits on deliveries to know they were all stored, and tried.
+func (c *consumer) waitSettled(t testing.TB, deliveries int64, messages int) {
 	t.Helper()
+	var stored, busy int
 	require.Eventually(t, func() bool {
 		if c.acked.Load() < deliveries {
 			return false
 		}
-		var busy bool
 		require.NoError(t, c.pool.QueryRow(context.Background(), c.sql(
-			"SELECT EXISTS (SELECT 1 FROM /* schema */inbox WHERE status IN ('pending', 'running'))")).Scan(&busy))
-		return !busy
-	}, 60*time.Second, 20*time.Millisecond, "consumer acknowledged %d of %d deliveries", c.acked.Load(), deliveries)
+			"SELECT count(*), count(*) FILTER (WHERE status IN ('pending', 'running')) FROM /* schema */inbox")).Scan(&stored, &busy))
+		return stored >= messages && busy == 0
+	}, 60*time.Second, 20*time.Millisecond, "consumer acknowledged %d of %d deliveries; its inbox holds %d of %d messages, %d of them not yet handled",
+		c.acked.Load(), deliveries, stored, messages, busy)
 }
 
 func orderID(i int) string { return fmt.Sprintf("order-%04d", i) }

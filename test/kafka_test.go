@@ -68,7 +68,7 @@ func TestKafka(t *testing.T) {
 		p.place(t, order{ID: orderID(i), Cents: i}, customer(i), true)
 	}
 	waitPublished(t, p)
-	c.waitSettled(t, 2*orders)
+	c.waitSettled(t, 2*orders, orders)
 
 	payments := c.paymentsPerOrder(t)
 	require.Len(t, payments, orders)

@@ -91,7 +91,7 @@ func TestBrokerOutageCostsNoAttempts(t *testing.T) {
 
 	srv.Restart(t)
 	waitPublished(t, p)
-	c.waitSettled(t, 2*orders) // each delivery twice (Duplicator)
+	c.waitSettled(t, 2*orders, orders) // each delivery twice (Duplicator)
 	payments := c.paymentsPerOrder(t)
 	require.Len(t, payments, orders)
 	for id, n := range payments {

@@ -112,7 +112,7 @@ func runRabbitKilled(t *testing.T, srv *brokertest.Server) {
 	srv.Restart(t)
 
 	waitPublished(t, p)
-	c.waitSettled(t, 2*orders)
+	c.waitSettled(t, 2*orders, orders)
 	payments := c.paymentsPerOrder(t)
 	require.Len(t, payments, orders)
 	for id, n := range payments {

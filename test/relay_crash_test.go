@@ -116,7 +116,7 @@ func TestRelayKilledBetweenPublishAndMarkCausesNoDoubleEffect(t *testing.T) {
 
 	p.startRelay(t, b.publisher)
 	waitPublished(t, p)
-	c.waitSettled(t, 2*(30+10))
+	c.waitSettled(t, 2*(30+10), 30)
 
 	var deliveries, distinct int
 	require.NoError(t, p.pool.QueryRow(context.Background(), ident.Render(
@@ -155,7 +155,7 @@ func TestThreeRelayProcessesKeepPerKeyCommitOrder(t *testing.T) {
 	}
 	wg.Wait()
 	waitPublished(t, p)
-	c.waitSettled(t, 2*writers*perWriter)
+	c.waitSettled(t, 2*writers*perWriter, writers*perWriter)
 	for _, child := range children {
 		readLine(t, child, "publishing") // every relay process took part
 	}
