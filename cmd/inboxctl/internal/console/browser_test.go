@@ -174,45 +174,53 @@ func TestOnCallPath(t *testing.T) {
 	run := func(actions ...chromedp.Action[chromedp.Void]) { require.NoError(t, chromedp.Do(ctx, actions...)) }
 
 	run(chromedp.Navigate(srv.URL + "/"))
+	visible("main.page-overview")
 	require.Contains(t, visible("section.summary"), "14 dead messages")
 	require.Contains(t, visible("main"), "maintainer-1")
 	screenshot(t, ctx, "overview")
 
 	run(chromedp.Click(chromedp.CSS(`section.summary a[href^="/failures"]`)))
+	visible("main.page-failures")
 	row := visible("table.groups tbody tr:first-child")
 	require.Contains(t, row, "payment gateway timeout after <n>s (request <uuid>)")
 	require.Contains(t, row, "ChargeCard")
 	screenshot(t, ctx, "failures")
 
 	run(chromedp.Click(chromedp.CSS("table.groups tbody tr:first-child a.fp")))
-	require.Contains(t, visible("h1"), "Messages")
+	visible("main.page-messages")
 	require.Contains(t, visible("table tbody"), "order-12/charge")
 	screenshot(t, ctx, "group")
 
 	run(chromedp.Click(chromedp.CSS("a.msg")))
+	visible("main.page-message")
 	require.Contains(t, visible("pre.payload"), `"currency": "EUR"`)
 	require.Contains(t, visible("ol.history"), "attempt 2 failed: payment gateway timeout after 31s")
 	screenshot(t, ctx, "message")
 
-	run(chromedp.Click(chromedp.CSS(`header nav a[href^="/failures"]`)), chromedp.WaitVisible(chromedp.CSS("table.groups")),
+	run(chromedp.Click(chromedp.CSS(`header nav a[href^="/failures"]`)), chromedp.WaitVisible(chromedp.CSS("main.page-failures")),
 		chromedp.Click(chromedp.CSS(`table.groups tbody tr:first-child form[action="/replay"] button`)))
+	visible("main.page-confirm")
 	require.Contains(t, visible("p.question"), "This would replay 12 messages")
 	run(chromedp.SendKeys(chromedp.CSS(`input[name="note"]`), "gateway back, INC-2291"))
 	screenshot(t, ctx, "confirm")
 
 	svc.gatewayUp.Store(true)
 	run(chromedp.Click(chromedp.CSS("button.go")))
+	visible("main.page-job")
 	require.Contains(t, visible("h1"), "Background replay")
 	group := admin.Filter{Consumer: "payments", EventType: "ChargeCard", ReplayableOnly: true}
 	svc.waitCount(t, group, 0) // replayed, then handled by the dispatcher: the group drained
 	run(chromedp.Reload())
+	visible("main.page-job")
 	require.Contains(t, visible("p.done"), "Finished")
 	require.Contains(t, visible("p.progress-line"), "12 replayed of 12")
 	screenshot(t, ctx, "replayed")
 
 	run(chromedp.Click(chromedp.CSS("a.next")))
+	visible("main.page-messages")
 	require.Contains(t, visible("table tbody"), "No message matches: the group has drained")
 	run(chromedp.Click(chromedp.CSS(`header nav a[href^="/audit"]`)))
+	visible("main.page-audit")
 	row = visible("table tbody tr:first-child")
 	require.Contains(t, row, "oncall")
 	require.Contains(t, row, "replay")
@@ -220,6 +228,7 @@ func TestOnCallPath(t *testing.T) {
 	screenshot(t, ctx, "audit")
 
 	run(chromedp.Click(chromedp.CSS(`header nav a[href="/?db=payments"]`)))
+	visible("main.page-overview")
 	summary := visible("section.summary")
 	require.Contains(t, summary, "2 dead messages", "the panicking imports are left")
 	require.NotContains(t, summary, "14 dead")

@@ -25,6 +25,8 @@ type Target struct {
 	// Where says where the target is, for people: host, port, database
 	// and schema, never a password. Defaults to the schema's name.
 	Where string
+
+	throughput *throughput
 }
 
 // Config configures a Console.
@@ -100,6 +102,7 @@ func New(cfg Config) (*Console, error) {
 		if t.Where == "" {
 			t.Where = "schema " + t.Admin.Schema()
 		}
+		t.throughput = &throughput{}
 		c.targets[t.Name] = t
 	}
 	if _, err := rand.Read(c.csrfKey); err != nil {

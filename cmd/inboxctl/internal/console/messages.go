@@ -22,15 +22,21 @@ type messagesView struct {
 	Next int64
 	// Sel is the filter.
 	Sel selection
-	// Statuses are the statuses to filter by.
-	Statuses []pgbox.InboxStatus
+	// Slow says the list reads every done message of the selection.
+	Slow bool
+	// Statuses are the status choices.
+	Statuses []string
 }
 
 // messages lists the messages a filter selects (a failure group, a
 // consumer's dead ones, …), newest first, a page at a time by arrival
 // order, with a box to tick on each when one consumer is shown.
 func (c *Console) messages(w http.ResponseWriter, r *http.Request, t *Target) error {
-	v := messagesView{Sel: selectionFrom(r).withoutIDs(), Statuses: pgbox.InboxStatuses()}
+	v := messagesView{Sel: selectionFrom(r).withoutIDs(), Statuses: statusChoices()}
+	if v.Sel.Status == "" {
+		v.Sel.Status = statusFailed
+	}
+	v.Slow = v.Sel.readsDedupeMemory()
 	f, err := v.Sel.filter()
 	if err != nil {
 		return err

@@ -30,11 +30,11 @@ func (c *Console) outbox(w http.ResponseWriter, r *http.Request, t *Target) erro
 	if v.Status == "" {
 		v.Status = string(pgbox.OutboxDead)
 	}
-	st, err := t.Admin.Stats(r.Context(), admin.StatsOptions{})
+	st, err := t.Admin.OutboxStats(r.Context())
 	if err != nil {
 		return err
 	}
-	v.Stats = st.Outbox
+	v.Stats = *st
 	f := admin.OutboxFilter{Statuses: []pgbox.OutboxStatus{pgbox.OutboxStatus(v.Status)}}
 	if err := f.Validate(); err != nil {
 		return httpError(http.StatusBadRequest, "%s", err)
@@ -77,11 +77,11 @@ func (c *Console) outboxRetry(w http.ResponseWriter, r *http.Request, t *Target)
 		n      int64
 	)
 	if all {
-		st, err := t.Admin.Stats(ctx, admin.StatsOptions{})
+		st, err := t.Admin.OutboxStats(ctx)
 		if err != nil {
 			return err
 		}
-		n = st.Outbox.Dead
+		n = st.Dead
 	} else {
 		ids = []uuid.UUID{}
 		for _, s := range r.PostForm["id"] {

@@ -14,7 +14,7 @@ type overviewView struct {
 	Processes  *admin.Processes
 	Scheduled  int64
 	Stats      *admin.Stats
-	Throughput *admin.Throughput
+	Throughput chart
 	// Dead, Retrying and DeadProcesses sum up what needs a look.
 	Dead, Retrying, DeadProcesses int64
 }
@@ -22,8 +22,8 @@ type overviewView struct {
 // overview shows, per consumer, messages by status, the oldest pending
 // one's age and the last hour's throughput; the outbox backlog; the
 // registered processes and the maintenance leader. Its reads are admin's
-// cheap ones (small partial indexes, the last hour's done messages, the
-// processes table), run at once.
+// cheap ones (small partial indexes, the minutes of done messages not yet
+// counted, the processes table), run at once.
 func (c *Console) overview(w http.ResponseWriter, r *http.Request, t *Target) error {
 	var v overviewView
 	g, ctx := errgroup.WithContext(r.Context())
@@ -32,7 +32,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, t *Target) er
 		return err
 	})
 	g.Go(func() (err error) {
-		v.Throughput, err = t.Admin.Throughput(ctx, admin.ThroughputOptions{})
+		v.Throughput, err = t.throughput.read(ctx, t.Admin)
 		return err
 	})
 	g.Go(func() (err error) {

@@ -60,6 +60,8 @@ type view struct {
 	Nav string
 	// Now is when the page was made, for relative ages.
 	Now time.Time
+	// Page is the page's template: the main element's class, page-NAME.
+	Page string
 	// ReadOnly hides the action forms.
 	ReadOnly bool
 	// Refresh, if not 0, reloads the page after that many seconds: for
@@ -77,7 +79,7 @@ type view struct {
 
 // render writes page name with data, for target t.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, t *Target, status int, name string, v view) error {
-	v.CSRF, v.DB, v.Now, v.ReadOnly, v.User, v.Where = c.csrfToken(user(r)), t.Name, time.Now().UTC(), c.cfg.ReadOnly, user(r), t.Where
+	v.CSRF, v.DB, v.Now, v.Page, v.ReadOnly, v.User, v.Where = c.csrfToken(user(r)), t.Name, time.Now().UTC(), name, c.cfg.ReadOnly, user(r), t.Where
 	for i := range c.cfg.Targets {
 		v.Targets = append(v.Targets, &c.cfg.Targets[i])
 	}

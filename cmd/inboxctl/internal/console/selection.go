@@ -33,11 +33,40 @@ func selectionFrom(r *http.Request) selection {
 	return s
 }
 
+// The status choices besides the statuses themselves: the failed messages
+// (the default) and every status.
+const (
+	statusFailed = "failed"
+	statusAny    = "any"
+)
+
+// statusChoices are the messages page's status choices, the default first.
+func statusChoices() []string {
+	out := []string{statusFailed}
+	for _, st := range pgbox.InboxStatuses() {
+		out = append(out, string(st))
+	}
+	return append(out, statusAny)
+}
+
+// readsDedupeMemory reports whether listing s reads the done messages one
+// by one: done or any status, without a group or ids to narrow it. No
+// index orders the done messages by arrival, so such a list sorts every
+// done message of the selection.
+func (s selection) readsDedupeMemory() bool {
+	return (s.Status == string(pgbox.InboxDone) || s.Status == statusAny) && s.Group == "" && len(s.IDs) == 0
+}
+
 // filter returns the admin.Filter s stands for, or a 400 error naming what
-// is wrong with it.
+// is wrong with it. With no status it selects the failed messages (dead,
+// discarded, or retrying), read from their small index.
 func (s selection) filter() (admin.Filter, error) {
 	f := admin.Filter{Consumer: s.Consumer, ErrorContains: s.Error, EventType: s.Type, Fingerprint: s.Group, IDs: s.IDs}
-	if s.Status != "" {
+	switch s.Status {
+	case "", statusFailed:
+		f.ReplayableOnly = true
+	case statusAny:
+	default:
 		f.Statuses = []pgbox.InboxStatus{pgbox.InboxStatus(s.Status)}
 	}
 	if len(s.IDs) > 0 && s.Consumer == "" {

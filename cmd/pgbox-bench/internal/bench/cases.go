@@ -102,6 +102,7 @@ func (e *env) cases() ([]benchCase, error) {
 			systems: []system{{"pgbox", e.memory(cfg.MemoryBacklog)}}},
 	)
 	cs = append(cs, e.operatorCases()...)
+	cs = append(cs, e.consoleCases()...)
 	if cfg.PoolerURL != "" {
 		pooled, err := e.poolerCases()
 		if err != nil {
