@@ -114,7 +114,7 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request, t *Target, ba bul
 			ba.verb, describe(f), ba.past)
 	}
 	a := actor(r)
-	j := c.jobs.start(&job{Matched: n, Next: back, Past: ba.past, Selection: describe(f), Target: t.Name, User: a.Name, Verb: ba.verb},
+	j := c.jobs.start(&job{Matched: n, Next: back, Noun: "message", Past: ba.past, Selection: describe(f), Target: t.Name, User: a.Name, Verb: ba.verb},
 		func(ctx context.Context, progress func(int64)) (int64, error) {
 			return ba.run(ctx, t, a, f, note, progress)
 		})

@@ -24,6 +24,8 @@ type job struct {
 	Matched int64
 	// Next is the page to look at afterwards (the group, the outbox).
 	Next string
+	// Noun names what it changes: "message", "outbox row".
+	Noun string
 	// Past says what was done to each row: "replayed".
 	Past string
 	// Verb names the action: "replay".

@@ -116,7 +116,7 @@ func (c *Console) outboxRetry(w http.ResponseWriter, r *http.Request, t *Target)
 		return httpError(http.StatusConflict, "Nothing to retry: none of the rows is dead now. Nothing was changed.")
 	}
 	a := actor(r)
-	j := c.jobs.start(&job{Matched: n, Next: back, Past: "retried", Selection: map[bool]string{true: "every dead outbox row", false: "outbox rows ticked"}[all],
+	j := c.jobs.start(&job{Matched: n, Next: back, Noun: "outbox row", Past: "retried", Selection: map[bool]string{true: "every dead outbox row", false: "outbox rows ticked"}[all],
 		Target: t.Name, User: a.Name, Verb: "retry"},
 		func(ctx context.Context, progress func(int64)) (int64, error) {
 			return t.Admin.OutboxRetry(ctx, admin.OutboxRetryOptions{Actor: a, IDs: ids, ProgressFunc: progress})
