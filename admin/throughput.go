@@ -59,8 +59,8 @@ type ConsumerThroughput struct {
 // throughputSQL counts the done messages processed since $1 (NULL: an
 // hour ago), moved back to the start of its bucket, per consumer and per
 // bucket of $2 seconds, the buckets aligned to whole multiples of $2 since
-// the epoch (date_bin). It reads inbox_done_idx (processed_at, WHERE
-// status = 'done') from its recent end: the window's rows, never the
+// the epoch (date_bin). It reads inbox_done_idx (processed_at, of the done
+// rows only) from its recent end: the window's rows, never the
 // dedupe memory before it, so it costs what the window's traffic costs
 // (like the "done in the last hour" count of statsSQL), however many done
 // messages the inbox keeps. The bound is written out, not taken from a

@@ -32,11 +32,17 @@ type consoleBuild struct {
 // binary builds inboxctl, once, and returns its path.
 func (b *consoleBuild) binary(ctx context.Context) (string, error) {
 	b.once.Do(func() {
+		// Built under a name of this process's, then renamed, so that two
+		// bench runs at once (make test's smoke run and a real one) never
+		// start a half-written binary.
 		b.path = filepath.Join(os.TempDir(), "pgbox-bench-inboxctl")
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", b.path, "github.com/pgbox/pgbox/cmd/inboxctl").CombinedOutput()
+		tmp := b.path + "." + strconv.Itoa(os.Getpid())
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", tmp, "github.com/pgbox/pgbox/cmd/inboxctl").CombinedOutput()
 		if err != nil {
 			b.err = fmt.Errorf("build inboxctl for the console cases: %w: %s", err, out)
+			return
 		}
+		b.err = os.Rename(tmp, b.path)
 	})
 	return b.path, b.err
 }
