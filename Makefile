@@ -36,18 +36,24 @@ RABBIT = $${RABBITMQ_URL:-$$($(RABBITMQ) up)}
 FUZZ := FuzzReceive:./inbox FuzzWrite:./outbox FuzzHandler:./watermillinbox
 FUZZTIME ?= 4000x
 
-# make test runs the core packages again in the two pgx query exec modes
-# that send parameters without their types, which users behind PgBouncer
-# pick with default_query_exec_mode (added to DATABASE_URL after ? or &):
-# there a Go type that pgx encodes only for a known parameter type, such as
+# make test runs the core packages again in three more of pgx's query
+# exec modes, which users pick with default_query_exec_mode (added to
+# DATABASE_URL after ? or &). exec and simple_protocol send parameters
+# without their types, as users behind PgBouncer may choose: there a Go
+# type that pgx encodes only for a known parameter type, such as
 # []uuid.UUID or a []byte for jsonb, fails, though the default mode takes
-# it. Without -race (the first run has it), and without slow packages that
+# it. describe_exec describes every statement afresh, unnamed, before
+# running it, where the default mode (cache_statement, the first run)
+# prepares it once per connection and cache_describe (the pooled run
+# below) caches its description: so every statement runs in all five.
+# Without -race (the first run has it), and without slow packages that
 # add nothing mode-specific: ./test (its harness and the watermill-sql
 # broker, not pgbox's code, are what fail there) and cmd/inboxctl (admin
-# underneath). About 3 minutes for both modes on 2 cores.
-QUERY_MODES := exec simple_protocol
-QUERY_MODE_PKGS := ./inbox ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance \
-	./health ./pgboxtest ./watermillinbox ./internal/notify ./internal/telemetry
+# underneath). About 1.5 to 2 minutes a mode on 2 cores, most of it
+# waiting on timers rather than CPU.
+QUERY_MODES := exec simple_protocol describe_exec
+QUERY_MODE_PKGS := ./migrations ./inbox ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance \
+	./health ./pgboxtest ./watermillinbox ./internal/liveness ./internal/notify ./internal/telemetry
 
 # make test also runs the packages that talk to PostgreSQL through a
 # transaction-pooling PgBouncer (scripts/pgbouncer.sh, Debian's pgbouncer,
