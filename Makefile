@@ -60,14 +60,16 @@ QUERY_MODE_PKGS := ./migrations ./inbox ./dispatcher ./outbox ./relay ./idempote
 # stock settings), as most Kubernetes deployments do, in pgx's
 # cache_describe mode (docs/operations.md says why that one): the core
 # packages, the end-to-end tests (outbox → relay → NATS or watermill-sql →
-# inbox → dispatcher, crashes included) and the quickstart. Tests that
-# LISTEN, or need one server session of their own, reach the server
-# directly through PGBOX_DIRECT_URL. PGBOUNCER_URL, set for every run, lets
-# the pooler-specific tests (migrations, LISTEN behind a pooler) run.
-# TestOrders (the orders example's ten processes) is left out of the pooler
-# run: once in CI a payments process exited at start there, its log lost
-# with the test's temporary folder; make demo-pooler runs the same example
-# through the pooler. The RabbitMQ end-to-end test runs in this pass only:
+# inbox → dispatcher, crashes included), the orders example's processes
+# (TestOrders: HTTP with Idempotency-Key retries through the middleware,
+# then on through outbox, relay, broker, inbox and dispatcher, with a
+# SIGKILL, exactly once counted from the database) and the quickstart.
+# Tests that LISTEN, or need one server session of their own, reach the
+# server directly through PGBOX_DIRECT_URL. PGBOUNCER_URL, set for every
+# run, lets the pooler-specific tests (migrations, LISTEN behind a pooler)
+# run. A process of the orders example that fails at start fails the run
+# with the end of its log in the error (its log folder is the test's, and
+# goes with it). The RabbitMQ end-to-end test runs in this pass only:
 # it is built without -race, since watermill-amqp races on its own
 # connection state when the broker goes (ThreeDotsLabs/watermill#693).
 POOLER_MODE := cache_describe
@@ -90,7 +92,7 @@ test:
 	echo "go test: through PgBouncer (transaction pooling), default_query_exec_mode=$(POOLER_MODE)"; \
 	case "$$pooler" in *\?*) psep='&';; *) psep='?';; esac; \
 	DATABASE_URL="$$pooler$${psep}default_query_exec_mode=$(POOLER_MODE)" PGBOX_DIRECT_URL="$$url" \
-		go test -count=1 -timeout 10m -skip '^TestOrders$$' $(POOLER_PKGS); \
+		go test -count=1 -timeout 10m $(POOLER_PKGS); \
 	for target in $(FUZZ); do \
 		DATABASE_URL="$$url" go test -run='^$$' -fuzz="^$${target%%:*}$$" -fuzztime=$(FUZZTIME) "$${target#*:}"; \
 	done
