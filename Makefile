@@ -49,7 +49,7 @@ FUZZTIME ?= 4000x
 # Without -race (the first run has it), and without slow packages that
 # add nothing mode-specific: ./test (its harness and the watermill-sql
 # broker, not pgbox's code, are what fail there) and cmd/inboxctl (admin
-# underneath). About 1.5 to 2 minutes a mode on 2 cores, most of it
+# underneath). About 2 minutes a mode on 2 cores, most of it
 # waiting on timers rather than CPU.
 QUERY_MODES := exec simple_protocol describe_exec
 QUERY_MODE_PKGS := ./migrations ./inbox ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance \
