@@ -36,32 +36,40 @@ RABBIT = $${RABBITMQ_URL:-$$($(RABBITMQ) up)}
 FUZZ := FuzzReceive:./inbox FuzzWrite:./outbox FuzzHandler:./watermillinbox
 FUZZTIME ?= 4000x
 
-# make test runs the core packages again in the two pgx query exec modes
-# that send parameters without their types, which users behind PgBouncer
-# pick with default_query_exec_mode (added to DATABASE_URL after ? or &):
-# there a Go type that pgx encodes only for a known parameter type, such as
+# make test runs the core packages again in three more of pgx's query
+# exec modes, which users pick with default_query_exec_mode (added to
+# DATABASE_URL after ? or &). exec and simple_protocol send parameters
+# without their types, as users behind PgBouncer may choose: there a Go
+# type that pgx encodes only for a known parameter type, such as
 # []uuid.UUID or a []byte for jsonb, fails, though the default mode takes
-# it. Without -race (the first run has it), and without slow packages that
+# it. describe_exec describes every statement afresh, unnamed, before
+# running it, where the default mode (cache_statement, the first run)
+# prepares it once per connection and cache_describe (the pooled run
+# below) caches its description: so every statement runs in all five.
+# Without -race (the first run has it), and without slow packages that
 # add nothing mode-specific: ./test (its harness and the watermill-sql
 # broker, not pgbox's code, are what fail there) and cmd/inboxctl (admin
-# underneath). About 3 minutes for both modes on 2 cores.
-QUERY_MODES := exec simple_protocol
-QUERY_MODE_PKGS := ./inbox ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance \
-	./health ./pgboxtest ./watermillinbox ./internal/notify ./internal/telemetry
+# underneath). About 2 minutes a mode on 2 cores, most of it
+# waiting on timers rather than CPU.
+QUERY_MODES := exec simple_protocol describe_exec
+QUERY_MODE_PKGS := ./migrations ./inbox ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance \
+	./health ./pgboxtest ./watermillinbox ./internal/liveness ./internal/notify ./internal/telemetry
 
 # make test also runs the packages that talk to PostgreSQL through a
 # transaction-pooling PgBouncer (scripts/pgbouncer.sh, Debian's pgbouncer,
 # stock settings), as most Kubernetes deployments do, in pgx's
 # cache_describe mode (docs/operations.md says why that one): the core
 # packages, the end-to-end tests (outbox → relay → NATS or watermill-sql →
-# inbox → dispatcher, crashes included) and the quickstart. Tests that
-# LISTEN, or need one server session of their own, reach the server
-# directly through PGBOX_DIRECT_URL. PGBOUNCER_URL, set for every run, lets
-# the pooler-specific tests (migrations, LISTEN behind a pooler) run.
-# TestOrders (the orders example's ten processes) is left out of the pooler
-# run: once in CI a payments process exited at start there, its log lost
-# with the test's temporary folder; make demo-pooler runs the same example
-# through the pooler. The RabbitMQ end-to-end test runs in this pass only:
+# inbox → dispatcher, crashes included), the orders example's processes
+# (TestOrders: HTTP with Idempotency-Key retries through the middleware,
+# then on through outbox, relay, broker, inbox and dispatcher, with a
+# SIGKILL, exactly once counted from the database) and the quickstart.
+# Tests that LISTEN, or need one server session of their own, reach the
+# server directly through PGBOX_DIRECT_URL. PGBOUNCER_URL, set for every
+# run, lets the pooler-specific tests (migrations, LISTEN behind a pooler)
+# run. A process of the orders example that fails at start fails the run
+# with the end of its log in the error (its log folder is the test's, and
+# goes with it). The RabbitMQ end-to-end test runs in this pass only:
 # it is built without -race, since watermill-amqp races on its own
 # connection state when the broker goes (ThreeDotsLabs/watermill#693).
 POOLER_MODE := cache_describe
@@ -84,7 +92,7 @@ test:
 	echo "go test: through PgBouncer (transaction pooling), default_query_exec_mode=$(POOLER_MODE)"; \
 	case "$$pooler" in *\?*) psep='&';; *) psep='?';; esac; \
 	DATABASE_URL="$$pooler$${psep}default_query_exec_mode=$(POOLER_MODE)" PGBOX_DIRECT_URL="$$url" \
-		go test -count=1 -timeout 10m -skip '^TestOrders$$' $(POOLER_PKGS); \
+		go test -count=1 -timeout 10m $(POOLER_PKGS); \
 	for target in $(FUZZ); do \
 		DATABASE_URL="$$url" go test -run='^$$' -fuzz="^$${target%%:*}$$" -fuzztime=$(FUZZTIME) "$${target#*:}"; \
 	done

@@ -50,7 +50,7 @@ func run() error {
 	cfg := bench.Config{URL: os.Getenv("DATABASE_URL"), NATSURL: os.Getenv("NATS_URL"), RabbitMQURL: os.Getenv("RABBITMQ_URL"), PoolerURL: os.Getenv("PGBOUNCER_URL"), Progress: os.Stderr}
 	var (
 		out    = flag.String("out", "docs/benchmarks", "write the report to this path plus .md, .json and .png")
-		only   = flag.String("only", "", "comma-separated scenarios to run (default all)")
+		only   = flag.String("only", "", "comma-separated scenarios to run (default all); scenario/word runs that scenario's cases whose setting contains word, e.g. pooler/poll-only")
 		prof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		render = flag.Bool("render", false, "measure nothing: write the report and chart again from -out's .json")
 	)

@@ -14,6 +14,7 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -174,6 +175,55 @@ func NewPoolMode(tb testing.TB, mode pgx.QueryExecMode, maxConns int32) *pgxpool
 	return pool
 }
 
+// BouncerPool returns a pool of its own through the transaction-pooling
+// PgBouncer at PGBOUNCER_URL, in front of the test database, with at most
+// maxConns connections, closed when the test ends. Its connections use
+// pgx's cache_describe mode, the one docs/operations.md advises behind a
+// transaction pooler, unless the URL names another. It skips the test
+// when PGBOUNCER_URL is unset, and fails it when the pooler leads to
+// another database than the test's.
+func BouncerPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	raw := os.Getenv("PGBOUNCER_URL")
+	if raw == "" {
+		tb.Skip("PGBOUNCER_URL is unset: start a PgBouncer in transaction pooling mode in front of the test database " +
+			"(PGBOUNCER_URL=$(scripts/pgbouncer.sh up \"$DATABASE_URL\")) to run the tests that go through it")
+	}
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		tb.Fatalf("pgtest: PGBOUNCER_URL: %v", err)
+	}
+	if q := u.Query(); q.Get("default_query_exec_mode") == "" {
+		q.Set("default_query_exec_mode", "cache_describe")
+		u.RawQuery = q.Encode()
+	}
+	ctx := context.Background()
+	pool, err := newPoolOn(ctx, u.String(), true, maxConns, nil)
+	if err != nil {
+		tb.Fatalf("PGBOUNCER_URL: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+
+	// Tests check through the test database's pool what happened through
+	// the pooler: both must reach the same database.
+	const whoSQL = "SELECT pg_catalog.current_database(), pg_catalog.inet_server_port()"
+	var viaPooler, direct struct {
+		database string
+		port     int32
+	}
+	if err := pool.QueryRow(ctx, whoSQL).Scan(&viaPooler.database, &viaPooler.port); err != nil {
+		tb.Fatalf("pgtest: through PGBOUNCER_URL: %v", err)
+	}
+	if err := Pool(tb).QueryRow(ctx, whoSQL).Scan(&direct.database, &direct.port); err != nil {
+		tb.Fatal(err)
+	}
+	if viaPooler != direct {
+		tb.Fatalf("pgtest: PGBOUNCER_URL leads to database %s on port %d, the test database is %s on port %d: point the pooler at the test database",
+			viaPooler.database, viaPooler.port, direct.database, direct.port)
+	}
+	return pool
+}
+
 // newPool opens a pool on the test database; configure, if set, adjusts
 // its configuration first.
 func newPool(ctx context.Context, maxConns int32, configure func(*pgxpool.Config)) (*pgxpool.Pool, error) {
@@ -181,12 +231,18 @@ func newPool(ctx context.Context, maxConns int32, configure func(*pgxpool.Config
 	if err != nil {
 		return nil, err
 	}
+	return newPoolOn(ctx, u, ThroughPooler(), maxConns, configure)
+}
+
+// newPoolOn opens a pool on the database at u, through a transaction
+// pooler when pooled; configure, if set, adjusts its configuration first.
+func newPoolOn(ctx context.Context, u string, pooled bool, maxConns int32, configure func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(u)
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: parse database URL: %w", err)
 	}
 	cfg.MaxConns = maxConns
-	if ThroughPooler() {
+	if pooled {
 		// Debian 12's PgBouncer 1.18 can crash ("disconnect_client(): bad
 		// client state: 0", pgbouncer/pgbouncer#801, fixed in 1.19.1 and
 		// later) when a client closes a cancel request's connection

@@ -82,10 +82,10 @@ func (r *run) start(ctx context.Context, name string, args ...string) (*proc, er
 	case p.url = <-ready:
 		return p, nil
 	case <-p.done:
-		return nil, fmt.Errorf("%s exited before it was ready (%v): see %s", name, p.err, logFile.Name())
+		return nil, fmt.Errorf("%s exited before it was ready (%v): %s", name, p.err, p.logTail())
 	case <-timer.C:
 		p.kill()
-		return nil, fmt.Errorf("%s was not ready after %s: see %s", name, readyTimeout, logFile.Name())
+		return nil, fmt.Errorf("%s was not ready after %s: %s", name, readyTimeout, p.logTail())
 	case <-ctx.Done():
 		p.kill()
 		return nil, ctx.Err()
@@ -144,11 +144,28 @@ func (p *proc) stop(timeout time.Duration) error {
 		p.log.Close()
 		var exit *exec.ExitError
 		if errors.As(p.err, &exit) {
-			return fmt.Errorf("%s exited with %v: see %s", p.name, p.err, p.log.Name())
+			return fmt.Errorf("%s exited with %v: %s", p.name, p.err, p.logTail())
 		}
 		return nil
 	case <-timer.C:
 		p.kill()
-		return fmt.Errorf("%s did not stop within %s and was killed: see %s", p.name, timeout, p.log.Name())
+		return fmt.Errorf("%s did not stop within %s and was killed: %s", p.name, timeout, p.logTail())
 	}
+}
+
+// logTailLines is how many of its last log lines a failed process's error
+// carries: enough for the error it ended with, and what led to it.
+const logTailLines = 40
+
+// logTail names p's log and quotes its last lines, for an error about p.
+// The log alone would not do: a run's log folder may not outlive it (a
+// test's temporary folder), and a failure seen only in CI would lose why.
+func (p *proc) logTail() string {
+	data, err := os.ReadFile(p.log.Name())
+	if err != nil {
+		return fmt.Sprintf("its log %s cannot be read: %v", p.log.Name(), err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	lines = lines[max(len(lines)-logTailLines, 0):]
+	return fmt.Sprintf("the end of its log, %s:\n\t%s", p.log.Name(), strings.Join(lines, "\n\t"))
 }

@@ -109,7 +109,7 @@ where the output is a list.
 		a.statsCommand(), a.listCommand(), a.showCommand(), a.failuresCommand(),
 		a.replayCommand(), a.scheduledCommand(), a.discardCommand(), a.purgeCommand(),
 		a.outboxCommand(), a.migrateCommand(), a.versionCommand(),
-		a.processesCommand(), a.auditCommand(),
+		a.processesCommand(), a.auditCommand(), a.serveCommand(),
 	)
 	for _, c := range root.Commands() {
 		wrapArgs(c)

@@ -33,25 +33,32 @@ const (
 	// json (changeReport), or jsonl: with --dry-run every selected
 	// message, one a line, otherwise changeReport on one line.
 	changeOutput
+	// snapshotOutput is a list inside the picture that explains it
+	// (processes: the time it was taken, the heartbeats a process may
+	// miss, the maintenance leader): table, json (one object, the list
+	// in it), or jsonl (the list's items, one a line). An array alone
+	// would lose the rest: which process leads, and what dead means.
+	snapshotOutput
 )
 
 // formats returns the -o values k takes, the default first.
 func (k outputKind) formats() []string {
-	if k == listOutput || k == changeOutput {
-		return []string{formatTable, formatJSON, formatJSONL}
+	if k == documentOutput {
+		return []string{formatTable, formatJSON}
 	}
-	return []string{formatTable, formatJSON}
+	return []string{formatTable, formatJSON, formatJSONL}
 }
 
 // outputFlag adds -o/--output to cmd, the same way on every command that
-// prints data: table by default, json, and jsonl where the output is a
-// list. Any other value is a usage error.
+// prints data: table by default, json, and jsonl where the output is or
+// holds a list. Any other value is a usage error.
 func outputFlag(cmd *cobra.Command, target *string, kind outputKind) {
 	formats := kind.formats()
 	help := map[outputKind]string{
 		documentOutput: "output format: table or json",
 		listOutput:     "output format: table, json (one array) or jsonl (one object a line)",
 		changeOutput:   "output format: table, json (the count and the selection) or jsonl (with --dry-run: the messages, one a line)",
+		snapshotOutput: "output format: table, json (one object, the list in it) or jsonl (the list's items, one a line)",
 	}[kind]
 	cmd.Flags().StringVarP(target, "output", "o", formatTable, help)
 	cmd.PreRunE = chain(cmd.PreRunE, func(*cobra.Command, []string) error {

@@ -3,9 +3,12 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox"
@@ -14,23 +17,44 @@ import (
 )
 
 // -o means the same on every command that prints data: table by default,
-// json always, jsonl where the output is a list; anything else is a usage
-// error.
+// json always, in the shape its help names (one array for a list), jsonl
+// where the output is or holds a list; anything else is a usage error.
 func TestOutputFlagIsTheSameEverywhere(t *testing.T) {
 	t.Parallel()
 	schema := fixture(t)
+	_, err := pgtest.Pool(t).Exec(context.Background(), ident.Render(registeredSQL, schema)) // processes to list
+	require.NoError(t, err)
 	documents := [][]string{
 		{"stats"}, {"show", "bad-1"}, {"outbox", "show", "019a0000-0000-7000-8000-000000000002"},
 		{"migrate", "version"}, {"migrate", "check"}, {"version"},
 		{"purge", "--older-than", "1d", "--dry-run"}, {"outbox", "retry", "--all-dead", "--dry-run"},
 	}
 	lists := [][]string{
-		{"list"}, {"failures"}, {"outbox", "list"}, {"scheduled"}, {"migrate", "status"},
+		{"list"}, {"failures"}, {"outbox", "list"}, {"scheduled"}, {"migrate", "status"}, {"audit"}, {"processes"},
 		{"replay", "--status", "dead", "--dry-run"}, {"discard", "--all", "--reason", "x", "--dry-run"},
+	}
+	// Every command that takes -o is here, and prints what its help says.
+	root := (&app{now: time.Now}).rootCommand()
+	find := func(args []string) *cobra.Command {
+		c, _, err := root.Find(args)
+		require.NoError(t, err, "%v", args)
+		return c
+	}
+	for _, c := range outputCommands(root) {
+		require.True(t, slices.ContainsFunc(append(documents, lists...), func(args []string) bool { return find(args) == c }),
+			"%s takes -o: add it to this test", c.CommandPath())
 	}
 	for _, args := range append(documents, lists...) {
 		r := inboxctl(t, schema, "", append(args, "-o", "json")...).ok(t)
 		require.True(t, json.Valid([]byte(r.stdout)), "%v -o json: %s", args, r.stdout)
+		var shape any
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &shape))
+		switch usage := find(args).Flags().Lookup("output").Usage; {
+		case strings.Contains(usage, "json (one array)"):
+			require.IsType(t, []any{}, shape, "%v -o json: its help promises one array", args)
+		case strings.Contains(usage, "json (one object"):
+			require.IsType(t, map[string]any{}, shape, "%v -o json: its help promises one object", args)
+		}
 		bad := inboxctl(t, schema, "", append(args, "-o", "yaml")...)
 		require.Equal(t, ExitUsage, bad.code, "%v -o yaml", args)
 	}
@@ -46,6 +70,18 @@ func TestOutputFlagIsTheSameEverywhere(t *testing.T) {
 	require.Equal(t, "[]\n", inboxctl(t, schema, "", "scheduled", "-o", "json").ok(t).stdout, "an empty list is [], not null")
 	require.Equal(t, pgbox.SchemaVersion, strings.Count(inboxctl(t, schema, "", "migrate", "status", "-o", "jsonl").ok(t).stdout, "\n"),
 		"one line per migration")
+}
+
+// outputCommands returns every command under root that takes -o.
+func outputCommands(root *cobra.Command) []*cobra.Command {
+	var out []*cobra.Command
+	if root.Flags().Lookup("output") != nil {
+		out = append(out, root)
+	}
+	for _, sub := range root.Commands() {
+		out = append(out, outputCommands(sub)...)
+	}
+	return out
 }
 
 // replay and discard --dry-run print the count and the selection as JSON,

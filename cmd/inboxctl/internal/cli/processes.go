@@ -27,9 +27,14 @@ STATE is alive, dead, or leader: the maintainer that runs the maintenance
 jobs (retention, scheduled replays). LEASES counts the messages a process
 claimed under a lease that still holds them: a dead dispatcher's messages
 wait until their leases end, then a live dispatcher of the same consumer
-retries them. A footer says what each dead process left behind.`,
+retries them. A footer says what each dead process left behind.
+
+-o json prints one object: the time it was read (at), the heartbeats a
+process may miss (dead_after_heartbeats), the leader, and the processes;
+-o jsonl prints the processes, one a line.`,
 		Example: `  inboxctl processes
-  inboxctl ps -o json | jq '.processes[] | select(.state == "dead")'`,
+  inboxctl ps -o json | jq '.processes[] | select(.state == "dead")'
+  inboxctl ps -o jsonl | jq -c 'select(.state == "dead")'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -54,7 +59,7 @@ retries them. A footer says what each dead process left behind.`,
 			return a.printProcesses(ps)
 		},
 	}
-	outputFlag(cmd, &output, listOutput)
+	outputFlag(cmd, &output, snapshotOutput)
 	return cmd
 }
 

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -34,7 +35,9 @@ type Config struct {
 	PoolerURL string
 	// Runs is how many timed runs each case gets. Defaults to 3.
 	Runs int
-	// Only, when set, keeps the cases whose scenario it names.
+	// Only, when set, keeps the cases whose scenario it names, and for an
+	// entry scenario/word that scenario's cases whose setting contains
+	// word ("pooler/poll-only").
 	Only []string
 
 	// Backlog is how many messages the drain cases pre-load. Defaults to
@@ -139,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	for _, c := range cases {
-		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, c.scenario) {
+		if !cfg.selects(c) {
 			continue
 		}
 		res := Result{Scenario: c.scenario, Setting: c.setting, Unit: c.main, HigherIsBetter: c.higherBetter}
@@ -190,6 +193,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.Finished = time.Now().UTC()
 	return rep, nil
+}
+
+// selects reports whether c.Only keeps case bc (all are kept when Only is
+// empty).
+func (c Config) selects(bc benchCase) bool {
+	return len(c.Only) == 0 || slices.ContainsFunc(c.Only, func(only string) bool {
+		scenario, word, _ := strings.Cut(only, "/")
+		return scenario == bc.scenario && strings.Contains(bc.setting, word)
+	})
 }
 
 // String lists the figures in a stable order.

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +68,16 @@ func TestEveryCaseRunsAtTinyScale(t *testing.T) {
 			require.NotEmpty(t, s.Figures[r.Unit].Runs, "%s %s, %s: no %s", r.Scenario, r.Setting, s.System, r.Unit)
 		}
 	}
+	if cfg.PoolerURL != "" {
+		polled := 0
+		for _, r := range rep.Results {
+			if r.Scenario == "pooler" && strings.HasSuffix(r.Setting, ", poll-only") {
+				polled++
+				require.Len(t, r.Systems, 3, "%s: poll-only, PgBouncer with a direct LISTEN, direct", r.Setting)
+			}
+		}
+		require.Equal(t, 2, polled, "the poll-only latency cases: inbox, and outbox to inbox")
+	}
 	for s := range describe {
 		if s == "sweep" {
 			require.NotEmpty(t, rep.Sweep, "the sweep measured nothing")
@@ -76,6 +87,33 @@ func TestEveryCaseRunsAtTinyScale(t *testing.T) {
 			continue
 		}
 		require.True(t, scenarios[s], "scenario %s measured nothing", s)
+	}
+}
+
+// -only keeps whole scenarios, or a scenario's cases by a word of their
+// setting, so that one case can run alone.
+func TestOnlyKeepsScenariosOrCasesByAWord(t *testing.T) {
+	t.Parallel()
+	cases := []benchCase{
+		{scenario: "pooler", setting: "latency, inbox, 50/s, poll-only"},
+		{scenario: "pooler", setting: "drain 200000 messages"},
+		{scenario: "relay", setting: "50000 rows → GoChannel"},
+	}
+	for _, tc := range []struct {
+		only []string
+		want []bool
+	}{
+		{nil, []bool{true, true, true}},
+		{[]string{"pooler"}, []bool{true, true, false}},
+		{[]string{"pooler/poll-only"}, []bool{true, false, false}},
+		{[]string{"relay", "pooler/poll-only"}, []bool{true, false, true}},
+		{[]string{"latency/poll-only"}, []bool{false, false, false}},
+	} {
+		var got []bool
+		for _, c := range cases {
+			got = append(got, Config{Only: tc.only}.selects(c))
+		}
+		require.Equal(t, tc.want, got, "-only %v", tc.only)
 	}
 }
 

@@ -45,7 +45,11 @@ var describe = map[string]string{
 		"its stock configuration) in front of the same server, side by side: Receive from 16 connections, ReceiveBatch of 100 " +
 		"from 4, the drain and relay cases, and the latency cases at their rate. Through the pooler, pgx runs in " +
 		"`" + poolerMode + "` mode and the dispatchers and relays LISTEN on a direct connection (`ListenConnConfig`), as " +
-		"docs/operations.md advises. **ratio** is the pooled figure over the direct one.",
+		"docs/operations.md advises. **ratio** is the pooled figure over the direct one. The *poll-only* cases run the latency " +
+		"paths at " + strconv.Itoa(pollOnlyRate) + " msgs/s, a quiet service whose workers sit idle between messages, through " +
+		"the pooler with `Config.PollOnly` on the dispatcher and relay (no LISTEN anywhere, the default `PollInterval` of 1s): " +
+		"a new message waits for a worker's next poll. Beside it, the same rate through the pooler with LISTEN on a direct " +
+		"connection, and on a direct connection; **ratio** is the poll-only figure over each.",
 	"operator": "What an on-call engineer runs, on an inbox holding a service's dedupe memory (`-operator-rows` done messages " +
 		"over two consumers, processed over 7 days, filled once into schema " + operatorSchema + " and reused by later runs " +
 		"asking for as many) and 3,000 dead, 600 retrying and 3,000 replayed-then-done messages in six failure groups: the " +
@@ -93,7 +97,7 @@ func (e *env) cases() ([]benchCase, error) {
 	cs = append(cs, relayTo("Kafka (kfake, in process)", kafkaKFake))
 	cs = append(cs,
 		benchCase{scenario: "latency", setting: fmt.Sprintf("inbox, %d/s", cfg.Rate), main: "p99 ms",
-			systems: []system{{"pgbox", e.inboxLatency()}}},
+			systems: []system{{"pgbox", e.inboxLatency(cfg.Rate)}}},
 		benchCase{scenario: "latency", setting: fmt.Sprintf("outbox → relay → inbox, %d/s", cfg.Rate), main: "p99 ms",
 			systems: []system{{"pgbox", e.endToEndLatency(cfg.Rate)}}},
 		benchCase{scenario: "latency", setting: fmt.Sprintf("outbox → relay → inbox, %d/s", cfg.Rate/2), main: "p99 ms",
@@ -102,6 +106,7 @@ func (e *env) cases() ([]benchCase, error) {
 			systems: []system{{"pgbox", e.memory(cfg.MemoryBacklog)}}},
 	)
 	cs = append(cs, e.operatorCases()...)
+	cs = append(cs, e.consoleCases()...)
 	if cfg.PoolerURL != "" {
 		pooled, err := e.poolerCases()
 		if err != nil {

@@ -41,6 +41,10 @@ type env struct {
 	// pool's own connections, or a direct connection when the pool goes
 	// through a transaction pooler.
 	listen *pgx.ConnConfig
+	// pollOnly makes the dispatchers and relays poll-only (their
+	// Config.PollOnly): no LISTEN at all, as behind a transaction pooler
+	// without a direct connection.
+	pollOnly bool
 }
 
 // loadInbox stores n new messages in batches of 1000, four batches at once.
@@ -108,7 +112,7 @@ func (r *rig) backlog(ctx context.Context, n int) error {
 // time, whose no-op in-transaction handler calls done.
 func (r *rig) dispatcher(e *env, workers, batch int, done func(*dispatcher.Message)) (*dispatcher.Dispatcher, error) {
 	return dispatcher.New(r.pool, dispatcher.Config{
-		Inbox: r.in, Workers: workers, BatchSize: batch, Logger: e.log, ListenConnConfig: e.listen,
+		Inbox: r.in, Workers: workers, BatchSize: batch, Logger: e.log, ListenConnConfig: e.listen, PollOnly: e.pollOnly,
 		Handlers: map[string]dispatcher.Handler{"noop": dispatcher.InTx(func(_ context.Context, _ pgx.Tx, m *dispatcher.Message) error {
 			done(m)
 			return nil

@@ -228,9 +228,10 @@ func storeMax(v *atomic.Int64, x int64) {
 	}
 }
 
-// inboxLatency receives single messages at a steady rate and measures each
-// from the Receive call to the end of its handler, after latencyWarmUp.
-func (e *env) inboxLatency() func(context.Context, scale) (Figures, error) {
+// inboxLatency receives single messages at rate a second and measures
+// each from the Receive call to the end of its handler, after
+// latencyWarmUp.
+func (e *env) inboxLatency(rate int) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
 		r, err := e.newRig(ctx, latencyConns)
 		if err != nil {
@@ -246,7 +247,7 @@ func (e *env) inboxLatency() func(context.Context, scale) (Figures, error) {
 			return nil, err
 		}
 		defer d.Stop(context.WithoutCancel(ctx))
-		timed, held, err := e.timedPaced(ctx, e.cfg.Rate, s.d(e.cfg.Duration), func(ctx context.Context, i int64, timed bool) error {
+		timed, held, err := e.timedPaced(ctx, rate, s.d(e.cfg.Duration), func(ctx context.Context, i int64, timed bool) error {
 			id := "l" + strconv.FormatInt(i, 10)
 			if timed {
 				l.start(id, time.Now())
@@ -337,7 +338,7 @@ func (e *env) endToEndLatency(rate int) func(context.Context, scale) (Figures, e
 			broker.chans = append(broker.chans, ch)
 		}
 		defer broker.Close()
-		rel, err := relay.New(pool, relay.Config{Schema: pgboxSchemaName, Publisher: broker, Logger: e.log, ListenConnConfig: e.listen})
+		rel, err := relay.New(pool, relay.Config{Schema: pgboxSchemaName, Publisher: broker, Logger: e.log, ListenConnConfig: e.listen, PollOnly: e.pollOnly})
 		if err != nil {
 			return nil, err
 		}

@@ -76,7 +76,7 @@ func (e *env) relayDrain(n int, newPub newPublisher) func(context.Context, scale
 			return nil, err
 		}
 		defer closePub()
-		rel, err := relay.New(r.pool, relay.Config{Schema: pgboxSchemaName, Publisher: pub, Logger: e.log, ListenConnConfig: e.listen})
+		rel, err := relay.New(r.pool, relay.Config{Schema: pgboxSchemaName, Publisher: pub, Logger: e.log, ListenConnConfig: e.listen, PollOnly: e.pollOnly})
 		if err != nil {
 			return nil, err
 		}

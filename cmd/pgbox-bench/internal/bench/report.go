@@ -125,12 +125,17 @@ func (r *Report) WriteMarkdown(w io.Writer, chart string) error {
 		"system's figure (pgbox's, where pgbox is in the case) divided by the peer's, run by run (median, with min–max), "+
 		"so a noisy machine touches both sides alike.\n\n", r.Runs)
 	r.writeTargets(&b)
-	scenario := ""
+	scenario, unit := "", ""
 	for _, res := range r.Results {
 		if res.Scenario != scenario {
-			scenario = res.Scenario
-			fmt.Fprintf(&b, "\n## %s\n\n%s\n\n", scenario, describe[scenario])
-			fmt.Fprintf(&b, "| setting | system | %s | other figures | ratio |\n|---|---|---|---|---|\n", res.Unit)
+			scenario, unit = res.Scenario, ""
+			fmt.Fprintf(&b, "\n## %s\n\n%s\n", scenario, describe[scenario])
+		}
+		// A scenario may measure in more than one unit (pooler: msgs/s,
+		// then latencies): each unit gets a table of its own.
+		if res.Unit != unit {
+			unit = res.Unit
+			fmt.Fprintf(&b, "\n| setting | system | %s | other figures | ratio |\n|---|---|---|---|---|\n", unit)
 		}
 		for i, s := range res.Systems {
 			main := s.Figures[res.Unit]

@@ -1,0 +1,176 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox/admin"
+)
+
+// waitAudit waits for the newest audit record of action to end, and
+// returns it.
+func (b *testBundle) waitAudit(t *testing.T, action admin.AuditAction) admin.AuditRecord {
+	t.Helper()
+	var rec admin.AuditRecord
+	require.Eventually(t, func() bool {
+		records, err := b.adm.AuditLog(context.Background(), admin.AuditLogOptions{Action: action, Limit: 1})
+		require.NoError(t, err)
+		if len(records) == 0 || records[0].State == admin.AuditRunning {
+			return false
+		}
+		rec = records[0]
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "no finished %s in the audit log", action)
+	return rec
+}
+
+// jobLink finds where an action sent the browser: its job's page.
+var jobLink = regexp.MustCompile(`^/jobs/(\d+)\?db=test$`)
+
+// Replaying a group takes two steps: the first shows the dry-run count and
+// the newest messages, and changes nothing; the confirmation starts the
+// replay in the background and sends the browser to its progress.
+func TestReplayGroupAsksThenRunsInTheBackground(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	group := b.group(t)
+	form := url.Values{"scope": {"all"}, "consumer": {"payments"}, "group": {group}}
+
+	resp, body := b.post(t, "/replay", form)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, "This would replay <strong class=\"count\">3 messages</strong>")
+	require.Contains(t, body, "Nothing has been changed yet")
+	require.Contains(t, body, `name="confirmed" value="yes"`)
+	require.Equal(t, 3, b.count(t, "status = 'dead' AND consumer = 'payments'"), "the first step changes nothing")
+
+	form.Set("confirmed", "yes")
+	form.Set("note", "gateway fixed, INC-9")
+	resp, body = b.post(t, "/replay", form)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
+	require.Regexp(t, jobLink, resp.Header.Get("Location"))
+	rec := b.waitAudit(t, admin.AuditReplay)
+	require.Equal(t, admin.AuditFinished, rec.State)
+	require.EqualValues(t, 3, rec.Affected)
+	require.Equal(t, "console", rec.Actor.Name)
+	require.Equal(t, 0, b.count(t, "status = 'dead' AND consumer = 'payments'"))
+
+	status, body := b.get(t, resp.Header.Get("Location"))
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "Finished")
+	require.Contains(t, body, "3</span> replayed of 3")
+	require.Contains(t, b.logs.String(), "console: replay started")
+}
+
+// Ticked messages are replayed or discarded, and only they; a discard
+// needs a reason.
+func TestSelectionDiscardNeedsAReason(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	form := url.Values{"scope": {"selected"}, "consumer": {"payments"}, "id": {"order-1", "order-2"}}
+	resp, body := b.post(t, "/discard", form)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, "This would discard <strong class=\"count\">2 messages</strong>")
+
+	form.Set("confirmed", "yes")
+	resp, body = b.post(t, "/discard", form)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
+	require.Contains(t, body, "A reason is required")
+	require.Equal(t, 0, b.count(t, "status = 'discarded'"))
+
+	form.Set("note", "test orders")
+	resp, _ = b.post(t, "/discard", form)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	rec := b.waitAudit(t, admin.AuditDiscard)
+	require.EqualValues(t, 2, rec.Affected)
+	require.Equal(t, "test orders", rec.Note)
+	require.Equal(t, 2, b.count(t, "status = 'discarded' AND message_id IN ('order-1', 'order-2')"))
+	require.Equal(t, 1, b.count(t, "status = 'dead' AND message_id = 'order-3'"), "an unticked message is left alone")
+
+	resp, body = b.post(t, "/replay", url.Values{"scope": {"selected"}, "consumer": {"payments"}})
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, body, "Nothing selected")
+	resp, body = b.post(t, "/replay", url.Values{"scope": {"selected"}, "id": {"order-3"}})
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, body, "need their consumer")
+}
+
+// A throttled replay is scheduled for the maintenance job, shows on the
+// scheduled page with its progress, and can be cancelled, after a
+// confirmation; each step is in the audit log.
+func TestThrottledReplayScheduledAndCancelled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	form := url.Values{"scope": {"all"}, "consumer": {"payments"}, "status": {"dead"}, "confirmed": {"yes"},
+		"pace": {"rate"}, "rate": {"2"}, "rate_unit": {"min"}, "note": {"slowly"}}
+	resp, body := b.post(t, "/replay", form)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
+	require.Contains(t, resp.Header.Get("Location"), "/scheduled?")
+	list, err := b.adm.ScheduledReplays(context.Background(), 0)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.InDelta(t, 2.0/60, list[0].Rate, 1e-9)
+	require.EqualValues(t, 3, list[0].Selected)
+
+	status, body := b.get(t, resp.Header.Get("Location"))
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "2/min")
+	require.Contains(t, body, "0 of 3")
+	require.Contains(t, body, `class="highlight"`)
+
+	id := url.Values{"id": {strconv.FormatInt(list[0].ID, 10)}}
+	resp, body = b.post(t, "/scheduled/cancel", id)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, "This would cancel")
+	id.Set("confirmed", "yes")
+	resp, body = b.post(t, "/scheduled/cancel", id)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
+	list, err = b.adm.ScheduledReplays(context.Background(), 0)
+	require.NoError(t, err)
+	require.Equal(t, admin.ReplayCancelled, list[0].State)
+	require.Equal(t, "console", b.waitAudit(t, admin.AuditCancelScheduledReplay).Actor.Name)
+
+	resp, body = b.post(t, "/scheduled/cancel", id)
+	require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+	require.Contains(t, body, "only a replay waiting or under way can be cancelled")
+
+	form.Set("pace", "over")
+	form.Set("over", "-3")
+	form.Set("over_unit", "h")
+	resp, body = b.post(t, "/replay", form)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, body, "not a positive number")
+	form.Set("pace", "")
+	form.Set("when", "at")
+	form.Set("at", "2001-01-01T00:00")
+	resp, body = b.post(t, "/replay", form)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, body, "in the past")
+	form.Set("at", time.Now().UTC().Add(2*time.Hour).Format(atLayout))
+	resp, _ = b.post(t, "/replay", form)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+}
+
+// Dead outbox rows are retried, the ticked ones or all, after a
+// confirmation.
+func TestOutboxRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	form := url.Values{"scope": {"selected"}, "id": {"019a0000-0000-7000-8000-000000000002"}}
+	resp, body := b.post(t, "/outbox/retry", form)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, "This would retry <strong class=\"count\">1 outbox row</strong>")
+	form.Set("confirmed", "yes")
+	resp, _ = b.post(t, "/outbox/retry", form)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.EqualValues(t, 1, b.waitAudit(t, admin.AuditOutboxRetry).Affected)
+	resp, body = b.post(t, "/outbox/retry", url.Values{"scope": {"all"}, "confirmed": {"yes"}})
+	require.Equal(t, http.StatusConflict, resp.StatusCode, body)
+	require.Contains(t, body, "Nothing to retry")
+}

@@ -1,0 +1,124 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/admin"
+)
+
+// bulkAction is replay or discard, as the pages offer them.
+type bulkAction struct {
+	verb, past string
+	// narrow limits a filter to the messages the action may touch, so the
+	// dry-run count is what it would change.
+	narrow func(admin.Filter) admin.Filter
+	// note labels the note field; noteRequired makes it required.
+	note         string
+	noteRequired bool
+	// schedule offers running it later or throttled (replay).
+	schedule bool
+	// run makes the change, reporting progress.
+	run func(ctx context.Context, t *Target, a admin.Actor, f admin.Filter, note string, progress func(int64)) (int64, error)
+}
+
+var replayAction = bulkAction{
+	verb: "replay", past: "replayed", note: "Note, kept in each message's history (optional)", schedule: true,
+	narrow: func(f admin.Filter) admin.Filter {
+		f.ReplayableOnly = true
+		return f
+	},
+	run: func(ctx context.Context, t *Target, a admin.Actor, f admin.Filter, note string, progress func(int64)) (int64, error) {
+		return t.Admin.Replay(ctx, admin.ReplayOptions{Actor: a, Filter: f, Note: note, ProgressFunc: progress})
+	},
+}
+
+var discardAction = bulkAction{
+	verb: "discard", past: "discarded", note: "Reason, kept in each message's history (required)", noteRequired: true,
+	narrow: func(f admin.Filter) admin.Filter {
+		f.Statuses = []pgbox.InboxStatus{pgbox.InboxDead}
+		return f
+	},
+	run: func(ctx context.Context, t *Target, a admin.Actor, f admin.Filter, reason string, progress func(int64)) (int64, error) {
+		return t.Admin.Discard(ctx, admin.DiscardOptions{Actor: a, Filter: f, ProgressFunc: progress, Reason: reason})
+	},
+}
+
+// replay replays a selection of messages: now, in the background, or
+// later or throttled, by the maintenance job.
+func (c *Console) replay(w http.ResponseWriter, r *http.Request, t *Target) error {
+	return c.bulk(w, r, t, replayAction)
+}
+
+// discard sets a selection of dead messages aside, with a reason.
+func (c *Console) discard(w http.ResponseWriter, r *http.Request, t *Target) error {
+	return c.bulk(w, r, t, discardAction)
+}
+
+// bulk runs the two steps of a replay or discard: the dry run, then, once
+// confirmed, the change.
+func (c *Console) bulk(w http.ResponseWriter, r *http.Request, t *Target, ba bulkAction) error {
+	sel := selectionFrom(r)
+	scope := r.PostFormValue("scope")
+	switch {
+	case scope == "all":
+		sel = sel.withoutIDs()
+	case len(sel.IDs) == 0:
+		return httpError(http.StatusBadRequest, "Nothing selected: tick messages in the list, or use the button for every matching message.")
+	}
+	f, err := sel.filter()
+	if err != nil {
+		return err
+	}
+	f = ba.narrow(f)
+	ctx := r.Context()
+	n, err := t.Admin.Count(ctx, f)
+	if err != nil {
+		return err
+	}
+	back := sel.Link(t.Name, "/messages")
+	if !confirmed(r) {
+		sample, err := t.Admin.ListPage(ctx, admin.ListPageOptions{Filter: f, Limit: confirmDryRun})
+		if err != nil {
+			return err
+		}
+		return c.render(w, r, t, http.StatusOK, "confirm", view{Title: "Confirm: " + ba.verb, Nav: "messages", Data: confirmView{
+			Action: "/" + ba.verb, Back: back, Count: n, Hidden: hiddenSelection(sel, scope), Messages: sample,
+			Noun: "message", Note: ba.note, NoteRequired: ba.noteRequired, Schedule: ba.schedule, Verb: ba.verb, What: describe(f),
+		}})
+	}
+	note := r.PostFormValue("note")
+	if ba.noteRequired && note == "" {
+		return httpError(http.StatusBadRequest, "A reason is required to %s: say why, for whoever looks at these messages next. Nothing was changed.", ba.verb)
+	}
+	if ba.schedule {
+		opts, later, err := scheduleFrom(r)
+		if err != nil {
+			return err
+		}
+		if later {
+			opts.Actor, opts.Filter, opts.Note = actor(r), f, note
+			sr, err := t.Admin.ScheduleReplay(ctx, opts)
+			if err != nil {
+				return err
+			}
+			c.cfg.Logger.InfoContext(ctx, "console: replay scheduled", "target", t.Name, "user", user(r), "scheduled_replay", sr.ID,
+				"selected", sr.Selected)
+			return seeOther(w, r, link(t.Name, "/scheduled", "highlight", sr.ID))
+		}
+	}
+	if n == 0 {
+		return httpError(http.StatusConflict, "Nothing to %s: no message of %s can be %s now (another operator, or the dispatcher, got there first). Nothing was changed.",
+			ba.verb, describe(f), ba.past)
+	}
+	a := actor(r)
+	j := c.jobs.start(&job{Matched: n, Next: back, Noun: "message", Past: ba.past, Selection: describe(f), Target: t.Name, User: a.Name, Verb: ba.verb},
+		func(ctx context.Context, progress func(int64)) (int64, error) {
+			return ba.run(ctx, t, a, f, note, progress)
+		})
+	c.cfg.Logger.InfoContext(ctx, "console: "+ba.verb+" started", "target", t.Name, "user", a.Name, "remote", a.Host, "job", j.ID,
+		"matched", n)
+	return seeOther(w, r, link(t.Name, "/jobs/"+strconv.FormatInt(j.ID, 10)))
+}

@@ -1,0 +1,172 @@
+package console
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/pgbox/pgbox/admin"
+)
+
+// Target is one database schema the console shows: an admin.Admin and the
+// name the switcher gives it.
+type Target struct {
+	// Admin reads and steers the target's schema. Required.
+	Admin *admin.Admin
+
+	// Name names the target in the switcher and in URLs (?db=NAME).
+	// Required, and unique among a Console's targets.
+	Name string
+
+	// Where says where the target is, for people: host, port, database
+	// and schema, never a password. Defaults to the schema's name.
+	Where string
+
+	throughput *throughput
+}
+
+// Config configures a Console.
+type Config struct {
+	// Actor is who acts when no credentials are configured (a console on
+	// loopback run by the engineer using it): the audit log records this
+	// name, from the request's remote address. Defaults to "console".
+	Actor string
+
+	// Credentials, if set, are required of every request. Defaults to
+	// none: run such a console on loopback, or ReadOnly.
+	Credentials Credentials
+
+	// Logger receives one line per action and per failed request. It never
+	// sees a payload, and error texts pass through Redact first. Defaults
+	// to a logger that discards everything.
+	Logger *slog.Logger
+
+	// ReadOnly refuses every action: the pages show no action forms, and a
+	// POST is answered 403. Defaults to false.
+	ReadOnly bool
+
+	// Redact removes secrets (a connection string's password) from an
+	// error text before it is shown or logged. Defaults to leaving texts
+	// as they are.
+	Redact func(string) string
+
+	// Targets are the schemas to show, the first by default. Required.
+	Targets []Target
+}
+
+// Console is the web console: an http.Handler. Close it to stop the
+// background actions it started.
+type Console struct {
+	cfg     Config
+	csrfKey []byte
+	jobs    *jobs
+	mux     *http.ServeMux
+	pages   *pages
+	targets map[string]*Target
+
+	closeOnce sync.Once
+}
+
+// New returns a Console for cfg, or an error naming what is wrong with it.
+func New(cfg Config) (*Console, error) {
+	if len(cfg.Targets) == 0 {
+		return nil, errors.New("console: no target: give at least one schema to show")
+	}
+	if cfg.Actor == "" {
+		cfg.Actor = "console"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Redact == nil {
+		cfg.Redact = func(s string) string { return s }
+	}
+	if err := cfg.Credentials.validate(); err != nil {
+		return nil, err
+	}
+	c := &Console{cfg: cfg, csrfKey: make([]byte, 32), targets: map[string]*Target{}, jobs: newJobs()}
+	for i := range cfg.Targets {
+		t := &c.cfg.Targets[i]
+		switch {
+		case t.Admin == nil:
+			return nil, fmt.Errorf("console: target %q has no Admin", t.Name)
+		case t.Name == "" || strings.ContainsAny(t.Name, "\x00\r\n"):
+			return nil, fmt.Errorf("console: target %d has no usable name: give each target a name for the switcher", i+1)
+		case c.targets[t.Name] != nil:
+			return nil, fmt.Errorf("console: two targets are named %q: give each a name of its own", t.Name)
+		}
+		if t.Where == "" {
+			t.Where = "schema " + t.Admin.Schema()
+		}
+		t.throughput = &throughput{}
+		c.targets[t.Name] = t
+	}
+	if _, err := rand.Read(c.csrfKey); err != nil {
+		return nil, fmt.Errorf("console: a key for CSRF tokens: %w", err)
+	}
+	var err error
+	if c.pages, err = parsePages(); err != nil {
+		return nil, err
+	}
+	c.mux = c.routes()
+	return c, nil
+}
+
+// ServeHTTP serves the console.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
+
+// Close stops the background actions under way and waits for them: each
+// stops after the batch it is running, and its audit record says how far
+// it got. It is safe to call more than once.
+func (c *Console) Close() {
+	c.closeOnce.Do(c.jobs.close)
+}
+
+// routes maps every page and action to its handler, behind the guards:
+// security headers and authentication for all, and for actions the
+// read-only switch, the host check and CSRF protection.
+func (c *Console) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	read := func(pattern string, h func(w http.ResponseWriter, r *http.Request, t *Target) error) {
+		mux.Handle(pattern, c.guard(c.withTarget(h)))
+	}
+	act := func(pattern string, h func(w http.ResponseWriter, r *http.Request, t *Target) error) {
+		mux.Handle(pattern, c.guard(c.guardAction(c.withTarget(h))))
+	}
+	read("GET /{$}", c.overview)
+	read("GET /failures", c.failures)
+	read("GET /messages", c.messages)
+	read("GET /message", c.message)
+	read("GET /outbox", c.outbox)
+	read("GET /outbox/row", c.outboxRow)
+	read("GET /scheduled", c.scheduled)
+	read("GET /audit", c.audit)
+	read("GET /jobs/{id}", c.job)
+	act("POST /replay", c.replay)
+	act("POST /discard", c.discard)
+	act("POST /scheduled/cancel", c.cancelScheduled)
+	act("POST /outbox/retry", c.outboxRetry)
+	mux.Handle("GET /assets/", c.guard(assetHandler()))
+	return mux
+}
+
+// withTarget runs h on the target the request names (?db=NAME, or the
+// first), and renders what h returns as an error page.
+func (c *Console) withTarget(h func(w http.ResponseWriter, r *http.Request, t *Target) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t := &c.cfg.Targets[0]
+		if name := r.FormValue("db"); name != "" {
+			if t = c.targets[name]; t == nil {
+				c.fail(w, r, &c.cfg.Targets[0], httpError(http.StatusNotFound, "This console shows no database named %q: pick one from the switcher at the top.", name))
+				return
+			}
+		}
+		if err := h(w, r, t); err != nil {
+			c.fail(w, r, t, err)
+		}
+	})
+}

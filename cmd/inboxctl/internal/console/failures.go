@@ -1,0 +1,70 @@
+package console
+
+import (
+	"net/http"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pgbox/pgbox/admin"
+)
+
+// trendWindows are the windows the failures page offers for its trend.
+var trendWindows = []struct {
+	Name string
+	Len  time.Duration
+}{{"1h", time.Hour}, {"6h", 6 * time.Hour}, {"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}}
+
+// trendBuckets is how many bars a trend has.
+const trendBuckets = 24
+
+// failuresView is what the failures page shows.
+type failuresView struct {
+	Consumer string
+	Groups   []admin.FailureGroup
+	// Trends holds each group's trend in the window, by fingerprint; a
+	// group with no failed attempt in it has none.
+	Trends  map[string]*admin.Trend
+	Window  string
+	Windows []string
+}
+
+// failures lists every failure group (dead and failing messages by
+// consumer, type and error pattern), largest first, each with its failed
+// attempts in the chosen window, as a trend. Both reads are admin's
+// Failures, which reads only the failed messages.
+func (c *Console) failures(w http.ResponseWriter, r *http.Request, t *Target) error {
+	v := failuresView{Consumer: r.FormValue("consumer"), Window: r.FormValue("window"), Trends: map[string]*admin.Trend{}}
+	window := 24 * time.Hour
+	for _, tw := range trendWindows {
+		v.Windows = append(v.Windows, tw.Name)
+		if tw.Name == v.Window {
+			window = tw.Len
+		}
+	}
+	if v.Window == "" {
+		v.Window = "24h"
+	}
+	var recent []admin.FailureGroup
+	g, ctx := errgroup.WithContext(r.Context())
+	g.Go(func() (err error) {
+		v.Groups, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: 200})
+		return err
+	})
+	g.Go(func() (err error) {
+		recent, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: 200, Since: window, Buckets: trendBuckets})
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, fg := range recent {
+		v.Trends[fg.Fingerprint] = fg.Trend
+		for i := range v.Groups {
+			if v.Groups[i].Fingerprint == fg.Fingerprint {
+				v.Groups[i].FailuresInWindow = fg.FailuresInWindow
+			}
+		}
+	}
+	return c.render(w, r, t, http.StatusOK, "failures", view{Title: "Failures", Data: v})
+}

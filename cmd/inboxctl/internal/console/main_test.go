@@ -1,0 +1,9 @@
+package console
+
+import (
+	"testing"
+
+	"github.com/pgbox/pgbox/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -1,0 +1,104 @@
+package console
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/admin"
+)
+
+// messagesPage is how many messages a page of the list shows.
+const messagesPage = 50
+
+// messagesView is what the messages page shows.
+type messagesView struct {
+	// Before is the seq this page starts below; 0 for the newest.
+	Before int64
+	// Messages is the page.
+	Messages []admin.Message
+	// Next is the seq the next page starts below; 0 when this is the last.
+	Next int64
+	// Sel is the filter.
+	Sel selection
+	// Slow says the list reads every done message of the selection.
+	Slow bool
+	// Statuses are the status choices.
+	Statuses []string
+}
+
+// messages lists the messages a filter selects (a failure group, a
+// consumer's dead ones, …), newest first, a page at a time by arrival
+// order, with a box to tick on each when one consumer is shown.
+func (c *Console) messages(w http.ResponseWriter, r *http.Request, t *Target) error {
+	v := messagesView{Sel: selectionFrom(r).withoutIDs(), Statuses: statusChoices()}
+	if v.Sel.Status == "" {
+		v.Sel.Status = statusFailed
+	}
+	v.Slow = v.Sel.readsDedupeMemory()
+	f, err := v.Sel.filter()
+	if err != nil {
+		return err
+	}
+	if b := r.FormValue("before"); b != "" {
+		if v.Before, err = strconv.ParseInt(b, 10, 64); err != nil || v.Before < 0 {
+			return httpError(http.StatusBadRequest, "before=%q is not a message's place in the inbox: follow the page links", b)
+		}
+	}
+	v.Messages, err = t.Admin.ListPage(r.Context(), admin.ListPageOptions{Before: v.Before, Filter: f, Limit: messagesPage})
+	if err != nil {
+		return err
+	}
+	if len(v.Messages) == messagesPage {
+		v.Next = v.Messages[len(v.Messages)-1].Seq
+	}
+	return c.render(w, r, t, http.StatusOK, "messages", view{Title: "Messages", Data: v})
+}
+
+// messageView is what the message page shows.
+type messageView struct {
+	// Consumers lists the consumers holding the id, when none was given
+	// and several hold it.
+	Consumers []string
+	Detail    *admin.Detail
+	ID        string
+	// Replayable and Discardable say which actions apply.
+	Replayable, Discardable bool
+}
+
+// message shows one message in full: its payload, metadata, every
+// attempt with its error and stack, and its replays and discards.
+func (c *Console) message(w http.ResponseWriter, r *http.Request, t *Target) error {
+	consumer, id := r.FormValue("consumer"), r.FormValue("id")
+	if id == "" {
+		return httpError(http.StatusBadRequest, "Which message? Give its id (and consumer): follow a link from a list.")
+	}
+	v := messageView{ID: id}
+	if consumer == "" {
+		holders, err := t.Admin.ConsumersOf(r.Context(), id)
+		if err != nil {
+			return err
+		}
+		if len(holders) != 1 {
+			v.Consumers = holders
+			status := http.StatusOK
+			if len(holders) == 0 {
+				status = http.StatusNotFound
+			}
+			return c.render(w, r, t, status, "message", view{Title: "Message " + id, Nav: "messages", Data: v})
+		}
+		consumer = holders[0]
+	}
+	d, err := t.Admin.Show(r.Context(), consumer, id)
+	if errors.Is(err, admin.ErrNotFound) {
+		return httpError(http.StatusNotFound, "Consumer %q holds no message %q in schema %s.", consumer, id, t.Admin.Schema())
+	}
+	if err != nil {
+		return err
+	}
+	v.Detail = d
+	v.Discardable = d.Status == pgbox.InboxDead
+	v.Replayable = v.Discardable || d.Status == pgbox.InboxDiscarded || (d.Status == pgbox.InboxPending && d.LastError != nil)
+	return c.render(w, r, t, http.StatusOK, "message", view{Title: "Message " + id, Nav: "messages", Data: v})
+}

@@ -1,0 +1,86 @@
+package console
+
+import (
+	"html"
+	"net/http"
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Every page answers with what the on-call engineer comes for.
+func TestPagesShowTheFixture(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	group := b.group(t)
+	for _, tc := range []struct {
+		path string
+		want []string
+	}{
+		{"/", []string{"4 dead messages", "payments", "shipping", "1 dead row in the outbox", "No maintenance leader", "<svg class=\"spark\""}},
+		{"/failures", []string{group, "payment gateway timeout after &lt;n&gt;s", "card declined", "<svg class=\"spark\"", "Replay…"}},
+		{"/failures?window=1h&consumer=shipping", []string{"LabelPrinted"}},
+		{"/messages?consumer=payments&group=" + group, []string{"order-1", "order-2", "order-3", `name="id" value="order-1"`, "Replay ticked…"}},
+		{"/messages?status=done", []string{"done-1"}},
+		{"/message?consumer=payments&id=order-2", []string{"&#34;cents&#34;: 999", "traceparent", "attempt 2 failed", "main.charge(...)", "Discard…"}},
+		{"/message?id=order-2", []string{"ChargeCard", "Replay…"}},
+		{"/outbox", []string{"019a0000-0000-7000-8000-000000000002", "no responders", "Retry every dead row…"}},
+		{"/outbox/row?id=019a0000-0000-7000-8000-000000000002", []string{"OrderPaid", "attempt 3 failed"}},
+		{"/scheduled", []string{"No scheduled replay"}},
+		{"/audit", []string{"No operator action recorded"}},
+	} {
+		status, body := b.get(t, tc.path)
+		require.Equal(t, http.StatusOK, status, "%s: %s", tc.path, body)
+		for _, w := range tc.want {
+			require.Contains(t, body, w, tc.path)
+		}
+	}
+}
+
+// Asking for what does not exist says so, with a 404 or 400 and a page
+// that says what to do.
+func TestPagesNotFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	for path, want := range map[string]int{
+		"/message?consumer=payments&id=nope": http.StatusNotFound,
+		"/message?id=nope":                   http.StatusNotFound,
+		"/message":                           http.StatusBadRequest,
+		"/outbox/row?id=not-a-uuid":          http.StatusBadRequest,
+		"/messages?group=xyz":                http.StatusBadRequest,
+		"/messages?before=-4":                http.StatusBadRequest,
+		"/outbox?status=lost":                http.StatusBadRequest,
+		"/audit?action=explode":              http.StatusBadRequest,
+		"/jobs/99":                           http.StatusNotFound,
+		"/?db=elsewhere":                     http.StatusNotFound,
+		"/nowhere":                           http.StatusNotFound,
+	} {
+		status, body := b.get(t, path)
+		require.Equal(t, want, status, "%s: %s", path, body)
+	}
+}
+
+// The list pages by arrival order: a full page links to the next, which
+// starts below it.
+func TestMessagesPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	b.exec(t, `INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload)
+		SELECT 'bulk', 'm-' || g, 'Ping', 'pending', 0, 3, '\x00', '' FROM generate_series(1, 60) AS g`)
+	status, body := b.get(t, "/messages?consumer=bulk&status=pending")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, ">m-60<")
+	require.NotContains(t, body, ">m-10<", "the first page holds the newest 50")
+	next := nextLink.FindStringSubmatch(body)
+	require.NotNil(t, next, "a full page links to the next")
+	status, body = b.get(t, html.UnescapeString(next[1]))
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, ">m-10<")
+	require.Contains(t, body, ">m-1<")
+	require.NotContains(t, body, ">m-11<")
+	require.Nil(t, nextLink.FindStringSubmatch(body), "the last page links to no next")
+}
+
+// nextLink finds the messages page's link to the next page.
+var nextLink = regexp.MustCompile(`<a rel="next" href="([^"]+)"`)

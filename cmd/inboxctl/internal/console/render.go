@@ -1,0 +1,150 @@
+package console
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/pgbox/pgbox/admin"
+)
+
+//go:embed templates/*.tmpl
+var templateFS embed.FS
+
+//go:embed assets
+var assetFS embed.FS
+
+// assetHandler serves the embedded stylesheet and icon.
+func assetHandler() http.Handler {
+	sub, err := fs.Sub(assetFS, "assets")
+	if err != nil {
+		panic(err) // the embedded tree always has it
+	}
+	return http.StripPrefix("/assets/", http.FileServerFS(sub))
+}
+
+// pages holds each page's template, parsed with the layout.
+type pages struct{ byName map[string]*template.Template }
+
+// pageNames are the templates under templates/, besides the layout.
+var pageNames = []string{"overview", "failures", "messages", "message", "outbox", "outbox_row", "scheduled", "audit",
+	"job", "confirm", "error"}
+
+func parsePages() (*pages, error) {
+	p := &pages{byName: map[string]*template.Template{}}
+	for _, name := range pageNames {
+		t, err := template.New("layout.tmpl").Funcs(funcs).ParseFS(templateFS, "templates/layout.tmpl", "templates/"+name+".tmpl")
+		if err != nil {
+			return nil, fmt.Errorf("console: template %s: %w", name, err)
+		}
+		p.byName[name] = t
+	}
+	return p, nil
+}
+
+// view is what the layout needs of every page, and the page's own data.
+type view struct {
+	// CSRF is the token the page's forms carry.
+	CSRF string
+	// Data is the page's own.
+	Data any
+	// DB is the target shown, as URLs name it.
+	DB string
+	// Nav names the page in the navigation.
+	Nav string
+	// Now is when the page was made, for relative ages.
+	Now time.Time
+	// Page is the page's template: the main element's class, page-NAME.
+	Page string
+	// ReadOnly hides the action forms.
+	ReadOnly bool
+	// Refresh, if not 0, reloads the page after that many seconds: for
+	// work under way.
+	Refresh int
+	// Targets names every target, for the switcher.
+	Targets []*Target
+	// Title is the page's title.
+	Title string
+	// User is who is signed in.
+	User string
+	// Where says where the target is.
+	Where string
+}
+
+// render writes page name with data, for target t.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, t *Target, status int, name string, v view) error {
+	v.CSRF, v.DB, v.Now, v.Page, v.ReadOnly, v.User, v.Where = c.csrfToken(user(r)), t.Name, time.Now().UTC(), name, c.cfg.ReadOnly, user(r), t.Where
+	for i := range c.cfg.Targets {
+		v.Targets = append(v.Targets, &c.cfg.Targets[i])
+	}
+	if v.Nav == "" {
+		v.Nav = name
+	}
+	var buf bytes.Buffer
+	if err := c.pages.byName[name].Execute(&buf, v); err != nil {
+		return fmt.Errorf("render %s: %w", name, err)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// statusError is an error with the HTTP status to answer it with and a
+// message for the operator.
+type statusError struct {
+	status int
+	msg    string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+// httpError returns a statusError whose message is formatted.
+func httpError(status int, format string, args ...any) error {
+	return &statusError{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+// fail renders err as an error page: a statusError with its status, a
+// message or row not found as 404, anything else (the database, the
+// schema) as 500, with its text redacted and logged.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, t *Target, err error) {
+	status := http.StatusInternalServerError
+	var se *statusError
+	switch {
+	case errors.As(err, &se):
+		status = se.status
+	case errors.Is(err, admin.ErrNotFound):
+		status = http.StatusNotFound
+	}
+	text := c.cfg.Redact(err.Error())
+	if status >= 500 {
+		c.cfg.Logger.ErrorContext(r.Context(), "console: request failed", "path", r.URL.Path, "target", t.Name, "err", text)
+	}
+	if rerr := c.render(w, r, t, status, "error", view{Title: http.StatusText(status), Data: text}); rerr != nil {
+		c.cfg.Logger.ErrorContext(r.Context(), "console: render the error page", "err", c.cfg.Redact(rerr.Error()))
+	}
+}
+
+// link returns path with db and the query pairs kv (name, value, …),
+// leaving out empty values.
+func link(db, path string, kv ...any) string {
+	q := url.Values{}
+	if db != "" {
+		q.Set("db", db)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if v := fmt.Sprint(kv[i+1]); v != "" && v != "0" {
+			q.Add(fmt.Sprint(kv[i]), v)
+		}
+	}
+	if len(q) == 0 {
+		return path
+	}
+	return path + "?" + q.Encode()
+}

@@ -1,0 +1,59 @@
+package console
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pgbox/pgbox/admin"
+)
+
+// atLayout is what a datetime-local field sends: a time without a zone,
+// which the console reads as UTC, as it shows every time.
+const atLayout = "2006-01-02T15:04"
+
+// units are the time units the pace fields offer.
+var units = map[string]time.Duration{"s": time.Second, "min": time.Minute, "h": time.Hour}
+
+// scheduleFrom reads the confirmation's "when" and "pace" fields: whether
+// the replay runs later (at a time) or throttled (at a rate, or spread
+// over a duration), run then by the maintenance job, or now, in the
+// background (later is false).
+func scheduleFrom(r *http.Request) (opts admin.ScheduleReplayOptions, later bool, err error) {
+	form := func(name string) string { return strings.TrimSpace(r.PostFormValue(name)) }
+	if form("when") == "at" {
+		opts.At, err = time.ParseInLocation(atLayout, form("at"), time.UTC)
+		if err != nil {
+			return opts, false, httpError(http.StatusBadRequest, "The time %q is not a date and time such as 2026-11-23T03:00 (UTC). Nothing was changed.", form("at"))
+		}
+		if opts.At.Before(time.Now().Add(-time.Minute)) {
+			return opts, false, httpError(http.StatusBadRequest, "%s is in the past: choose \"now\" to replay now. Nothing was changed.", stamp(opts.At))
+		}
+		later = true
+	}
+	amount := func(name string) (float64, time.Duration, error) {
+		n, err := strconv.ParseFloat(form(name), 64)
+		unit, ok := units[form(name+"_unit")]
+		if err != nil || !(n > 0) || !ok {
+			return 0, 0, httpError(http.StatusBadRequest, "%q per %q is not a positive number and a unit (s, min, h). Nothing was changed.",
+				form(name), form(name+"_unit"))
+		}
+		return n, unit, nil
+	}
+	switch form("pace") {
+	case "rate":
+		n, unit, err := amount("rate")
+		if err != nil {
+			return opts, false, err
+		}
+		opts.Rate, later = n/unit.Seconds(), true
+	case "over":
+		n, unit, err := amount("over")
+		if err != nil {
+			return opts, false, err
+		}
+		opts.Over, later = time.Duration(n*float64(unit)), true
+	}
+	return opts, later, nil
+}

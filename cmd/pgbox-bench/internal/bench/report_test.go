@@ -1,0 +1,34 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A scenario that measures in two units (pooler: throughput, then
+// latency) gets a table per unit, so that no figure sits under another
+// unit's heading.
+func TestMarkdownHeadsEachUnitsTable(t *testing.T) {
+	t.Parallel()
+	result := func(setting, unit string, v float64) Result {
+		return Result{Scenario: "pooler", Setting: setting, Unit: unit, Systems: []SystemResult{
+			{System: "PgBouncer", Figures: map[string]Stats{unit: stats([]float64{v})}},
+		}}
+	}
+	rep := &Report{Results: []Result{
+		result("Receive, 16 conns", "msgs/s", 1000),
+		result("drain 200000 messages", "msgs/s", 20000),
+		result("latency, inbox, 50/s, poll-only", "p99 ms", 950),
+	}}
+	var b strings.Builder
+	require.NoError(t, rep.WriteMarkdown(&b, ""))
+	md := b.String()
+	require.Equal(t, 1, strings.Count(md, "\n## pooler\n"), md)
+	throughput := strings.Index(md, "| setting | system | msgs/s |")
+	latency := strings.Index(md, "| setting | system | p99 ms |")
+	require.Positive(t, throughput, md)
+	require.Greater(t, latency, strings.Index(md, "| drain 200000 messages |"), "the latency table follows the throughput rows")
+	require.Less(t, latency, strings.Index(md, "| latency, inbox, 50/s, poll-only |"), md)
+}

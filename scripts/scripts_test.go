@@ -1,0 +1,77 @@
+// Package scripts_test runs the throwaway-server scripts as a user does.
+package scripts_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// scripts/pg.sh, run as root from a clone inside a home the postgres user
+// cannot enter (root's, mode 700, as in many containers), makes its
+// cluster in a folder that user can reach, says where, links the clone's
+// .pgbox/pg to it, and runs PostgreSQL there; url finds it through the
+// link, and down removes both. The cluster is one of the test's own, in a
+// copy of the scripts: never the one the other tests use.
+func TestPgShMovesTheClusterWhereThePostgresUserReaches(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("runs only as root: pg.sh moves its cluster only when run as root, since the server then runs as the postgres user")
+	}
+	if _, err := user.Lookup("postgres"); err != nil {
+		t.Skipf("no postgres OS user, which pg.sh runs the server as when run as root: %v", err)
+	}
+	home := t.TempDir()
+	require.NoError(t, os.Chmod(home, 0o700))
+	clone := filepath.Join(home, "pgbox")
+	for _, name := range []string{"pg.sh", "lib.sh"} {
+		src, err := os.ReadFile(name)
+		require.NoError(t, err)
+		require.NoError(t, os.MkdirAll(filepath.Join(clone, "scripts"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(clone, "scripts", name), src, 0o755))
+	}
+	pgsh := func(t *testing.T, arg string) (stdout, stderr string) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(clone, "scripts", "pg.sh"), arg)
+		cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PGBOX_PG_DIR=") })
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		require.NoError(t, cmd.Run(), "pg.sh %s: %s", arg, errOut.String())
+		return out.String(), errOut.String()
+	}
+	t.Cleanup(func() { pgsh(t, "down") })
+
+	url, said := pgsh(t, "up")
+	link := filepath.Join(clone, ".pgbox", "pg")
+	dir, err := os.Readlink(link)
+	require.NoError(t, err, "the clone's .pgbox/pg is a link to where the cluster went")
+	require.Regexp(t, regexp.MustCompile(`^/var/tmp/pgbox-[0-9a-f]{12}$`), dir)
+	require.Equal(t, "pg.sh: the postgres user cannot reach "+filepath.Join(clone, ".pgbox")+
+		" (a private home directory?): using "+dir+" instead; "+link+" links to it\n", said)
+	require.NoError(t, exec.Command("runuser", "-u", "postgres", "--", "test", "-w", dir).Run(), "the postgres user can write %s", dir)
+
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, strings.TrimSpace(url))
+	require.NoError(t, err, "the URL pg.sh printed")
+	defer conn.Close(ctx)
+	var dataDir string
+	require.NoError(t, conn.QueryRow(ctx, "SHOW data_directory").Scan(&dataDir))
+	require.Equal(t, filepath.Join(dir, "data"), dataDir, "the server runs in the folder pg.sh named")
+
+	again, _ := pgsh(t, "url")
+	require.Equal(t, url, again, "url finds the cluster through the link")
+	require.NoError(t, conn.Close(ctx))
+	pgsh(t, "down")
+	require.NoFileExists(t, link)
+	require.NoDirExists(t, dir)
+}
