@@ -14,9 +14,9 @@ func TestOutboxStatsIsStatsOutbox(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, admin.Config{})
-	b.exec(t, `INSERT INTO /* schema */outbox (id, topic, event_type, status, attempts, payload, metadata, created_at)
-		SELECT gen_random_uuid(), 'orders', 'OrderPaid', s, 0, '', '{}', now() - interval '5 minutes'
-		FROM unnest(ARRAY['pending', 'pending', 'dead', 'published']) AS s`)
+	b.exec(t, `INSERT INTO /* schema */outbox (id, topic, event_type, status, attempts, payload, metadata, created_at, bucket)
+		SELECT r.id, 'orders', 'OrderPaid', r.s, 0, '', '{}', now() - interval '5 minutes', /* schema */outbox_bucket(r.id)
+		FROM (SELECT gen_random_uuid() AS id, s FROM unnest(ARRAY['pending', 'pending', 'dead', 'published']) AS s) AS r`)
 	st, err := b.adm.Stats(ctx, admin.StatsOptions{})
 	require.NoError(t, err)
 	ob, err := b.adm.OutboxStats(ctx)

@@ -24,11 +24,11 @@ func TestOperatorReadsUseIndexes(t *testing.T) {
 	schema := pgtest.Schema(t)
 	_, err := pool.Exec(ctx, ident.Render(`
 		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
-		                               processed_at, last_error)
+		                               processed_at, last_error, bucket)
 		SELECT CASE WHEN g % 2 = 0 THEN 'payments' ELSE 'refunds' END, 'm-' || g, 'ChargeCard',
 		       CASE WHEN g % 1000 = 0 THEN 'dead' WHEN g % 1000 = 1 THEN 'pending' ELSE 'done' END, 1, 3,
 		       '\x00'::bytea, ''::bytea, now() - g * interval '1 second',
-		       CASE WHEN g % 1000 IN (0, 1) THEN 'gateway timeout after ' || g || 's' END
+		       CASE WHEN g % 1000 IN (0, 1) THEN 'gateway timeout after ' || g || 's' END, /* schema */inbox_bucket('m-' || g)
 		FROM generate_series(1, 30000) AS g`, schema))
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, ident.Render("ANALYZE /* schema */inbox", schema))

@@ -20,8 +20,8 @@ func TestThroughputUsesDoneIndex(t *testing.T) {
 	pool := pgtest.Pool(t)
 	schema := pgtest.Schema(t)
 	_, err := pool.Exec(ctx, ident.Render(`
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, processed_at)
-		SELECT 'payments', 'm-' || g, 'ChargeCard', 'done', 1, 3, '\x00'::bytea, ''::bytea, now() - g * interval '1 second'
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, processed_at, bucket)
+		SELECT 'payments', 'm-' || g, 'ChargeCard', 'done', 1, 3, '\x00'::bytea, ''::bytea, now() - g * interval '1 second', /* schema */inbox_bucket('m-' || g)
 		FROM generate_series(1, 30000) AS g`, schema))
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, ident.Render("ANALYZE /* schema */inbox", schema))

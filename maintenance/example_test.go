@@ -23,11 +23,11 @@ func ExampleMaintainer() {
 	}
 	defer db.Close()
 	_, err = db.Pool.Exec(ctx, `
-		INSERT INTO `+db.Table("inbox")+` (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, processed_at)
-		VALUES ('payments', 'old-1', 'OrderPlaced', 'done', 1, 3, '\x00', '', now() - interval '8 days'),
-		       ('payments', 'old-2', 'OrderPlaced', 'done', 1, 3, '\x00', '', now() - interval '9 days'),
-		       ('payments', 'recent', 'OrderPlaced', 'done', 1, 3, '\x00', '', now() - interval '1 day'),
-		       ('payments', 'poison', 'OrderPlaced', 'dead', 3, 3, '\x00', '', NULL)`)
+		INSERT INTO `+db.Table("inbox")+` (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, processed_at, bucket)
+		VALUES ('payments', 'old-1', 'OrderPlaced', 'done', 1, 3, '\x00', '', now() - interval '8 days', `+db.Table("inbox_bucket")+`('old-1')),
+		       ('payments', 'old-2', 'OrderPlaced', 'done', 1, 3, '\x00', '', now() - interval '9 days', `+db.Table("inbox_bucket")+`('old-2')),
+		       ('payments', 'recent', 'OrderPlaced', 'done', 1, 3, '\x00', '', now() - interval '1 day', `+db.Table("inbox_bucket")+`('recent')),
+		       ('payments', 'poison', 'OrderPlaced', 'dead', 3, 3, '\x00', '', NULL, `+db.Table("inbox_bucket")+`('poison'))`)
 	if err != nil {
 		panic(err)
 	}

@@ -61,6 +61,31 @@ COMMENT ON COLUMN partitioning.origin_day IS 'UUIDv7 ids made on this UTC day (s
 COMMENT ON COLUMN partitioning.generation IS 'inbox: the generation new undated messages go to (bucket -generation); changed only under an exclusive lock on this table';
 COMMENT ON COLUMN partitioning.generation_started_at IS 'inbox: when the current generation started taking messages';
 
+-- The bucket a row with this id belongs in, for tests, fixtures and
+-- repairs made by hand. pgbox's own writes compute it themselves, and a
+-- receive looks for an undated id in the earlier generations first, which
+-- inbox_bucket does not. The bodies name their tables with the schema: a
+-- function body is resolved with the caller's search_path.
+-- +goose StatementBegin
+DO $do$
+BEGIN
+    EXECUTE format($f$
+        CREATE FUNCTION inbox_bucket(message_id text) RETURNS integer
+        LANGUAGE sql STABLE PARALLEL SAFE AS $b$
+        SELECT CASE WHEN %1$I.uuidv7_day(message_id) >= p.origin_day THEN %1$I.uuidv7_day(message_id) ELSE -p.generation END
+        FROM %1$I.partitioning AS p WHERE p.table_name = 'inbox'
+        $b$ $f$, current_schema());
+    EXECUTE format($f$
+        CREATE FUNCTION outbox_bucket(id uuid) RETURNS integer
+        LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $b$
+        SELECT coalesce(%1$I.uuidv7_day(id::text), 0)
+        $b$ $f$, current_schema());
+END $do$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION inbox_bucket(text) IS 'pgbox: the bucket (partition) of an inbox row with this message id, for fixtures and repairs by hand';
+COMMENT ON FUNCTION outbox_bucket(uuid) IS 'pgbox: the bucket (partition) of an outbox row with this id, for fixtures and repairs by hand';
+
 -- +goose StatementBegin
 DO $$
 DECLARE
@@ -335,5 +360,7 @@ CREATE INDEX outbox_ordering_idx ON outbox (ordering_key, seq)
 CREATE INDEX outbox_published_idx ON outbox (published_at) WHERE status = 'published';
 COMMENT ON TABLE outbox IS 'pgbox outbox: messages committed with business changes, waiting to be published';
 
+DROP FUNCTION outbox_bucket(uuid);
+DROP FUNCTION inbox_bucket(text);
 DROP TABLE partitioning;
 DROP FUNCTION uuidv7_day(text);

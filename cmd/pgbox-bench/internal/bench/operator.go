@@ -35,9 +35,9 @@ func operatorMark(rows int) string {
 // the dedupe memory of a service at about 80 messages/s per 50 million.
 const operatorFillSQL = `
 INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts,
-                               received_at, processed_at, available_at, payload_hash, payload)
+                               received_at, processed_at, available_at, payload_hash, payload, bucket)
 SELECT CASE WHEN g % 2 = 0 THEN 'payments' ELSE 'shipping' END, 'm-' || g, 'OrderPlaced', 'done', 1, 25,
-       t, t + interval '20 milliseconds', t, '\x00'::bytea, '{"order":1}'::bytea
+       t, t + interval '20 milliseconds', t, '\x00'::bytea, '{"order":1}'::bytea, /* schema */inbox_bucket('m-' || g)
 FROM generate_series($1::bigint, $2::bigint) AS g,
      LATERAL (SELECT now() - (($3::bigint - g) * interval '7 days') / $3::bigint AS t) AS x`
 
@@ -48,14 +48,15 @@ FROM generate_series($1::bigint, $2::bigint) AS g,
 // failed, were replayed and are done.
 const operatorFailuresSQL = `
 INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts,
-                               received_at, processed_at, available_at, payload_hash, payload, last_error, errors)
+                               received_at, processed_at, available_at, payload_hash, payload, last_error, errors, bucket)
 SELECT c.consumer, c.consumer || '-' || k.cause || '-' || s.state || '-' || g, 'ChargeCard', s.state, 3, 3,
        now() - g * interval '30 seconds', CASE WHEN s.state = 'done' THEN now() END,
        CASE WHEN s.state = 'pending' THEN now() + interval '2 hours' ELSE now() END,
        '\x00'::bytea, '{"order":2}'::bytea, e.text,
        jsonb_build_array(
            jsonb_build_object('attempt', 1, 'at', now() - g * interval '30 seconds', 'error', e.text),
-           jsonb_build_object('attempt', 2, 'at', now() - g * interval '20 seconds', 'error', e.text))
+           jsonb_build_object('attempt', 2, 'at', now() - g * interval '20 seconds', 'error', e.text)),
+       /* schema */inbox_bucket(c.consumer || '-' || k.cause || '-' || s.state || '-' || g)
 FROM (VALUES ('payments'), ('refunds')) AS c(consumer),
      (VALUES (1), (2), (3)) AS k(cause),
      (VALUES ('dead', 500), ('pending', 100), ('done', 500)) AS s(state, n),
