@@ -1,0 +1,133 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// errStopping ends the wait for a Publish call when Stop's deadline has
+// passed: the call's messages go back unpublished, their attempt refunded.
+var errStopping = errors.New("the relay is stopping: stopped waiting for the publish")
+
+// hungError is a Publish call that did not return within
+// Config.PublishTimeout, or one not made because an earlier call to its
+// topic has not returned yet. Its messages count as not published: a hung
+// call may still deliver them, which consumers dedupe, but the relay never
+// records them as published on its word.
+type hungError struct {
+	hung    int // earlier calls to the topic still out; 0 when this call hung
+	timeout time.Duration
+	topic   string
+}
+
+func (e *hungError) Error() string {
+	if e.hung > 0 {
+		return fmt.Sprintf("topic %q: %d earlier Publish calls got no answer within %s (Config.PublishTimeout) and have not returned since: no new call to the topic until they do",
+			e.topic, e.hung, e.timeout)
+	}
+	return fmt.Sprintf("topic %q: no answer from the publisher within %s (Config.PublishTimeout); stopped waiting, the messages count as not published",
+		e.topic, e.timeout)
+}
+
+// calls runs Publish calls, each on a goroutine of its own, so that the
+// relay can stop waiting for one that hangs: Watermill's Publish takes no
+// context, so a hung call cannot be cancelled, only abandoned. It counts
+// the abandoned calls, by topic, until they return. A topic with one out
+// gets no new call (see stuck), so there are at most as many as the relay
+// has workers per topic, and Stop waits for them.
+type calls struct {
+	timeout time.Duration
+
+	mu      sync.Mutex
+	hung    map[string]int // calls abandoned that have not returned, by topic
+	changed chan struct{}  // closed and replaced when a hung call returns
+}
+
+func newCalls(timeout time.Duration) *calls {
+	return &calls{timeout: timeout, hung: map[string]int{}, changed: make(chan struct{})}
+}
+
+// call is one Publish call; returned and abandoned are guarded by calls.mu.
+type call struct {
+	done      chan error // receives Publish's error, once
+	returned  bool
+	abandoned bool
+}
+
+// stuck returns a *hungError while an abandoned call to topic is out, or
+// nil: the relay does not pile more calls onto a topic that hangs.
+func (c *calls) stuck(topic string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.hung[topic]; n > 0 {
+		return &hungError{hung: n, timeout: c.timeout, topic: topic}
+	}
+	return nil
+}
+
+// publish calls pub.Publish(topic, msgs...) and waits for it up to the
+// timeout, or until stop is closed. It returns the call's error, or a
+// *hungError (timeout) or errStopping (stop), after which the call goes on
+// alone.
+func (c *calls) publish(pub message.Publisher, topic string, msgs []*message.Message, stop <-chan struct{}) error {
+	cl := &call{done: make(chan error, 1)}
+	go func() {
+		err := pub.Publish(topic, msgs...)
+		c.mu.Lock()
+		cl.returned = true
+		if cl.abandoned {
+			if c.hung[topic]--; c.hung[topic] == 0 {
+				delete(c.hung, topic)
+			}
+			close(c.changed)
+			c.changed = make(chan struct{})
+		}
+		c.mu.Unlock()
+		cl.done <- err
+	}()
+	timer := time.NewTimer(c.timeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case err := <-cl.done:
+		return err
+	case <-timer.C:
+		err = &hungError{timeout: c.timeout, topic: topic}
+	case <-stop:
+		err = errStopping
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl.returned { // it answered as the wait ended: take its answer
+		return <-cl.done
+	}
+	cl.abandoned = true
+	c.hung[topic]++
+	return err
+}
+
+// wait waits until no abandoned call is out, or ctx ends; it returns how
+// many are still out.
+func (c *calls) wait(ctx context.Context) int {
+	for {
+		c.mu.Lock()
+		hung, changed := 0, c.changed
+		for _, n := range c.hung {
+			hung += n
+		}
+		c.mu.Unlock()
+		if hung == 0 {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return hung
+		case <-changed:
+		}
+	}
+}
