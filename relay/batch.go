@@ -97,10 +97,14 @@ type hungRow struct {
 
 // released hands rows back unpublished: pending at once, their attempt
 // refunded.
-func (rd *round) released(rows ...*row) {
+func (rd *round) released(rows ...*row) { rd.releasedFor(0, rows...) }
+
+// releasedFor hands rows back unpublished, their attempt refunded, to be
+// published again after delay.
+func (rd *round) releasedFor(delay time.Duration, rows ...*row) {
 	for _, rw := range rows {
 		rd.hold(rw)
-		rd.outcomes = append(rd.outcomes, outcome{id: rw.id, status: pgbox.OutboxPending, refund: true})
+		rd.outcomes = append(rd.outcomes, outcome{delay: delay, id: rw.id, status: pgbox.OutboxPending, refund: true})
 	}
 }
 
@@ -163,7 +167,7 @@ func (r *Relay) canStart(rd *round) bool {
 
 // send publishes rows to topic in one call, with a span per message;
 // while an earlier call to topic hangs, it makes none and returns a
-// *hungError.
+// *stuckError.
 func (r *Relay) send(topic string, rows []*row) error {
 	if err := r.calls.stuck(topic); err != nil {
 		return err
@@ -180,7 +184,8 @@ type verdict int
 
 const (
 	published   verdict = iota // the publisher took them
-	hung                       // no answer within PublishTimeout, or a call to the topic still hangs
+	hung                       // no answer within PublishTimeout
+	stuck                      // not sent: an earlier call to the topic still hangs
 	stopping                   // Stop's deadline ended the wait
 	unreachable                // the broker could not be reached (Config.UnreachableFunc)
 	refused                    // the broker refused them
@@ -188,12 +193,17 @@ const (
 
 // classify returns the verdict on a call's error.
 func (r *Relay) classify(err error) verdict {
-	var hungErr *hungError
+	var (
+		hungErr  *hungError
+		stuckErr *stuckError
+	)
 	switch {
 	case err == nil:
 		return published
 	case errors.As(err, &hungErr):
 		return hung
+	case errors.As(err, &stuckErr):
+		return stuck
 	case errors.Is(err, errStopping):
 		return stopping
 	case r.cfg.UnreachableFunc(err):
@@ -221,6 +231,11 @@ func (r *Relay) note(rd *round, rows []*row, err error) {
 			rd.hung = append(rd.hung, hungRow{err: err, row: rw})
 		}
 		return
+	case stuck:
+		// Not sent, so not charged, and no news of the broker: tried
+		// again after a while, when the hung call may have returned.
+		rd.releasedFor(r.cfg.PublishTimeout, rows...)
+		return
 	case stopping:
 		rd.released(rows...)
 		return
@@ -245,7 +260,8 @@ func (r *Relay) note(rd *round, rows []*row, err error) {
 // outage tracker how the broker fared, and returns every row's outcome. A
 // round that reached the broker charges its hung rows, as any failure; a
 // round in which every call failed unreachable or hung is an outage, and
-// refunds them.
+// refunds them; a round that made no call (Stop came first, or every
+// topic it had rows of still hangs) tells nothing of the broker.
 func (r *Relay) settle(rd *round) []outcome {
 	switch {
 	case rd.reached:
@@ -260,7 +276,7 @@ func (r *Relay) settle(rd *round) []outcome {
 			down = cmp.Or(down, h.err)
 		}
 		r.outage.failed(down)
-	default: // nothing was sent: Stop came first
+	default:
 		r.outage.idle()
 	}
 	return rd.outcomes

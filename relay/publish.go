@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -15,23 +16,30 @@ import (
 var errStopping = errors.New("the relay is stopping: stopped waiting for the publish")
 
 // hungError is a Publish call that did not return within
-// Config.PublishTimeout, or one not made because an earlier call to its
-// topic has not returned yet. Its messages count as not published: a hung
-// call may still deliver them, which consumers dedupe, but the relay never
-// records them as published on its word.
+// Config.PublishTimeout. Its messages count as not published: the call may
+// still deliver them, which consumers dedupe, but the relay never records
+// them as published on its word.
 type hungError struct {
-	hung    int // earlier calls to the topic still out; 0 when this call hung
 	timeout time.Duration
 	topic   string
 }
 
 func (e *hungError) Error() string {
-	if e.hung > 0 {
-		return fmt.Sprintf("topic %q: %d earlier Publish calls got no answer within %s (Config.PublishTimeout) and have not returned since: no new call to the topic until they do",
-			e.topic, e.hung, e.timeout)
-	}
 	return fmt.Sprintf("topic %q: no answer from the publisher within %s (Config.PublishTimeout); stopped waiting, the messages count as not published",
 		e.topic, e.timeout)
+}
+
+// stuckError is a Publish call not made because earlier calls to its topic
+// got no answer and have not returned since: the relay piles no more calls
+// onto a topic that hangs.
+type stuckError struct {
+	hung  int
+	topic string
+}
+
+func (e *stuckError) Error() string {
+	return fmt.Sprintf("topic %q: %d earlier Publish calls got no answer (Config.PublishTimeout) and have not returned: no new call to the topic until they do",
+		e.topic, e.hung)
 }
 
 // calls runs Publish calls, each on a goroutine of its own, so that the
@@ -41,6 +49,7 @@ func (e *hungError) Error() string {
 // gets no new call (see stuck), so there are at most as many as the relay
 // has workers per topic, and Stop waits for them.
 type calls struct {
+	logger  *slog.Logger
 	timeout time.Duration
 
 	mu      sync.Mutex
@@ -48,8 +57,8 @@ type calls struct {
 	changed chan struct{}  // closed and replaced when a hung call returns
 }
 
-func newCalls(timeout time.Duration) *calls {
-	return &calls{timeout: timeout, hung: map[string]int{}, changed: make(chan struct{})}
+func newCalls(timeout time.Duration, logger *slog.Logger) *calls {
+	return &calls{logger: logger, timeout: timeout, hung: map[string]int{}, changed: make(chan struct{})}
 }
 
 // call is one Publish call; returned and abandoned are guarded by calls.mu.
@@ -59,13 +68,13 @@ type call struct {
 	abandoned bool
 }
 
-// stuck returns a *hungError while an abandoned call to topic is out, or
-// nil: the relay does not pile more calls onto a topic that hangs.
+// stuck returns a *stuckError while an abandoned call to topic is out, or
+// nil.
 func (c *calls) stuck(topic string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if n := c.hung[topic]; n > 0 {
-		return &hungError{hung: n, timeout: c.timeout, topic: topic}
+		return &stuckError{hung: n, topic: topic}
 	}
 	return nil
 }
@@ -76,6 +85,7 @@ func (c *calls) stuck(topic string) error {
 // alone.
 func (c *calls) publish(pub message.Publisher, topic string, msgs []*message.Message, stop <-chan struct{}) error {
 	cl := &call{done: make(chan error, 1)}
+	start := time.Now()
 	go func() {
 		err := pub.Publish(topic, msgs...)
 		c.mu.Lock()
@@ -86,6 +96,11 @@ func (c *calls) publish(pub message.Publisher, topic string, msgs []*message.Mes
 			}
 			close(c.changed)
 			c.changed = make(chan struct{})
+			attrs := []any{slog.String("topic", topic), slog.Duration("after", time.Since(start).Round(time.Millisecond))}
+			if err != nil {
+				attrs = append(attrs, slog.String("error", err.Error()))
+			}
+			c.logger.Info("relay: a Publish call given up on has returned; the topic is published to again", attrs...)
 		}
 		c.mu.Unlock()
 		cl.done <- err
@@ -108,6 +123,11 @@ func (c *calls) publish(pub message.Publisher, topic string, msgs []*message.Mes
 	}
 	cl.abandoned = true
 	c.hung[topic]++
+	if errors.Is(err, errStopping) {
+		return err
+	}
+	c.logger.Warn("relay: a Publish call got no answer; stopped waiting, its messages count as not published, and the topic gets no new call until it returns",
+		slog.String("topic", topic), slog.Duration("publish_timeout", c.timeout), slog.Int("messages", len(msgs)))
 	return err
 }
 

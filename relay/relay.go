@@ -96,17 +96,16 @@ type Config struct {
 	// Watermill's Publish takes no context, so a call that hangs cannot be
 	// cancelled, only abandoned. After PublishTimeout the relay stops
 	// waiting and counts the call's messages as not published, whatever
-	// the call does later. Until the call returns, the relay makes no
-	// other call to its topic: the topic's rows count as hung too. Hung
-	// rows are charged an attempt if another publish of their round
-	// reached the broker (one stuck topic does not hold up the others),
-	// and otherwise make the round an outage, as if the broker were
-	// unreachable (see UnreachableFunc). A hung call's goroutine ends when
-	// Publish returns; there are at most Workers of them per topic, and
-	// Stop waits for them up to its deadline. Defaults to half the Lease
-	// (30 seconds with the default Lease); at most half the Lease, so that
-	// a hung publish is given up, and recorded, well before the lease lets
-	// another relay publish its rows again.
+	// the call does later: charged an attempt if another publish of the
+	// round reached the broker, and otherwise an outage, as if the broker
+	// were unreachable (see UnreachableFunc). Until the call returns, the
+	// relay makes no new call to its topic: the topic's rows wait,
+	// uncharged, and the other topics go on. A hung call's goroutine ends
+	// when Publish returns; there are at most Workers of them per topic,
+	// and Stop waits for them up to its deadline. Defaults to half the
+	// Lease (30 seconds with the default Lease); at most half the Lease, so
+	// that a hung publish is given up, and recorded, well before the lease
+	// lets another relay publish its rows again.
 	PublishTimeout time.Duration
 
 	// PollInterval is how often an idle relay looks for rows when no
@@ -281,7 +280,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{
-		calls: newCalls(cfg.PublishTimeout),
+		calls: newCalls(cfg.PublishTimeout, cfg.Logger),
 		cfg:   cfg,
 		pool:  pool,
 		q: queries{
