@@ -24,8 +24,8 @@ import (
 type hangingPublisher struct {
 	message.Publisher
 	hang     map[string]bool
-	released chan struct{}
-	release  func() // idempotent
+	once     sync.Once
+	released chan struct{} // closed by release
 
 	mu      sync.Mutex
 	hanging int // calls blocked now
@@ -36,7 +36,6 @@ func newHangingPublisher(t *testing.T, topics ...string) *hangingPublisher {
 	ps := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	t.Cleanup(func() { require.NoError(t, ps.Close()) })
 	p := &hangingPublisher{Publisher: ps, hang: map[string]bool{}, released: make(chan struct{})}
-	p.release = sync.OnceFunc(func() { close(p.released) })
 	for _, topic := range topics {
 		p.hang[topic] = true
 	}
@@ -56,6 +55,9 @@ func (p *hangingPublisher) Publish(topic string, msgs ...*message.Message) error
 	}
 	return p.Publisher.Publish(topic, msgs...)
 }
+
+// release lets the blocked calls, and every later one, go through.
+func (p *hangingPublisher) release() { p.once.Do(func() { close(p.released) }) }
 
 // blocked returns how many calls are blocked now, and at most at once.
 func (p *hangingPublisher) blocked() (now, most int) {

@@ -85,26 +85,7 @@ func (c *calls) stuck(topic string) error {
 // alone.
 func (c *calls) publish(pub message.Publisher, topic string, msgs []*message.Message, stop <-chan struct{}) error {
 	cl := &call{done: make(chan error, 1)}
-	start := time.Now()
-	go func() {
-		err := pub.Publish(topic, msgs...)
-		c.mu.Lock()
-		cl.returned = true
-		if cl.abandoned {
-			if c.hung[topic]--; c.hung[topic] == 0 {
-				delete(c.hung, topic)
-			}
-			close(c.changed)
-			c.changed = make(chan struct{})
-			attrs := []any{slog.String("topic", topic), slog.Duration("after", time.Since(start).Round(time.Millisecond))}
-			if err != nil {
-				attrs = append(attrs, slog.String("error", err.Error()))
-			}
-			c.logger.Info("relay: a Publish call given up on has returned; the topic is published to again", attrs...)
-		}
-		c.mu.Unlock()
-		cl.done <- err
-	}()
+	go c.run(cl, pub, topic, msgs)
 	timer := time.NewTimer(c.timeout)
 	defer timer.Stop()
 	var err error
@@ -116,19 +97,53 @@ func (c *calls) publish(pub message.Publisher, topic string, msgs []*message.Mes
 	case <-stop:
 		err = errStopping
 	}
+	if !c.abandon(cl, topic) { // it answered as the wait ended: take its answer
+		return <-cl.done
+	}
+	if !errors.Is(err, errStopping) {
+		c.logger.Warn("relay: a Publish call got no answer; stopped waiting, its messages count as not published, and the topic gets no new call until it returns",
+			slog.String("topic", topic), slog.Duration("publish_timeout", c.timeout), slog.Int("messages", len(msgs)))
+	}
+	return err
+}
+
+// run makes cl's call and hands its error over; a call given up on is
+// counted back in, and its late answer logged.
+func (c *calls) run(cl *call, pub message.Publisher, topic string, msgs []*message.Message) {
+	start := time.Now()
+	err := pub.Publish(topic, msgs...)
+	c.mu.Lock()
+	cl.returned = true
+	abandoned := cl.abandoned
+	if abandoned {
+		if c.hung[topic]--; c.hung[topic] == 0 {
+			delete(c.hung, topic)
+		}
+		close(c.changed)
+		c.changed = make(chan struct{})
+	}
+	c.mu.Unlock()
+	cl.done <- err
+	if abandoned {
+		attrs := []any{slog.String("topic", topic), slog.Duration("after", time.Since(start).Round(time.Millisecond))}
+		if err != nil {
+			attrs = append(attrs, slog.String("error", err.Error()))
+		}
+		c.logger.Info("relay: a Publish call given up on has returned; the topic is published to again", attrs...)
+	}
+}
+
+// abandon marks cl given up on and counts it, unless it has returned; it
+// reports whether it did.
+func (c *calls) abandon(cl *call, topic string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cl.returned { // it answered as the wait ended: take its answer
-		return <-cl.done
+	if cl.returned {
+		return false
 	}
 	cl.abandoned = true
 	c.hung[topic]++
-	if errors.Is(err, errStopping) {
-		return err
-	}
-	c.logger.Warn("relay: a Publish call got no answer; stopped waiting, its messages count as not published, and the topic gets no new call until it returns",
-		slog.String("topic", topic), slog.Duration("publish_timeout", c.timeout), slog.Int("messages", len(msgs)))
-	return err
+	return true
 }
 
 // wait waits until no abandoned call is out, or ctx ends; it returns how
