@@ -141,7 +141,9 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 
 	// Publisher is where rows are published: any Watermill publisher
-	// (watermill-sql, NATS JetStream, Kafka). Required.
+	// (watermill-sql, with AtomicPublisher; NATS JetStream; RabbitMQ
+	// through package rabbitmq; Kafka with package kafka's marshaler).
+	// Required.
 	Publisher message.Publisher
 
 	// RetryBackoffFunc returns how long to wait before publishing a row
