@@ -28,9 +28,9 @@
 // The consumer's inbox dedupes on the Watermill message UUID, which
 // watermill-kafka carries in a record header and the relay sets to the
 // outbox row's id. Never dedupe on topic, partition and offset: a row the
-// relay publishes again (its lease expired while the first publish was
-// unconfirmed, or it crashed before recording it) is a new record, at a
-// new offset, and would be handled twice.
+// relay publishes again (its first publish failed or got no answer after
+// Kafka took it, or the relay crashed before recording it) is a new record,
+// at a new offset, and would be handled twice.
 package kafka
 
 import (

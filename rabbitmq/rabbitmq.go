@@ -36,6 +36,11 @@ import (
 	"github.com/pgbox/pgbox/relay"
 )
 
+// PublisherChannels is how many channels a publisher keeps open and reuses,
+// at most one per Publish call in progress: enough for a relay's default
+// workers and the calls it may have given up on (relay.Config.PublishTimeout).
+const PublisherChannels = 8
+
 // Queue returns the name of consumer's queue for topic: "topic.consumer".
 func Queue(topic, consumer string) string { return topic + "." + consumer }
 
@@ -50,8 +55,9 @@ func config(url string, queue amqp.QueueNameGenerator) amqp.Config {
 
 // PublisherConfig returns the configuration of a publisher to topics that
 // consumers consume: before its first publish to a topic, the publisher
-// declares the topic's exchange and each consumer's queue, bound to it.
-// It fails when consumers is empty or names a consumer twice.
+// declares the topic's exchange and each consumer's queue, bound to it,
+// and it publishes on PublisherChannels channels, reused. It fails when
+// consumers is empty or names a consumer twice.
 func PublisherConfig(url string, consumers []string) (amqp.Config, error) {
 	if len(consumers) == 0 {
 		return amqp.Config{}, errors.New("rabbitmq: no consumers: name every consumer of the topics, whose queues must exist before the first publish or RabbitMQ confirms and drops the messages")
@@ -65,6 +71,12 @@ func PublisherConfig(url string, consumers []string) (amqp.Config, error) {
 	}
 	c := config(url, nil) // a publisher consumes no queue
 	c.TopologyBuilder = &declaringBuilder{consumers: consumers}
+	// Reuse channels: by default watermill-amqp opens a channel per
+	// Publish call, and turns on its confirms, which halved the relay's
+	// throughput once it published one message per call. A call takes a
+	// channel from the pool, or waits for one, so the pool holds one per
+	// call at once: relay workers, and calls the relay gave up on.
+	c.Publish.ChannelPoolSize = PublisherChannels
 	return c, nil
 }
 

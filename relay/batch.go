@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -24,7 +25,7 @@ const (
 	maxErrorBytes = 8 << 10
 	// leaseExpiredError is recorded for an attempt whose relay never
 	// reported back before its lease ran out.
-	leaseExpiredError = "lease expired before the publish was recorded: the relay crashed, stalled, or its publish hung; publishing again"
+	leaseExpiredError = "lease expired before the publish was recorded: the relay crashed, stalled, or could not record it; publishing again"
 )
 
 // row is a claimed outbox row.
@@ -55,64 +56,230 @@ func (r *Relay) runBatch() (int, error) {
 	if !r.outage.await(r.loop.StopSignal()) {
 		return 0, nil
 	}
+	claimed := time.Now() // before the claim: its lease ends after claimed+Lease
 	token := r.proc.Token()
 	rows, n, err := r.claim(token)
 	if err != nil || len(rows) == 0 {
 		r.outage.idle()
 		return n, err
 	}
-	outcomes := make([]outcome, 0, len(rows))
-	var (
-		reached bool  // the broker answered a publish of this round
-		down    error // a publish found it unreachable: publish no more this round
-	)
+	rd := &round{
+		deadline: claimed.Add(r.cfg.Lease * 3 / 4),
+		held:     map[string]bool{},
+		outcomes: make([]outcome, 0, len(rows)),
+	}
 	for _, group := range byTopic(rows) {
-		if down != nil || r.loop.CancelledByStop() {
-			outcomes = released(outcomes, group)
-			continue
-		}
-		msgs := toMessages(group)
-		end := r.tel.Publishing(group[0].topic, msgs)
-		err := r.cfg.Publisher.Publish(group[0].topic, msgs...)
-		end(err)
-		switch {
-		case err == nil:
-			reached = true
-			for _, rw := range group {
-				outcomes = append(outcomes, outcome{id: rw.id, status: pgbox.OutboxPublished})
-			}
-		case !reached && r.cfg.UnreachableFunc(err):
-			down = err // an outage: not the rows' fault
-			outcomes = released(outcomes, group)
-		default:
-			// The broker refused these rows, or went away after taking
-			// others of this round: charged, as any failure.
-			if r.cfg.UnreachableFunc(err) {
-				down = err
-			} else {
-				reached = true
-			}
-			for _, rw := range group {
-				outcomes = append(outcomes, r.failed(rw, err))
-			}
-		}
+		r.publishGroup(rd, group)
 	}
-	if down != nil && !reached {
-		r.outage.failed(down)
-	} else {
-		r.outage.reached()
-	}
-	r.complete(token, outcomes)
+	r.complete(token, r.settle(rd))
 	return n, nil
 }
 
-// released returns outcomes with group's rows handed back unpublished:
-// pending at once, their attempt refunded.
-func released(outcomes []outcome, group []*row) []outcome {
-	for _, rw := range group {
-		outcomes = append(outcomes, outcome{id: rw.id, status: pgbox.OutboxPending, refund: true})
+// round is what the publishing of one claimed batch has learnt so far.
+type round struct {
+	// deadline is when the round's publishing must be over, three quarters
+	// into the lease, so that the outcomes are recorded before the lease
+	// lets another relay publish the rows again: no call starts unless its
+	// PublishTimeout ends by then.
+	deadline time.Time
+	down     error           // a publish found the broker unreachable: publish no more
+	held     map[string]bool // ordering keys with a row not published this round
+	hung     []hungRow       // rows whose call hung, decided on at the end
+	outcomes []outcome
+	reached  bool // the broker answered a publish: took it, or refused it
+}
+
+// hungRow is a row whose call hung, with the call's *hungError.
+type hungRow struct {
+	err error
+	row *row
+}
+
+// released hands rows back unpublished: pending at once, their attempt
+// refunded.
+func (rd *round) released(rows ...*row) { rd.releasedFor(0, rows...) }
+
+// releasedFor hands rows back unpublished, their attempt refunded, to be
+// published again after delay.
+func (rd *round) releasedFor(delay time.Duration, rows ...*row) {
+	for _, rw := range rows {
+		rd.hold(rw)
+		rd.outcomes = append(rd.outcomes, outcome{delay: delay, id: rw.id, status: pgbox.OutboxPending, refund: true})
 	}
-	return outcomes
+}
+
+// hold keeps the rest of the round from publishing a later row of rw's key.
+func (rd *round) hold(rw *row) {
+	if rw.orderingKey != "" {
+		rd.held[rw.orderingKey] = true
+	}
+}
+
+// publishGroup publishes one topic's rows, in commit order, and notes each
+// row's outcome in rd.
+//
+// Each row is published in a call of its own. Watermill's Publish returns
+// one error for all of a call's messages, and the publishers that send
+// message by message (NATS JetStream, RabbitMQ, Kafka, GoChannel) stop at
+// the first failure with the earlier messages already sent: after a failed
+// call of several messages nobody knows which went out. One row per call,
+// every row's outcome is its own: a row that went out is recorded
+// published, never sent again because a neighbour failed, and only the row
+// that failed is charged. Config.AtomicPublisher declares a publisher that
+// takes a call's messages all or none (watermill-sql's one INSERT): the
+// group then goes in one call, and only a call refused for a reason of the
+// messages' own is made again row by row, so that the row the broker
+// refuses fails alone.
+//
+// Per-key order: the claim takes only the head of each key, so a batch
+// holds at most one row per key. Should it hold more, a row whose key has
+// an earlier row not published this round is handed back unpublished,
+// never sent after it.
+func (r *Relay) publishGroup(rd *round, group []*row) {
+	if r.cfg.AtomicPublisher && len(group) > 1 && r.canStart(rd) {
+		err := r.send(group[0].topic, group)
+		if r.classify(err) != refused {
+			r.note(rd, group, err)
+			return
+		}
+		// Refused, so none went out: find the row to blame, one per call.
+		rd.reached = true
+	}
+	for i, rw := range group {
+		if !r.canStart(rd) {
+			rd.released(group[i:]...)
+			return
+		}
+		if rd.held[rw.orderingKey] {
+			rd.released(rw)
+			continue
+		}
+		r.note(rd, group[i:i+1], r.send(rw.topic, group[i:i+1]))
+	}
+}
+
+// canStart reports whether the round may start another publish: the broker
+// is not down, Stop has not given up waiting, and the call would end by
+// the round's deadline.
+func (r *Relay) canStart(rd *round) bool {
+	return rd.down == nil && !r.loop.CancelledByStop() && time.Until(rd.deadline) >= r.cfg.PublishTimeout
+}
+
+// send publishes rows to topic in one call, with a span per message;
+// while an earlier call to topic hangs, it makes none and returns a
+// *stuckError.
+func (r *Relay) send(topic string, rows []*row) error {
+	if err := r.calls.stuck(topic); err != nil {
+		return err
+	}
+	msgs := toMessages(rows)
+	end := r.tel.Publishing(topic, msgs)
+	err := r.calls.publish(r.cfg.Publisher, topic, msgs, r.loop.WorkContext().Done())
+	end(err)
+	return err
+}
+
+// verdict is what a call's error says of its messages.
+type verdict int
+
+const (
+	published   verdict = iota // the publisher took them
+	hung                       // no answer within PublishTimeout
+	stuck                      // not sent: an earlier call to the topic still hangs
+	stopping                   // Stop's deadline ended the wait
+	unreachable                // the broker could not be reached (Config.UnreachableFunc)
+	refused                    // the broker refused them
+)
+
+// classify returns the verdict on a call's error.
+func (r *Relay) classify(err error) verdict {
+	var (
+		hungErr  *hungError
+		stuckErr *stuckError
+	)
+	switch {
+	case err == nil:
+		return published
+	case errors.As(err, &hungErr):
+		return hung
+	case errors.As(err, &stuckErr):
+		return stuck
+	case errors.Is(err, errStopping):
+		return stopping
+	case r.cfg.UnreachableFunc(err):
+		return unreachable
+	default:
+		return refused
+	}
+}
+
+// note records in rd what err, the error of the call that published rows,
+// means for them.
+func (r *Relay) note(rd *round, rows []*row, err error) {
+	switch r.classify(err) {
+	case published:
+		rd.reached = true
+		for _, rw := range rows {
+			rd.outcomes = append(rd.outcomes, outcome{id: rw.id, status: pgbox.OutboxPublished})
+		}
+		return
+	case hung:
+		// Charged or refunded once the round is over: an outage if no
+		// call of the round reached the broker.
+		for _, rw := range rows {
+			rd.hold(rw)
+			rd.hung = append(rd.hung, hungRow{err: err, row: rw})
+		}
+		return
+	case stuck:
+		// Not sent, so not charged, and no news of the broker: tried
+		// again after a while, when the hung call may have returned.
+		rd.releasedFor(r.cfg.PublishTimeout, rows...)
+		return
+	case stopping:
+		rd.released(rows...)
+		return
+	case unreachable:
+		rd.down = err
+		if !rd.reached { // an outage: not the rows' fault
+			rd.released(rows...)
+			return
+		}
+		// It went away after taking others of this round: charged, as any
+		// failure.
+	case refused:
+		rd.reached = true
+	}
+	for _, rw := range rows {
+		rd.hold(rw)
+		rd.outcomes = append(rd.outcomes, r.failed(rw, err))
+	}
+}
+
+// settle ends a round: it decides what the hung calls' rows owe, tells the
+// outage tracker how the broker fared, and returns every row's outcome. A
+// round that reached the broker charges its hung rows, as any failure; a
+// round in which every call failed unreachable or hung is an outage, and
+// refunds them; a round that made no call (Stop came first, or every
+// topic it had rows of still hangs) tells nothing of the broker.
+func (r *Relay) settle(rd *round) []outcome {
+	switch {
+	case rd.reached:
+		for _, h := range rd.hung {
+			rd.outcomes = append(rd.outcomes, r.failed(h.row, h.err))
+		}
+		r.outage.reached()
+	case rd.down != nil || len(rd.hung) > 0:
+		down := rd.down
+		for _, h := range rd.hung {
+			rd.released(h.row)
+			down = cmp.Or(down, h.err)
+		}
+		r.outage.failed(down)
+	default:
+		r.outage.idle()
+	}
+	return rd.outcomes
 }
 
 // claim takes a batch of rows. It returns the rows to publish and how many

@@ -7,8 +7,9 @@
 //	defer r.Stop(shutdownCtx)
 //
 // Workers claim batches of rows with FOR UPDATE SKIP LOCKED, publish them
-// topic by topic, and mark them published, fenced by their claim token.
-// Several relays, in one process or many, may run at once.
+// topic by topic, one message per Publish call (a topic's rows in one call
+// with Config.AtomicPublisher), and mark them published, fenced by their
+// claim token. Several relays, in one process or many, may run at once.
 //
 // Guarantees:
 //
@@ -26,11 +27,21 @@
 //   - A failed publish is recorded on the row and retried after a backoff,
 //     for ever unless Config.MaxAttempts says otherwise; a row out of
 //     attempts is dead, for an operator to retry. Nothing is dropped.
-//   - A broker outage is not the rows' fault: when a round's first publish
-//     finds the broker unreachable (Config.UnreachableFunc), its rows go
-//     back with their attempt refunded and the whole relay pauses, probing
-//     the broker after a backoff; BrokerErr, the health check and a gauge
-//     show it, and the log says it once per change.
+//   - Each row's outcome is its own: a row is recorded published when the
+//     call that carried it returned without error, and only the rows whose
+//     call failed are charged. A row that went out is never published again
+//     because a neighbour of its batch failed.
+//   - A publish that hangs is given up after Config.PublishTimeout: its
+//     rows count as not published (never recorded published on a late
+//     answer), the relay makes no new call to the topic until it returns,
+//     and the other topics go on. Stop does not wait for it past its
+//     context.
+//   - A broker outage is not the rows' fault: when no publish of a round
+//     reaches the broker (each found it unreachable, Config.UnreachableFunc,
+//     or hung), its rows go back with their attempt refunded and the whole
+//     relay pauses, probing the broker after a backoff; BrokerErr, the
+//     health check and a gauge show it, and the log says it when it starts,
+//     once a minute while it lasts, and when it ends.
 //   - New rows wake an idle relay through LISTEN/NOTIFY; polling remains the
 //     source of truth.
 //

@@ -61,10 +61,11 @@ func DefaultOutageBackoff(probe int) time.Duration {
 // round in which every publish failed as unreachable. While down, workers
 // wait, and one at a time probes the broker with a real round after each
 // backoff (Config.OutageBackoffFunc). It is logged once per change: down,
-// still down every minute, reachable again.
+// still down every remindEvery (a minute), reachable again.
 type outage struct {
 	backoffFunc func(probe int) time.Duration
 	logger      *slog.Logger
+	remindEvery time.Duration
 	tel         *telemetry.Relay
 
 	mu      sync.Mutex
@@ -79,7 +80,7 @@ type outage struct {
 }
 
 func newOutage(backoffFunc func(int) time.Duration, logger *slog.Logger, tel *telemetry.Relay) *outage {
-	return &outage{backoffFunc: backoffFunc, logger: logger, tel: tel, changed: make(chan struct{})}
+	return &outage{backoffFunc: backoffFunc, logger: logger, remindEvery: time.Minute, tel: tel, changed: make(chan struct{})}
 }
 
 // await returns true when the caller may claim a round: the broker is
@@ -134,7 +135,7 @@ func (o *outage) failed(err error) {
 			slog.Duration("probe_in", o.next.Sub(now).Round(time.Millisecond)), slog.String("error", err.Error()))
 		return
 	}
-	if now.Sub(o.logged) >= time.Minute {
+	if now.Sub(o.logged) >= o.remindEvery {
 		o.logged = now
 		o.logger.Error("relay: the broker is still unreachable; publishing is still paused",
 			slog.Duration("down_for", now.Sub(o.since).Round(time.Second)), slog.Int("probes", o.probes), slog.String("error", err.Error()))

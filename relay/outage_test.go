@@ -85,3 +85,53 @@ func TestUnreachableBrokerPausesWithoutCharging(t *testing.T) {
 	b.waitFor(t, "SELECT count(*) = 1 FROM /* schema */outbox WHERE topic = 'refused' AND status = 'dead'")
 	require.NoError(t, r.BrokerErr())
 }
+
+// While the broker stays unreachable the relay says so again at an
+// interval (a minute, here 50ms), with how long it has been down and how
+// many rounds failed, rather than on every failed round; and once when it
+// is over.
+func TestOutageIsLoggedAgainWhileItLasts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var down atomic.Bool
+	down.Store(true)
+	var failed atomic.Int64
+	pub := &recorder{fail: func(string, *message.Message) error {
+		if down.Load() {
+			failed.Add(1)
+			return fmt.Errorf("dial: %w", relay.ErrBrokerUnreachable)
+		}
+		return nil
+	}}
+	logs := &logtest.Recorder{}
+	const remind = 50 * time.Millisecond
+	r := b.newRelay(t, relay.Config{
+		Logger:            slog.New(logs),
+		OutageBackoffFunc: func(int) time.Duration { return 5 * time.Millisecond },
+		Publisher:         pub,
+	})
+	relay.SetOutageRemindEvery(r, remind)
+	require.NoError(t, r.Start(context.Background()))
+	b.write(t, outbox.Message{Topic: "t", EventType: "E"})
+
+	require.Eventually(t, func() bool { return logs.Count(slog.LevelError, "the broker is still unreachable") >= 3 }, 30*time.Second, time.Millisecond)
+	down.Store(false)
+	b.waitPublished(t)
+
+	require.Equal(t, 1, logs.Count(slog.LevelError, "the broker is unreachable; publishing is paused"))
+	reminders := logs.Records(slog.LevelError, "the broker is still unreachable; publishing is still paused")
+	require.Less(t, int64(len(reminders)), failed.Load(), "not once per failed round")
+	lastProbes := int64(0)
+	for i, rec := range reminders {
+		attrs := map[string]slog.Value{}
+		rec.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value; return true })
+		require.Contains(t, attrs, "down_for")
+		require.Contains(t, attrs["error"].String(), "broker unreachable")
+		require.Greater(t, attrs["probes"].Int64(), lastProbes)
+		lastProbes = attrs["probes"].Int64()
+		if i > 0 { // a record's time is read a moment after the relay's own reading: allow for it
+			require.GreaterOrEqual(t, rec.Time.Sub(reminders[i-1].Time), remind*9/10, "reminders at least the interval apart")
+		}
+	}
+	require.Equal(t, 1, logs.Count(slog.LevelInfo, "the broker is reachable again"))
+}

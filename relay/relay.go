@@ -37,6 +37,20 @@ const (
 
 // Config configures a Relay.
 type Config struct {
+	// AtomicPublisher declares that Publisher takes all the messages of a
+	// Publish call or none of them, as watermill-sql's does (one INSERT
+	// statement): the relay then publishes each topic's rows of a batch in
+	// one call, and after a call the broker refused it publishes them
+	// again one per call, so that the message refused fails alone. Leave it
+	// false for any other publisher: the relay then publishes one message
+	// per call, the only way to learn which messages went out when a call
+	// fails, since publishers that send message by message (NATS
+	// JetStream, RabbitMQ, Kafka, GoChannel) stop at the first failure
+	// with the earlier messages sent. Set wrongly, a failed call's
+	// messages that did go out are published again, which consumers
+	// dedupe. Defaults to false.
+	AtomicPublisher bool
+
 	// BatchSize is the most rows a worker claims and publishes at once.
 	// Defaults to BatchSizeDefault (100).
 	BatchSize int
@@ -78,6 +92,22 @@ type Config struct {
 	// takes it. Defaults to DefaultOutageBackoff (1s doubling to 30s).
 	OutageBackoffFunc func(probe int) time.Duration
 
+	// PublishTimeout is how long the relay waits for one Publish call:
+	// Watermill's Publish takes no context, so a call that hangs cannot be
+	// cancelled, only abandoned. After PublishTimeout the relay stops
+	// waiting and counts the call's messages as not published, whatever
+	// the call does later: charged an attempt if another publish of the
+	// round reached the broker, and otherwise an outage, as if the broker
+	// were unreachable (see UnreachableFunc). Until the call returns, the
+	// relay makes no new call to its topic: the topic's rows wait,
+	// uncharged, and the other topics go on. A hung call's goroutine ends
+	// when Publish returns; there are at most Workers of them per topic,
+	// and Stop waits for them up to its deadline. Defaults to half the
+	// Lease (30 seconds with the default Lease); at most half the Lease, so
+	// that a hung publish is given up, and recorded, well before the lease
+	// lets another relay publish its rows again.
+	PublishTimeout time.Duration
+
 	// PollInterval is how often an idle relay looks for rows when no
 	// notification wakes it. Defaults to PollIntervalDefault (one second).
 	PollInterval time.Duration
@@ -111,7 +141,9 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 
 	// Publisher is where rows are published: any Watermill publisher
-	// (watermill-sql, NATS JetStream, Kafka). Required.
+	// (watermill-sql, with AtomicPublisher; NATS JetStream; RabbitMQ
+	// through package rabbitmq; Kafka with package kafka's marshaler).
+	// Required.
 	Publisher message.Publisher
 
 	// RetryBackoffFunc returns how long to wait before publishing a row
@@ -131,14 +163,15 @@ type Config struct {
 
 	// UnreachableFunc reports whether a publish error means that the broker
 	// could not be reached, rather than that it refused the messages. A
-	// round in which the first publish fails so is an outage: its rows go
-	// back to pending with their attempt refunded, the whole relay pauses
+	// round in which no publish reached the broker, because one failed so
+	// (or hung, see PublishTimeout), is an outage: its rows go back to
+	// pending with their attempt refunded, the whole relay pauses
 	// (Config.OutageBackoffFunc, BrokerErr, the health check, the
 	// pgbox.relay.broker_unreachable gauge) and logs once per change. A
-	// publish that fails after another of its round succeeded is charged an
-	// attempt, as is any other failure. Defaults to IsUnreachable; wrap a
-	// publisher's own connection errors in ErrBrokerUnreachable, or give a
-	// function that knows them.
+	// publish that fails so after another of its round succeeded is
+	// charged an attempt, as is any other failure, and ends the round.
+	// Defaults to IsUnreachable; wrap a publisher's own connection errors
+	// in ErrBrokerUnreachable, or give a function that knows them.
 	UnreachableFunc func(err error) bool
 
 	// Workers is how many batches are published at once. Defaults to
@@ -157,6 +190,7 @@ func DefaultRetryBackoff(attempt int) time.Duration {
 func (c Config) WithDefaults() Config {
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.Lease = cmp.Or(c.Lease, LeaseDefault)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, c.Lease/2)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -194,6 +228,10 @@ func (c Config) validate() error {
 	if c.Lease < time.Millisecond {
 		add("Config.Lease is %s: it must be at least 1ms", c.Lease)
 	}
+	if c.PublishTimeout <= 0 || c.PublishTimeout > c.Lease/2 {
+		add("Config.PublishTimeout is %s: it must be positive and at most half the Lease (%s), so that a hung publish is given up, and recorded, before the lease lets another relay publish its rows again",
+			c.PublishTimeout, c.Lease/2)
+	}
 	if c.MaxAttempts < 0 {
 		add("Config.MaxAttempts is %d: use 0 to retry for ever or a positive number", c.MaxAttempts)
 	}
@@ -218,6 +256,7 @@ func (c Config) validate() error {
 // Relay publishes committed outbox rows. Several relays, in one process or
 // many, may run against the same schema.
 type Relay struct {
+	calls  *calls // the Publish calls, hung ones included
 	cfg    Config
 	gauges telemetry.Registration
 	loop   *workloop.Service
@@ -243,8 +282,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{
-		cfg:  cfg,
-		pool: pool,
+		calls: newCalls(cfg.PublishTimeout, cfg.Logger),
+		cfg:   cfg,
+		pool:  pool,
 		q: queries{
 			claim:    ident.Render(claimSQL, cfg.Schema),
 			complete: ident.Render(completeSQL, cfg.Schema),
@@ -285,16 +325,26 @@ func (r *Relay) Start(ctx context.Context) error {
 	})
 }
 
-// Stop stops claiming rows and waits for the batches being published. If
-// ctx ends first, rows claimed but not yet handed to the publisher go back
-// to pending at once; a Publish call already under way cannot be
-// interrupted (Watermill's Publish takes no context), so Stop waits for it.
-// Then it removes the relay's row from the processes table.
+// Stop stops claiming rows and waits for the batches being published, each
+// Publish call up to Config.PublishTimeout. If ctx ends first, it stops
+// waiting: the rows of the calls under way, and the rows claimed but not
+// yet handed to the publisher, go back to pending at once, with their
+// attempt refunded (a call that does deliver later causes a duplicate,
+// which consumers dedupe). Then it removes the relay's row from the
+// processes table, and waits, until ctx ends, for the Publish calls it
+// stopped waiting for to return: a Watermill Publish cannot be cancelled,
+// so a call's goroutine lives until the publisher returns. If some are
+// still out when ctx ends, Stop says how many in its error; closing the
+// publisher makes most publishers return.
 // Stop may be called more than once, and before Start.
 func (r *Relay) Stop(ctx context.Context) error {
 	defer r.gauges.Unwatch()
 	err := r.loop.Stop(ctx)
 	r.proc.Stop(ctx) // after the work: a stopped relay holds no lease
+	if hung := r.calls.wait(ctx); hung > 0 {
+		err = errors.Join(err, fmt.Errorf("relay: stopped, but %d Publish calls that got no answer are still running (closing the publisher ends them, for most publishers): %w",
+			hung, context.Cause(ctx)))
+	}
 	return err
 }
 

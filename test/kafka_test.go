@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
 	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
 	gometrics "github.com/rcrowley/go-metrics"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -131,4 +133,111 @@ func keys(m map[string]bool) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// ackLost is a publisher whose broker takes the listed messages but whose
+// answer is lost, the first time: the relay, told the publish failed,
+// publishes the message again, as it does after any failure it cannot
+// tell from a loss (a lease expired, a publish that hung).
+type ackLost struct {
+	message.Publisher
+	mu   sync.Mutex
+	lose map[string]bool // ids whose first answer is lost
+}
+
+func (p *ackLost) Publish(topic string, msgs ...*message.Message) error {
+	if err := p.Publisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range msgs {
+		if p.lose[m.UUID] {
+			delete(p.lose, m.UUID)
+			return fmt.Errorf("kafka: no answer for message %s", m.UUID)
+		}
+	}
+	return nil
+}
+
+// A message the relay publishes again (same outbox id) is a new Kafka
+// record, at a new offset: the consumer's inbox recognises it by the
+// Watermill UUID header, the outbox id, and the order is paid once. A
+// consumer deduping on topic, partition and offset would pay it twice.
+func TestKafkaRepublishIsDedupedByOutboxID(t *testing.T) {
+	t.Parallel()
+	const topic, orders = "orders", 30
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	brokers := cluster.ListenAddrs()
+
+	logger := watermillLogger(t)
+	wpub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{Brokers: brokers, Marshaler: kafka.Marshaler()}, logger)
+	require.NoError(t, err)
+	saramaCfg := wmkafka.DefaultSaramaSubscriberConfig()
+	saramaCfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sub, err := wmkafka.NewSubscriber(wmkafka.SubscriberConfig{
+		Brokers:               brokers,
+		ConsumerGroup:         "payments",
+		OverwriteSaramaConfig: saramaCfg,
+		Unmarshaler:           kafka.Marshaler(),
+	}, logger)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = wpub.Close(); _ = sub.Close() })
+	p := newProducer(t, topic)
+	c := startConsumer(t, broker{publisher: wpub, subscriber: sub, topic: topic})
+
+	var ids []string
+	for i := range orders {
+		ids = append(ids, p.place(t, order{ID: orderID(i), Cents: i}, fmt.Sprintf("customer-%d", i%4), true).String())
+	}
+	pub := &ackLost{Publisher: wpub, lose: map[string]bool{}}
+	again := map[string]bool{}
+	for i := 0; i < orders; i += 3 {
+		pub.lose[ids[i]], again[ids[i]] = true, true
+	}
+	quiet := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
+	p.startRelayWith(t, relay.Config{Logger: quiet, Publisher: pub})
+	waitPublished(t, p)
+	c.waitSettled(t, 2*int64(orders+len(again)), orders) // each delivery twice (Duplicator)
+
+	// The topic holds each republished message twice, at two offsets.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	offsets := map[string][]string{} // outbox id → partition/offset of each record
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for records := 0; records < orders+len(again); {
+		fetches := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "read %d of %d records", records, orders+len(again))
+		fetches.EachRecord(func(r *kgo.Record) {
+			records++
+			for _, h := range r.Headers {
+				if h.Key == wmkafka.UUIDHeaderKey {
+					offsets[string(h.Value)] = append(offsets[string(h.Value)], fmt.Sprintf("%d/%d", r.Partition, r.Offset))
+				}
+			}
+		})
+	}
+	require.Len(t, offsets, orders)
+	for id, at := range offsets {
+		if again[id] {
+			require.Len(t, at, 2, "message %s published again", id)
+			require.NotEqual(t, at[0], at[1], "a new record, at a new offset")
+		} else {
+			require.Len(t, at, 1, "message %s published once", id)
+		}
+	}
+
+	// The inbox holds each outbox id once, and each order is paid once.
+	var stored int
+	require.NoError(t, c.pool.QueryRow(context.Background(), c.sql("SELECT count(*) FROM /* schema */inbox WHERE message_id = ANY($1)"), ids).Scan(&stored))
+	require.Equal(t, orders, stored)
+	payments := c.paymentsPerOrder(t)
+	require.Len(t, payments, orders)
+	for id, n := range payments {
+		require.Equal(t, 1, n, "order %s must be paid exactly once", id)
+	}
 }

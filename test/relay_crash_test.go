@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,7 +28,9 @@ const childLease = time.Second
 //
 //   - "relay": a relay that says "publishing" on its first publish;
 //   - "relay-pause": a relay that, after its first successful publish,
-//     says "published" and stalls before recording it, to be killed.
+//     says "published" and freezes (SIGSTOP to itself) before recording
+//     it, to be killed. It freezes rather than sleeps in Publish: the relay
+//     would give up a publish that does not return and record its rows.
 func TestChildProcess(t *testing.T) {
 	role := pgtest.ChildRole()
 	if role == "" {
@@ -50,7 +53,8 @@ func TestChildProcess(t *testing.T) {
 		}
 		if role == "relay-pause" {
 			fmt.Println("published", len(msgs))
-			time.Sleep(time.Minute) // killed here: published, not yet recorded
+			// Killed here, frozen: published, not yet recorded.
+			require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGSTOP))
 		}
 		return nil
 	})
@@ -59,13 +63,16 @@ func TestChildProcess(t *testing.T) {
 		workers = 1 // exactly one batch is published and left unrecorded
 	}
 	r, err := relay.New(pool, relay.Config{
-		BatchSize:    10,
-		Lease:        childLease,
-		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		PollInterval: 20 * time.Millisecond,
-		Publisher:    pub,
-		Schema:       os.Getenv("PGBOX_TEST_SCHEMA"),
-		Workers:      workers,
+		// watermill-sql takes a batch in one INSERT: one call publishes
+		// the 10 rows the test expects to be published and unrecorded.
+		AtomicPublisher: true,
+		BatchSize:       10,
+		Lease:           childLease,
+		Logger:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		PollInterval:    20 * time.Millisecond,
+		Publisher:       pub,
+		Schema:          os.Getenv("PGBOX_TEST_SCHEMA"),
+		Workers:         workers,
 	})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))

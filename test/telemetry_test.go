@@ -79,11 +79,11 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) metrics {
 }
 
 // A known run, end to end: a producer writes 10 orders in one traced
-// request; the relay's first publish fails and its retry succeeds; the
-// consumer receives the 10 messages plus 2 duplicates and 1 conflicting
-// redelivery; one order is poison and fails its 3 attempts. Every counter,
-// histogram and span must say exactly that, and the spans must form one
-// trace: request → publish → handle.
+// request; the relay publishes them one per call, and the first call fails
+// and its retry succeeds; the consumer receives the 10 messages plus 2
+// duplicates and 1 conflicting redelivery; one order is poison and fails
+// its 3 attempts. Every counter, histogram and span must say exactly that,
+// and the spans must form one trace: request → publish → handle.
 func TestTelemetryOfAKnownRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -141,7 +141,7 @@ func TestTelemetryOfAKnownRun(t *testing.T) {
 	require.NoError(t, r.Stop(ctx))
 	mu.Lock()
 	require.Len(t, published, 10)
-	require.Equal(t, 2, calls, "one batch, refused once")
+	require.Equal(t, 11, calls, "one message per call, the first refused once")
 	mu.Unlock()
 
 	// The consumer: every message, two of them twice, and one conflict.
@@ -193,7 +193,7 @@ func TestTelemetryOfAKnownRun(t *testing.T) {
 	require.Equal(t, map[string]float64{typed + ",pgbox.outcome=ok": 9, typed + ",pgbox.outcome=error": 3},
 		got["pgbox.dispatcher.handler.duration"], "one duration per attempt")
 	require.Equal(t, map[string]float64{"pgbox.topic=orders": 10}, got["pgbox.relay.published"])
-	require.Equal(t, map[string]float64{"pgbox.topic=orders": 10}, got["pgbox.relay.publish.failures"])
+	require.Equal(t, map[string]float64{"pgbox.topic=orders": 1}, got["pgbox.relay.publish.failures"])
 	require.Equal(t, map[string]float64{consumer: 0}, got["pgbox.inbox.backlog"], "drained")
 	require.Equal(t, map[string]float64{consumer: 0}, got["pgbox.inbox.oldest_pending_age"])
 	require.NotContains(t, got, "pgbox.relay.lag", "a stopped relay reports no gauges")
@@ -229,7 +229,7 @@ func TestTelemetryOfAKnownRun(t *testing.T) {
 		}
 	}
 	require.Len(t, sends, 10)
-	require.Equal(t, 10, failedSends)
+	require.Equal(t, 1, failedSends)
 	require.Equal(t, 12, handled, "9 successes and 3 attempts of the poison")
 	require.Equal(t, 3, handlerErrors)
 }

@@ -46,3 +46,17 @@ func (l *Recorder) Count(level slog.Level, s string) int {
 	}
 	return n
 }
+
+// Records returns the records at level whose message contains s, in the
+// order they were handled.
+func (l *Recorder) Records(level slog.Level, s string) []slog.Record {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []slog.Record
+	for _, r := range l.recs {
+		if r.Level == level && strings.Contains(r.Message, s) {
+			out = append(out, r.Clone())
+		}
+	}
+	return out
+}

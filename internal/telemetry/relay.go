@@ -34,7 +34,7 @@ func NewRelay(mp metric.MeterProvider, tp trace.TracerProvider, propagator propa
 		dead: must(m.Int64Counter(RelayDead, metric.WithUnit("{message}"),
 			metric.WithDescription("Outbox rows that became dead: never published unless retried (inboxctl outbox retry)."))),
 		failures: must(m.Int64Counter(RelayPublishFailures, metric.WithUnit("{message}"),
-			metric.WithDescription("Messages whose publish failed (each is retried after a backoff, or dead after Config.MaxAttempts)."))),
+			metric.WithDescription("Messages whose Publish call failed or got no answer within Config.PublishTimeout (each is retried after a backoff, or dead after Config.MaxAttempts; handed back in an outage)."))),
 		meter:      m,
 		propagator: propagator,
 		published: must(m.Int64Counter(RelayPublished, metric.WithUnit("{message}"),

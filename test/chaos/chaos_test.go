@@ -47,6 +47,11 @@ var (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// natsDownFor is how long the NATS server stays killed: long enough for
+// each relay to fail dozens of rounds, far more than relayMaxAttempts, so
+// that an outage charged to the rows would kill them.
+const natsDownFor = 5 * time.Second
+
 // fleet is the run's child processes, by role.
 type fleet struct {
 	t       *testing.T
@@ -141,10 +146,11 @@ func TestChaos(t *testing.T) {
 	// Faults while the orders are produced: a SIGKILL every kill-every
 	// (mostly dispatchers, sometimes a relay or a consumer), every pgbox
 	// connection cut at 30%, the NATS server SIGKILLed at 45% and started
-	// again 3 seconds later, the PostgreSQL server crash-restarted at 60%.
+	// again natsDownFor later, the PostgreSQL server crash-restarted at 60%.
 	started := time.Now()
 	var terminated, restarted bool
 	var brokerKilled time.Time
+	var outageRelays []*pgtest.Child // the relays that ran through the outage
 	brokerBack := nats == nil
 	lastKill := time.Now()
 	for !allExited(producing) {
@@ -174,8 +180,9 @@ func TestChaos(t *testing.T) {
 		if nats != nil && brokerKilled.IsZero() && done >= orders*45/100 {
 			nats.Kill(t)
 			brokerKilled = time.Now()
+			outageRelays = append(outageRelays, f.byRole["relay"]...) // none is killed while NATS is down
 		}
-		if !brokerBack && !brokerKilled.IsZero() && time.Since(brokerKilled) >= 3*time.Second {
+		if !brokerBack && !brokerKilled.IsZero() && time.Since(brokerKilled) >= natsDownFor {
 			nats.Restart(t)
 			brokerBack = true
 		}
@@ -202,16 +209,23 @@ func TestChaos(t *testing.T) {
 	}
 	deadline := time.Now().Add(*flagSettle)
 	for !settled(t, pool) {
+		require.Zero(t, deadOutboxRows(pool), "outbox rows are dead: the relays spent their %d attempts (a broker outage must spend none)", relayMaxAttempts)
 		require.True(t, time.Now().Before(deadline), "the run did not settle within %s:\n%s", *flagSettle, unsettled(t, pool))
 		f.replaceExited("consumer")
 		time.Sleep(200 * time.Millisecond)
 	}
 
 	r := check(t, pool)
+	for _, c := range outageRelays {
+		if strings.Contains(c.Stderr(), "relay: the broker is unreachable") {
+			r.relaysSawOutage++
+		}
+	}
+	r.outageRelays = len(outageRelays)
 	r.faults = fmt.Sprintf("%d dispatcher, %d relay and %d consumer processes SIGKILLed; every pgbox connection cut once (pg_terminate_backend); the server crash-restarted once (pg_ctl restart -m immediate)",
 		f.kills["dispatcher"], f.kills["relay"], f.kills["consumer"])
 	if nats != nil {
-		r.faults += "; the NATS JetStream server SIGKILLed once and restarted 3s later"
+		r.faults += fmt.Sprintf("; the NATS JetStream server SIGKILLed once and restarted %s later", natsDownFor)
 	}
 	r.duration = fmt.Sprintf("%s producing, %s in all", produced.Round(time.Second), time.Since(started).Round(time.Second))
 	report := r.markdown(orders)
@@ -263,6 +277,14 @@ func settled(t *testing.T, pool *pgxpool.Pool) bool {
 		               WHERE NOT EXISTS (SELECT 1 FROM /* schema */inbox AS i WHERE i.consumer = $1 AND i.message_id = o.id::text))
 		    OR EXISTS (SELECT 1 FROM /* schema */inbox WHERE status IN ('pending', 'running'))`, consumerSchema), consumerName).Scan(&busy)
 	return err == nil && !busy
+}
+
+// deadOutboxRows counts the producer's dead outbox rows, 0 while the
+// server is down: such a row is never published, so the run cannot settle.
+func deadOutboxRows(pool *pgxpool.Pool) int {
+	var n int
+	_ = pool.QueryRow(context.Background(), ident.Render("SELECT count(*) FROM /* schema */outbox WHERE status = 'dead'", producerSchema)).Scan(&n)
+	return n
 }
 
 // unsettled describes what keeps a run from settling.

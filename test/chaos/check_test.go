@@ -34,6 +34,8 @@ type result struct {
 	dead            map[string]int // dead messages by type and reason
 	badHistory      int            // dead messages whose history does not have one entry per attempt
 	timeouts        int            // attempts ended by a statement or lock timeout
+	outageRelays    int            // relays running while the broker was down (NATS only)
+	relaysSawOutage int            // of which logged that the broker was unreachable
 	faults          string
 	duration        string
 }
@@ -121,6 +123,10 @@ func (r *result) markdown(orders int) string {
 	row("orders committed by the producers (ground truth)", r.committed)
 	row("messages they wrote to the outbox (2 per order + poison)", r.outboxRows)
 	row("published by the relays (none dead: a broker outage costs no attempt)", r.outboxPublished)
+	if r.outageRelays > 0 {
+		row(fmt.Sprintf("relays that paused for the broker outage (attempt budget %d): must be all", relayMaxAttempts),
+			fmt.Sprintf("%d of %d", r.relaysSawOutage, r.outageRelays))
+	}
 	if r.brokerCopies > 0 { // watermill-sql's table; NATS keeps its own count
 		row("copies the broker holds (a row published again after a relay was killed counts twice)", r.brokerCopies)
 	}
@@ -150,6 +156,7 @@ func (r *result) markdown(orders int) string {
 func (r *result) assert(t *testing.T) {
 	require.Positive(t, r.committed)
 	require.Equal(t, r.outboxRows, r.outboxPublished, "every committed outbox message is published")
+	require.Equal(t, r.outageRelays, r.relaysSawOutage, "every relay running through the broker outage paused for it (relay: the broker is unreachable)")
 	require.Zero(t, r.lost, "lost messages")
 	require.Equal(t, r.outboxRows, r.accepted)
 	require.Equal(t, r.committed, r.appliedOnce, "every order's in-transaction effect exactly once")

@@ -58,6 +58,9 @@ const (
 // within the run.
 const maxAttempts = 8
 
+// relayMaxAttempts is the relays' attempt budget (see startRelay).
+const relayMaxAttempts = 3
+
 // TestChildProcess is not a test: it is the body of the processes the
 // chaos driver starts, restarts and kills. The role comes from
 // pgtest.ChildRole; the database from DATABASE_URL.
@@ -232,12 +235,27 @@ func startRelay(t *testing.T, ctx context.Context, pool *pgxpool.Pool, logger *s
 		pub, err = wmsql.NewPublisher(db, wmsql.PublisherConfig{SchemaAdapter: schema}, watermill.NopLogger{})
 	}
 	require.NoError(t, err)
-	// An attempt budget, which a broker outage must not spend: a row
-	// charged for it would end dead and fail the run.
+	// An attempt budget small enough that a broker outage charged to the
+	// rows would make them dead and fail the run: while the driver keeps
+	// NATS down (natsDownFor), each relay claims the waiting rows and hands
+	// them back every PublishTimeout or outage backoff, dozens of times.
+	// The budget still covers the attempts the run does charge: a relay
+	// SIGKILLed mid-round (its rows' lease expires), a round cut by the
+	// outage after it reached the broker.
 	r, err := relay.New(pool, relay.Config{
-		BatchSize: 50, Lease: 2 * time.Second, Logger: logger, MaxAttempts: 10, PollInterval: 50 * time.Millisecond, Publisher: pub,
+		AtomicPublisher:   natsURL() == "", // watermill-sql inserts a batch all or none
+		BatchSize:         50,
+		Lease:             2 * time.Second,
+		Logger:            logger,
+		MaxAttempts:       relayMaxAttempts,
 		OutageBackoffFunc: func(int) time.Duration { return 200 * time.Millisecond },
-		RetryBackoffFunc:  func(int) time.Duration { return 50 * time.Millisecond }, Schema: producerSchema,
+		PollInterval:      50 * time.Millisecond,
+		// Shorter than nats.go's 5s publish timeout, so that a publish into
+		// the dead server is given up, and probed again, within the outage.
+		PublishTimeout:   500 * time.Millisecond,
+		Publisher:        pub,
+		RetryBackoffFunc: func(int) time.Duration { return 50 * time.Millisecond },
+		Schema:           producerSchema,
 	})
 	require.NoError(t, err)
 	start(t, ctx, r.Start)

@@ -83,18 +83,22 @@ func (e *env) cases() ([]benchCase, error) {
 		benchCase{scenario: "duplicate-storm", setting: "90% redeliveries", main: "round trips/redelivery",
 			systems: []system{{"pgbox", e.pgboxStorm()}, {"raw", e.rawStorm()}}},
 	)
-	relayTo := func(broker string, pub newPublisher) benchCase {
+	relayTo := func(broker string, pub newPublisher, atomic bool) benchCase {
 		return benchCase{scenario: "relay", setting: fmt.Sprintf("%d rows → %s", cfg.Backlog/4, broker), main: "msgs/s", higherBetter: true,
-			systems: []system{{"pgbox", e.relayDrain(cfg.Backlog/4, pub)}}}
+			systems: []system{{"pgbox", e.relayDrain(cfg.Backlog/4, pub, atomic)}}}
 	}
-	cs = append(cs, relayTo("GoChannel", goChannel), relayTo("watermill-sql", watermillSQL))
+	// watermill-sql twice: one message per Publish call, the relay's
+	// default, and a batch per call, as AtomicPublisher lets it publish
+	// through a publisher that takes a call all or none.
+	cs = append(cs, relayTo("GoChannel", goChannel, false), relayTo("watermill-sql", watermillSQL, false),
+		relayTo("watermill-sql, AtomicPublisher", watermillSQL, true))
 	if cfg.NATSURL != "" {
-		cs = append(cs, relayTo("NATS JetStream", natsJetStream(cfg.NATSURL)))
+		cs = append(cs, relayTo("NATS JetStream", natsJetStream(cfg.NATSURL), false))
 	}
 	if cfg.RabbitMQURL != "" {
-		cs = append(cs, relayTo("RabbitMQ", rabbitMQ(cfg.RabbitMQURL)))
+		cs = append(cs, relayTo("RabbitMQ", rabbitMQ(cfg.RabbitMQURL), false))
 	}
-	cs = append(cs, relayTo("Kafka (kfake, in process)", kafkaKFake))
+	cs = append(cs, relayTo("Kafka (kfake, in process)", kafkaKFake, false))
 	cs = append(cs,
 		benchCase{scenario: "latency", setting: fmt.Sprintf("inbox, %d/s", cfg.Rate), main: "p99 ms",
 			systems: []system{{"pgbox", e.inboxLatency(cfg.Rate)}}},

@@ -52,8 +52,11 @@ func waitOutboxDone(ctx context.Context, pool *pgxpool.Pool) error {
 type newPublisher func(ctx context.Context, pool *pgxpool.Pool) (message.Publisher, func(), error)
 
 // relayDrain publishes a pre-written outbox of n rows through the
-// publisher newPub makes (closed after) and reports rows per second.
-func (e *env) relayDrain(n int, newPub newPublisher) func(context.Context, scale) (Figures, error) {
+// publisher newPub makes (closed after) and reports rows per second. With
+// atomic, the relay is told that the publisher takes a call's messages all
+// or none (relay.Config.AtomicPublisher), and publishes a batch's rows in
+// one call instead of one per call.
+func (e *env) relayDrain(n int, newPub newPublisher, atomic bool) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
 		n := s.n(n)
 		r, err := e.newRig(ctx, 8)
@@ -76,7 +79,7 @@ func (e *env) relayDrain(n int, newPub newPublisher) func(context.Context, scale
 			return nil, err
 		}
 		defer closePub()
-		rel, err := relay.New(r.pool, relay.Config{Schema: pgboxSchemaName, Publisher: pub, Logger: e.log, ListenConnConfig: e.listen, PollOnly: e.pollOnly})
+		rel, err := relay.New(r.pool, relay.Config{AtomicPublisher: atomic, Schema: pgboxSchemaName, Publisher: pub, Logger: e.log, ListenConnConfig: e.listen, PollOnly: e.pollOnly})
 		if err != nil {
 			return nil, err
 		}
