@@ -143,6 +143,7 @@ BEGIN
     ALTER INDEX outbox_running_idx RENAME TO outbox_undated_running_idx;
     ALTER INDEX outbox_ordering_idx RENAME TO outbox_undated_ordering_idx;
     ALTER INDEX outbox_published_idx RENAME TO outbox_undated_published_idx;
+    CREATE INDEX IF NOT EXISTS outbox_undated_dead_idx ON outbox_undated (seq) WHERE status = 'dead';
 END $$;
 -- +goose StatementEnd
 
@@ -229,6 +230,9 @@ CREATE INDEX outbox_running_idx ON outbox (available_at) WHERE status = 'running
 CREATE INDEX outbox_ordering_idx ON outbox (ordering_key, seq)
     WHERE ordering_key IS NOT NULL AND status IN ('pending', 'running', 'dead');
 CREATE INDEX outbox_published_idx ON outbox (published_at) WHERE status = 'published';
+-- Dead rows by write order: counted and listed (inboxctl stats, outbox
+-- list --status dead) without reading the published ones.
+CREATE INDEX outbox_dead_idx ON outbox (seq) WHERE status = 'dead';
 
 ALTER TABLE outbox ATTACH PARTITION outbox_undated FOR VALUES FROM (0) TO (1);
 

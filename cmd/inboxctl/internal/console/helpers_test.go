@@ -39,10 +39,10 @@ SELECT 'payments', 'order-' || g, 'ChargeCard', 'dead', 3, 3, '\x00', convert_to
            jsonb_build_object('attempt', 1, 'at', now() - interval '50 minutes', 'error', 'payment gateway timeout after 30s'),
            jsonb_build_object('attempt', 2, 'at', now() - interval '20 minutes', 'error', 'payment gateway timeout after ' || (28 + g) || 's',
                               'trace', 'goroutine 7 [running]:' || chr(10) || 'main.charge(...)')),
-       now() - interval '1 hour', now(), NULL
+       now() - interval '1 hour', now(), NULL, /* schema */inbox_bucket('order-' || g)
 FROM generate_series(1, 3) AS g;
 INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
-                               last_error, errors, received_at, available_at, processed_at)
+                               last_error, errors, received_at, available_at, processed_at, bucket)
 VALUES
 ('payments', 'declined-1', 'ChargeCard', 'pending', 1, 25, '\x00', '{"order":9}', 'card declined: insufficient funds',
  jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '5 minutes', 'error', 'card declined: insufficient funds')),

@@ -30,7 +30,7 @@ func (c *Console) outbox(w http.ResponseWriter, r *http.Request, t *Target) erro
 	if v.Status == "" {
 		v.Status = string(pgbox.OutboxDead)
 	}
-	st, err := t.Admin.OutboxStats(r.Context())
+	st, err := t.Admin.OutboxStats(r.Context(), admin.StatsOptions{})
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func (c *Console) outboxRetry(w http.ResponseWriter, r *http.Request, t *Target)
 		n      int64
 	)
 	if all {
-		st, err := t.Admin.OutboxStats(ctx)
+		st, err := t.Admin.OutboxStats(ctx, admin.StatsOptions{})
 		if err != nil {
 			return err
 		}
