@@ -174,3 +174,36 @@ func TestOutboxRetry(t *testing.T) {
 	require.Equal(t, http.StatusConflict, resp.StatusCode, body)
 	require.Contains(t, body, "Nothing to retry")
 }
+
+// A dry run counts what the action then changes, under the same filter: a
+// discard of the failed messages counts and discards the dead ones only,
+// and a discard of a selection that holds no dead message (retrying ones)
+// is refused rather than widened to the consumer's dead messages.
+func TestDiscardCountsWhatItDiscards(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	retrying := url.Values{"scope": {"all"}, "consumer": {"payments"}, "status": {"pending"}, "note": {"x"}}
+	resp, body := b.post(t, "/discard", retrying)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
+	require.Contains(t, body, "Only dead messages can be discarded")
+	retrying.Set("confirmed", "yes")
+	resp, _ = b.post(t, "/discard", retrying)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, 3, b.count(t, "consumer = 'payments' AND status = 'dead'"), "nothing was discarded")
+	_, body = b.get(t, "/messages?consumer=payments&status=pending")
+	require.Contains(t, body, "Replay every match…")
+	require.NotContains(t, body, "Discard every match…", "a list of retrying messages offers no discard")
+	_, body = b.get(t, "/messages?consumer=payments&status=done")
+	require.NotContains(t, body, `method="post"`, "a list of done messages offers no action")
+
+	failed := url.Values{"scope": {"all"}, "consumer": {"payments"}, "status": {"failed"}}
+	resp, body = b.post(t, "/discard", failed)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, "This would discard <strong class=\"count\">3 messages</strong>", "the dead ones, not the retrying one")
+	failed.Set("confirmed", "yes")
+	failed.Set("note", "test orders")
+	resp, _ = b.post(t, "/discard", failed)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.EqualValues(t, 3, b.waitAudit(t, admin.AuditDiscard).Affected)
+	require.Equal(t, 1, b.count(t, "message_id = 'declined-1' AND status = 'pending'"), "the retrying message is left alone")
+}
