@@ -52,6 +52,7 @@ func TestPagesNotFound(t *testing.T) {
 		"/messages?before=-4":                http.StatusBadRequest,
 		"/outbox?status=lost":                http.StatusBadRequest,
 		"/audit?action=explode":              http.StatusBadRequest,
+		"/failures?window=2d":                http.StatusBadRequest,
 		"/jobs/99":                           http.StatusNotFound,
 		"/?db=elsewhere":                     http.StatusNotFound,
 		"/nowhere":                           http.StatusNotFound,
