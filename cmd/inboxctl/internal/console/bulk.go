@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/pgbox/pgbox"
@@ -144,13 +143,10 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request, t *Target, ba bul
 			ba.verb, describe(f), ba.past)
 	}
 	a := actor(r)
-	j := c.jobs.start(&job{Matched: n, Next: back, Noun: "message", Past: ba.past, Selection: describe(f), Target: t.Name, User: a.Name, Verb: ba.verb},
+	return c.startJob(w, r, t, a, &job{Matched: n, Next: back, Noun: "message", Past: ba.past, Selection: describe(f), Verb: ba.verb},
 		func(ctx context.Context, progress func(int64)) (int64, error) {
 			return ba.run(ctx, t, a, f, note, progress)
 		})
-	c.cfg.Logger.InfoContext(ctx, "console: "+ba.verb+" started", "target", t.Name, "user", a.Name, "remote", a.Host, "job", j.ID,
-		"matched", n)
-	return seeOther(w, r, link(t.Name, "/jobs/"+strconv.FormatInt(j.ID, 10)))
 }
 
 // statusList names statuses as a sentence does: "dead", "dead, discarded or

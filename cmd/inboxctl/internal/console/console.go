@@ -1,13 +1,13 @@
 package console
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 
 	"github.com/pgbox/pgbox/admin"
 )
@@ -67,8 +67,6 @@ type Console struct {
 	mux     *http.ServeMux
 	pages   *pages
 	targets map[string]*Target
-
-	closeOnce sync.Once
 }
 
 // New returns a Console for cfg, or an error naming what is wrong with it.
@@ -88,7 +86,8 @@ func New(cfg Config) (*Console, error) {
 	if err := cfg.Credentials.validate(); err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, csrfKey: make([]byte, 32), targets: map[string]*Target{}, jobs: newJobs()}
+	c := &Console{cfg: cfg, csrfKey: make([]byte, 32), targets: map[string]*Target{}}
+	c.jobs = newJobs(c.logJobEnded)
 	for i := range cfg.Targets {
 		t := &c.cfg.Targets[i]
 		switch {
@@ -119,11 +118,14 @@ func New(cfg Config) (*Console, error) {
 // ServeHTTP serves the console.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
 
-// Close stops the background actions under way and waits for them: each
-// stops after the batch it is running, and its audit record says how far
-// it got. It is safe to call more than once.
-func (c *Console) Close() {
-	c.closeOnce.Do(c.jobs.close)
+// Close stops the background actions the console started: it starts no
+// new one, lets each finish its batch under way and stops it there (its
+// audit record says how far it got), and waits for them until ctx ends.
+// Then it cancels the batches still in flight, waits for them to return,
+// and says so in its error. Call it once the http.Server has shut down;
+// it may be called more than once.
+func (c *Console) Close(ctx context.Context) error {
+	return c.jobs.close(ctx)
 }
 
 // routes maps every page and action to its handler, behind the guards:

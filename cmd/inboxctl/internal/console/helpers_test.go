@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -96,7 +97,7 @@ func setup(t *testing.T, cfg Config) *testBundle {
 	b.srv = httptest.NewServer(b.console)
 	t.Cleanup(func() {
 		b.srv.Close()
-		b.console.Close()
+		require.NoError(t, b.console.Close(context.Background()))
 	})
 	return b
 }
@@ -184,4 +185,14 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.buf.String()
+}
+
+// redactPassword stands in for inboxctl's redaction of a DSN's password.
+var redactPassword = strings.NewReplacer("hunter2", "xxxxx")
+
+// waitLog waits for the console's log to hold text.
+func (b *testBundle) waitLog(t *testing.T, text string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return strings.Contains(b.logs.String(), text) }, 10*time.Second, time.Millisecond,
+		"the log never said %s: %s", text, b.logs)
 }

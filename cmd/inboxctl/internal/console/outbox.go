@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/google/uuid"
 
@@ -103,11 +102,11 @@ func (c *Console) outboxRetry(w http.ResponseWriter, r *http.Request, t *Target)
 		}
 	}
 	back := link(t.Name, "/outbox")
+	what := "every dead outbox row"
+	if !all {
+		what = "the dead rows among the " + plural(int64(len(r.PostForm["id"])), "row") + " ticked"
+	}
 	if !confirmed(r) {
-		what := "every dead outbox row"
-		if !all {
-			what = "the dead rows among the " + plural(int64(len(r.PostForm["id"])), "row") + " ticked"
-		}
 		return c.render(w, r, t, http.StatusOK, "confirm", view{Title: "Confirm: retry", Nav: "outbox", Data: confirmView{
 			Action: "/outbox/retry", Back: back, Count: n, Hidden: hidden, Noun: "outbox row", Outbox: rows, Verb: "retry", What: what,
 		}})
@@ -116,11 +115,8 @@ func (c *Console) outboxRetry(w http.ResponseWriter, r *http.Request, t *Target)
 		return httpError(http.StatusConflict, "Nothing to retry: none of the rows is dead now. Nothing was changed.")
 	}
 	a := actor(r)
-	j := c.jobs.start(&job{Matched: n, Next: back, Noun: "outbox row", Past: "retried", Selection: map[bool]string{true: "every dead outbox row", false: "outbox rows ticked"}[all],
-		Target: t.Name, User: a.Name, Verb: "retry"},
+	return c.startJob(w, r, t, a, &job{Matched: n, Next: back, Noun: "outbox row", Past: "retried", Selection: what, Verb: "retry"},
 		func(ctx context.Context, progress func(int64)) (int64, error) {
 			return t.Admin.OutboxRetry(ctx, admin.OutboxRetryOptions{Actor: a, IDs: ids, ProgressFunc: progress})
 		})
-	c.cfg.Logger.InfoContext(ctx, "console: outbox retry started", "target", t.Name, "user", a.Name, "remote", a.Host, "job", j.ID, "matched", n)
-	return seeOther(w, r, link(t.Name, "/jobs/"+strconv.FormatInt(j.ID, 10)))
 }

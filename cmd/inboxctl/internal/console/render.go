@@ -122,13 +122,22 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, t *Target, err er
 	case errors.Is(err, admin.ErrNotFound):
 		status = http.StatusNotFound
 	}
-	text := c.cfg.Redact(err.Error())
+	text := c.errorText(err)
 	if status >= 500 {
 		c.cfg.Logger.ErrorContext(r.Context(), "console: request failed", "path", r.URL.Path, "target", t.Name, "err", text)
 	}
 	if rerr := c.render(w, r, t, status, "error", view{Title: http.StatusText(status), Data: text}); rerr != nil {
-		c.cfg.Logger.ErrorContext(r.Context(), "console: render the error page", "err", c.cfg.Redact(rerr.Error()))
+		c.cfg.Logger.ErrorContext(r.Context(), "console: render the error page", "err", c.errorText(rerr))
 	}
+}
+
+// errorText is err's text as a page or a log line may show it, secrets
+// redacted; "" for nil.
+func (c *Console) errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return c.cfg.Redact(err.Error())
 }
 
 // link returns path with db and the query pairs kv (name, value, …),
