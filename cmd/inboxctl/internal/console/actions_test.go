@@ -137,8 +137,12 @@ func TestThrottledReplayScheduledAndCancelled(t *testing.T) {
 	require.Equal(t, "console", b.waitAudit(t, admin.AuditCancelScheduledReplay).Actor.Name)
 
 	resp, body = b.post(t, "/scheduled/cancel", id)
-	require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
-	require.Contains(t, body, "only a replay waiting or under way can be cancelled")
+	require.Equal(t, http.StatusConflict, resp.StatusCode, "cancelling an ended replay is news, not a failure")
+	require.Contains(t, body, "has already ended (cancelled)")
+	require.NotContains(t, b.logs.String(), "request failed")
+	id.Set("id", "999")
+	resp, _ = b.post(t, "/scheduled/cancel", id)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 
 	form.Set("pace", "over")
 	form.Set("over", "-3")
