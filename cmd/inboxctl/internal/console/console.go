@@ -1,12 +1,14 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/pgbox/pgbox/admin"
@@ -33,7 +35,7 @@ type Target struct {
 type Config struct {
 	// Actor is who acts when no credentials are configured (a console on
 	// loopback run by the engineer using it): the audit log records this
-	// name, from the request's remote address. Defaults to "console".
+	// name, from the request's remote address. Defaults to ActorDefault.
 	Actor string
 
 	// Credentials, if set, are required of every request. Defaults to
@@ -65,52 +67,71 @@ type Console struct {
 	csrfKey []byte
 	jobs    *jobs
 	mux     *http.ServeMux
-	pages   *pages
+	pages   pages
 	targets map[string]*Target
 }
 
-// New returns a Console for cfg, or an error naming what is wrong with it.
-func New(cfg Config) (*Console, error) {
-	if len(cfg.Targets) == 0 {
-		return nil, errors.New("console: no target: give at least one schema to show")
-	}
-	if cfg.Actor == "" {
-		cfg.Actor = "console"
-	}
+// ActorDefault is Config.Actor's default: who acts on a console without
+// credentials, when its caller names no one.
+const ActorDefault = "console"
+
+// withDefaults returns cfg with its defaults filled in, and a copy of
+// Targets of its own, which New then gives each target's state.
+func (cfg Config) withDefaults() Config {
+	cfg.Actor = cmp.Or(cfg.Actor, ActorDefault)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Redact == nil {
 		cfg.Redact = func(s string) string { return s }
 	}
-	if err := cfg.Credentials.validate(); err != nil {
-		return nil, err
-	}
-	c := &Console{cfg: cfg, csrfKey: make([]byte, 32), targets: map[string]*Target{}}
-	c.jobs = newJobs(c.logJobEnded)
+	cfg.Targets = slices.Clone(cfg.Targets)
 	for i := range cfg.Targets {
-		t := &c.cfg.Targets[i]
-		switch {
-		case t.Admin == nil:
-			return nil, fmt.Errorf("console: target %q has no Admin", t.Name)
-		case t.Name == "" || strings.ContainsAny(t.Name, "\x00\r\n"):
-			return nil, fmt.Errorf("console: target %d has no usable name: give each target a name for the switcher", i+1)
-		case c.targets[t.Name] != nil:
-			return nil, fmt.Errorf("console: two targets are named %q: give each a name of its own", t.Name)
-		}
-		if t.Where == "" {
+		if t := &cfg.Targets[i]; t.Where == "" && t.Admin != nil {
 			t.Where = "schema " + t.Admin.Schema()
 		}
+	}
+	return cfg
+}
+
+// validate reports what is wrong with cfg, naming the field.
+func (cfg Config) validate() error {
+	if len(cfg.Targets) == 0 {
+		return errors.New("console: Config.Targets is empty: give at least one schema to show")
+	}
+	names := map[string]bool{}
+	for i, t := range cfg.Targets {
+		switch {
+		case t.Admin == nil:
+			return fmt.Errorf("console: Config.Targets[%d] (%q) has no Admin", i, t.Name)
+		case t.Name == "" || strings.ContainsAny(t.Name, "\x00\r\n"):
+			return fmt.Errorf("console: Config.Targets[%d] has no usable Name: give each target a name for the switcher", i)
+		case names[t.Name]:
+			return fmt.Errorf("console: two targets are named %q: give each a name of its own", t.Name)
+		}
+		names[t.Name] = true
+	}
+	return cfg.Credentials.validate()
+}
+
+// New returns a Console for cfg, or an error naming what is wrong with it.
+func New(cfg Config) (*Console, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	c := &Console{cfg: cfg, csrfKey: make([]byte, 32), pages: pages, targets: map[string]*Target{}}
+	rand.Read(c.csrfKey) // never fails: it crashes the program first
+	for i := range c.cfg.Targets {
+		t := &c.cfg.Targets[i]
 		t.throughput = &throughput{}
 		c.targets[t.Name] = t
 	}
-	if _, err := rand.Read(c.csrfKey); err != nil {
-		return nil, fmt.Errorf("console: a key for CSRF tokens: %w", err)
-	}
-	var err error
-	if c.pages, err = parsePages(); err != nil {
-		return nil, err
-	}
+	c.jobs = newJobs(c.logJobEnded)
 	c.mux = c.routes()
 	return c, nil
 }

@@ -23,14 +23,21 @@ const trendWindowDefault = "24h"
 // trendBuckets is how many bars a trend has.
 const trendBuckets = 24
 
+// failureGroupsShown is how many groups, the largest, the page lists.
+const failureGroupsShown = 200
+
 // failuresView is what the failures page shows.
 type failuresView struct {
+	// Consumer, if set, keeps that consumer's groups.
 	Consumer string
-	Groups   []admin.FailureGroup
+	// Groups are the failure groups, largest first.
+	Groups []admin.FailureGroup
 	// Trends holds each group's trend in the window, by fingerprint; a
 	// group with no failed attempt in it has none.
-	Trends  map[string]*admin.Trend
-	Window  string
+	Trends map[string]*admin.Trend
+	// Window names the trend's window: "24h".
+	Window string
+	// Windows names every window the page offers.
 	Windows []string
 }
 
@@ -54,11 +61,11 @@ func (c *Console) failures(w http.ResponseWriter, r *http.Request, t *Target) er
 	var recent []admin.FailureGroup
 	g, ctx := errgroup.WithContext(r.Context())
 	g.Go(func() (err error) {
-		v.Groups, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: 200})
+		v.Groups, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: failureGroupsShown})
 		return err
 	})
 	g.Go(func() (err error) {
-		recent, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: 200, Since: window, Buckets: trendBuckets})
+		recent, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: failureGroupsShown, Since: window, Buckets: trendBuckets})
 		return err
 	})
 	if err := g.Wait(); err != nil {

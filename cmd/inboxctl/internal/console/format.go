@@ -216,7 +216,7 @@ func renderPayload(p []byte) shownPayload {
 }
 
 // describe sums up a filter: "consumer payments, status dead, group
-// 3f2a9c1d0b7e"; "every replayable message" for none.
+// 3f2a9c1d0b7e"; "every message" for none.
 func describe(f admin.Filter) string {
 	var parts []string
 	add := func(k, v string) {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
+
+	"github.com/pgbox/pgbox/admin"
 )
 
 // securityHeaders apply to every response. The policy allows no script at
@@ -26,6 +29,13 @@ type userKey struct{}
 func user(r *http.Request) string {
 	u, _ := r.Context().Value(userKey{}).(string)
 	return u
+}
+
+// actor is who makes r, as the audit log records it: the signed-in user
+// (or the console's Actor), from the request's remote address, through
+// this process.
+func actor(r *http.Request) admin.Actor {
+	return admin.Actor{Host: remoteHost(r), Name: user(r), PID: os.Getpid()}
 }
 
 // guard sets the security headers and, with credentials configured,

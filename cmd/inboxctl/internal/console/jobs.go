@@ -11,9 +11,12 @@ import (
 
 // jobView is what the job page shows.
 type jobView struct {
-	Err      string
+	// Err is why the job stopped, redacted; "" if it has not failed.
+	Err string
+	// Finished is when it ended; nil while it runs.
 	Finished *time.Time
-	Job      *job
+	// Job is the background action.
+	Job *job
 }
 
 // job shows one background action's progress, refreshing itself while it

@@ -69,10 +69,12 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request, t *Target) er
 // messageView is what the message page shows.
 type messageView struct {
 	// Consumers lists the consumers holding the id, when none was given
-	// and several hold it.
+	// and several hold it (or none: Detail is nil either way).
 	Consumers []string
-	Detail    *admin.Detail
-	ID        string
+	// Detail is the message in full.
+	Detail *admin.Detail
+	// ID is the id asked for.
+	ID string
 	// Replayable and Discardable say which actions apply.
 	Replayable, Discardable bool
 }

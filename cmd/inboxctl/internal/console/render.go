@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"cmp"
 	"embed"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"path"
+	"strings"
 	"time"
 
 	"github.com/pgbox/pgbox/admin"
@@ -29,21 +32,27 @@ func assetHandler() http.Handler {
 	return http.StripPrefix("/assets/", http.FileServerFS(sub))
 }
 
-// pages holds each page's template, parsed with the layout.
-type pages struct{ byName map[string]*template.Template }
+// pages holds each page's template, parsed with the layout, by name: the
+// file's name under templates/ without .tmpl.
+type pages map[string]*template.Template
 
-// pageNames are the templates under templates/, besides the layout.
-var pageNames = []string{"overview", "failures", "messages", "message", "outbox", "outbox_row", "scheduled", "audit",
-	"job", "confirm", "error"}
-
-func parsePages() (*pages, error) {
-	p := &pages{byName: map[string]*template.Template{}}
-	for _, name := range pageNames {
-		t, err := template.New("layout.tmpl").Funcs(funcs).ParseFS(templateFS, "templates/layout.tmpl", "templates/"+name+".tmpl")
+// parsePages parses every page under templates/ with the layout.
+func parsePages() (pages, error) {
+	files, err := fs.Glob(templateFS, "templates/*.tmpl")
+	if err != nil {
+		return nil, err
+	}
+	p := pages{}
+	for _, file := range files {
+		name := strings.TrimSuffix(path.Base(file), ".tmpl")
+		if name == "layout" {
+			continue
+		}
+		t, err := template.New("layout.tmpl").Funcs(funcs).ParseFS(templateFS, "templates/layout.tmpl", file)
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", name, err)
 		}
-		p.byName[name] = t
+		p[name] = t
 	}
 	return p, nil
 }
@@ -77,23 +86,35 @@ type view struct {
 	Where string
 }
 
-// render writes page name with data, for target t.
+// render writes page name with v, for target t, answering status. It fills
+// in what the layout needs of every page; v brings the page's own.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, t *Target, status int, name string, v view) error {
-	v.CSRF, v.DB, v.Now, v.Page, v.ReadOnly, v.User, v.Where = c.csrfToken(user(r)), t.Name, time.Now().UTC(), name, c.cfg.ReadOnly, user(r), t.Where
+	v.CSRF = c.csrfToken(user(r))
+	v.DB = t.Name
+	v.Nav = cmp.Or(v.Nav, name)
+	v.Now = time.Now().UTC()
+	v.Page = name
+	v.ReadOnly = c.cfg.ReadOnly
+	v.User = user(r)
+	v.Where = t.Where
 	for i := range c.cfg.Targets {
 		v.Targets = append(v.Targets, &c.cfg.Targets[i])
 	}
-	if v.Nav == "" {
-		v.Nav = name
-	}
 	var buf bytes.Buffer
-	if err := c.pages.byName[name].Execute(&buf, v); err != nil {
+	if err := c.pages[name].Execute(&buf, v); err != nil {
 		return fmt.Errorf("render %s: %w", name, err)
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	_, err := w.Write(buf.Bytes())
 	return err
+}
+
+// seeOther sends the browser on to path after an action (Post/Redirect/
+// Get), so that reloading the next page does not post the action again.
+func seeOther(w http.ResponseWriter, r *http.Request, path string) error {
+	http.Redirect(w, r, path, http.StatusSeeOther)
+	return nil
 }
 
 // statusError is an error with the HTTP status to answer it with and a
@@ -141,7 +162,8 @@ func (c *Console) errorText(err error) string {
 }
 
 // link returns path with db and the query pairs kv (name, value, …),
-// leaving out empty values.
+// leaving out values that print as "" or "0" (an unset filter, the first
+// page).
 func link(db, path string, kv ...any) string {
 	q := url.Values{}
 	if db != "" {

@@ -11,12 +11,14 @@ import (
 
 // scheduledView is what the scheduled replays page shows.
 type scheduledView struct {
+	// Active says a replay is waiting or under way: the page refreshes.
+	Active bool
 	// Highlight is the replay just scheduled, if any.
 	Highlight int64
 	// Jobs are this console's background actions under way.
-	Jobs     []*job
-	Replays  []admin.ScheduledReplay
-	Unfinish bool
+	Jobs []*job
+	// Replays are the scheduled replays, those waiting or under way first.
+	Replays []admin.ScheduledReplay
 }
 
 // scheduled lists scheduled and throttled replays, those waiting or under
@@ -31,10 +33,10 @@ func (c *Console) scheduled(w http.ResponseWriter, r *http.Request, t *Target) e
 	v := scheduledView{Jobs: c.jobs.running(t.Name), Replays: list}
 	v.Highlight, _ = strconv.ParseInt(r.FormValue("highlight"), 10, 64)
 	for _, sr := range list {
-		v.Unfinish = v.Unfinish || active(sr.State)
+		v.Active = v.Active || active(sr.State)
 	}
 	page := view{Title: "Scheduled replays", Data: v}
-	if v.Unfinish || len(v.Jobs) > 0 {
+	if v.Active || len(v.Jobs) > 0 {
 		page.Refresh = 5
 	}
 	return c.render(w, r, t, http.StatusOK, "scheduled", page)
