@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
+	"github.com/pgbox/pgbox/cmd/inboxctl/internal/human"
 )
 
 // outboxShown is how many rows the outbox page lists.
@@ -129,7 +130,7 @@ func deadOutboxRows(r *http.Request, t *Target) (outboxSelection, error) {
 	if len(ticked) == 0 {
 		return sel, httpError(http.StatusBadRequest, "Nothing selected: tick dead rows in the list, or use the button for every dead row.")
 	}
-	sel.ids, sel.what = []uuid.UUID{}, "the dead rows among the "+plural(int64(len(ticked)), "row")+" ticked"
+	sel.ids, sel.what = []uuid.UUID{}, "the dead rows among the "+human.Plural(int64(len(ticked)), "row")+" ticked"
 	for _, s := range ticked {
 		id, err := uuid.Parse(s)
 		if err != nil {

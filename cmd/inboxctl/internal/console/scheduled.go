@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/pgbox/pgbox/admin"
+	"github.com/pgbox/pgbox/cmd/inboxctl/internal/human"
 )
 
 // scheduledView is what the scheduled replays page shows.
@@ -58,7 +59,7 @@ func (c *Console) cancelScheduled(w http.ResponseWriter, r *http.Request, t *Tar
 			Action: "/scheduled/cancel", Back: back, Count: 1, Hidden: []field{{"id", strconv.FormatInt(id, 10)}},
 			Noun: "scheduled replay", Note: "Why, for the audit log (optional)", Verb: "cancel",
 			What: fmt.Sprintf("scheduled replay %d (%s, %s of %s replayed so far, which stay replayed) of %s", id, sr.State,
-				count(sr.Replayed), count(sr.Selected), describe(sr.Filter)),
+				human.Count(sr.Replayed), human.Count(sr.Selected), describe(sr.Filter)),
 		}})
 	}
 	a := actor(r)
