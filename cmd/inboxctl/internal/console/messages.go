@@ -104,7 +104,8 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, t *Target) err
 	}
 	d, err := t.Admin.Show(r.Context(), consumer, id)
 	if errors.Is(err, admin.ErrNotFound) {
-		return httpError(http.StatusNotFound, "Consumer %q holds no message %q in schema %s.", consumer, id, t.Admin.Schema())
+		return httpError(http.StatusNotFound, "Consumer %q holds no message %q in schema %s. Ids are matched exactly (case and spaces count): check it, or leave the consumer out to look in every consumer's.",
+			consumer, id, t.Admin.Schema())
 	}
 	if err != nil {
 		return err

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"embed"
-	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -13,8 +12,6 @@ import (
 	"path"
 	"strings"
 	"time"
-
-	"github.com/pgbox/pgbox/admin"
 )
 
 //go:embed templates/*.tmpl
@@ -115,50 +112,6 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, t *Target, stat
 func seeOther(w http.ResponseWriter, r *http.Request, path string) error {
 	http.Redirect(w, r, path, http.StatusSeeOther)
 	return nil
-}
-
-// statusError is an error with the HTTP status to answer it with and a
-// message for the operator.
-type statusError struct {
-	status int
-	msg    string
-}
-
-func (e *statusError) Error() string { return e.msg }
-
-// httpError returns a statusError whose message is formatted.
-func httpError(status int, format string, args ...any) error {
-	return &statusError{status: status, msg: fmt.Sprintf(format, args...)}
-}
-
-// fail renders err as an error page: a statusError with its status, a
-// message or row not found as 404, anything else (the database, the
-// schema) as 500, with its text redacted and logged.
-func (c *Console) fail(w http.ResponseWriter, r *http.Request, t *Target, err error) {
-	status := http.StatusInternalServerError
-	var se *statusError
-	switch {
-	case errors.As(err, &se):
-		status = se.status
-	case errors.Is(err, admin.ErrNotFound):
-		status = http.StatusNotFound
-	}
-	text := c.errorText(err)
-	if status >= 500 {
-		c.cfg.Logger.ErrorContext(r.Context(), "console: request failed", "path", r.URL.Path, "target", t.Name, "err", text)
-	}
-	if rerr := c.render(w, r, t, status, "error", view{Title: http.StatusText(status), Data: text}); rerr != nil {
-		c.cfg.Logger.ErrorContext(r.Context(), "console: render the error page", "err", c.errorText(rerr))
-	}
-}
-
-// errorText is err's text as a page or a log line may show it, secrets
-// redacted; "" for nil.
-func (c *Console) errorText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return c.cfg.Redact(err.Error())
 }
 
 // link returns path with db and the query pairs kv (name, value, …),
