@@ -84,7 +84,8 @@ func (c *Console) guardAction(next http.Handler) http.Handler {
 		case !c.validCSRF(user(r), r.PostFormValue("csrf")):
 			refuse(http.StatusForbidden, "Refused: the form's CSRF token is missing or stale. Go back, reload the page and try again.")
 		case !c.cfg.Credentials.set() && !loopbackHost(r.Host):
-			refuse(http.StatusForbidden, "Refused: a console without credentials accepts actions only at localhost or 127.0.0.1.")
+			refuse(http.StatusForbidden, "Refused: a console without credentials accepts actions only from its pages opened at localhost or 127.0.0.1, "+
+				"not at "+r.Host+". Open it at "+loopbackURL(r.Host)+" and try again.")
 		default:
 			next.ServeHTTP(w, r)
 		}
@@ -97,4 +98,13 @@ func remoteHost(r *http.Request) string {
 		return h
 	}
 	return r.RemoteAddr
+}
+
+// loopbackURL is the console's address at 127.0.0.1, on the port of host
+// (a Host header).
+func loopbackURL(host string) string {
+	if _, port, err := net.SplitHostPort(host); err == nil {
+		return "http://" + net.JoinHostPort("127.0.0.1", port) + "/"
+	}
+	return "http://127.0.0.1/"
 }

@@ -23,6 +23,8 @@ type outboxView struct {
 	Stats admin.OutboxStats
 	// Status is the status listed: dead by default.
 	Status string
+	// Shown is the most rows the page lists.
+	Shown int
 	// Statuses are the status tabs.
 	Statuses []pgbox.OutboxStatus
 }
@@ -30,7 +32,7 @@ type outboxView struct {
 // outbox shows the outbox backlog and its newest rows in one status, dead
 // ones by default, with boxes to tick for a retry.
 func (c *Console) outbox(w http.ResponseWriter, r *http.Request, t *Target) error {
-	v := outboxView{Status: r.FormValue("status"), Statuses: pgbox.OutboxStatuses()}
+	v := outboxView{Shown: outboxShown, Status: r.FormValue("status"), Statuses: pgbox.OutboxStatuses()}
 	if v.Status == "" {
 		v.Status = string(pgbox.OutboxDead)
 	}

@@ -18,6 +18,9 @@ type scheduledView struct {
 	Highlight int64
 	// Jobs are this console's background actions under way.
 	Jobs []*job
+	// NoLeader says a replay waits or runs while no maintainer is the
+	// maintenance leader: nothing will run it until one starts.
+	NoLeader bool
 	// Replays are the scheduled replays, those waiting or under way first.
 	Replays []admin.ScheduledReplay
 }
@@ -25,7 +28,8 @@ type scheduledView struct {
 // scheduled lists scheduled and throttled replays, those waiting or under
 // way first, with their progress from their records (the maintenance job
 // counts each batch in them), and this console's background actions under
-// way. It refreshes itself while any is unfinished.
+// way. It refreshes itself while any is unfinished, and warns when no
+// maintainer is there to run them.
 func (c *Console) scheduled(w http.ResponseWriter, r *http.Request, t *Target) error {
 	list, err := t.Admin.ScheduledReplays(r.Context(), 0)
 	if err != nil {
@@ -35,6 +39,13 @@ func (c *Console) scheduled(w http.ResponseWriter, r *http.Request, t *Target) e
 	v.Highlight, _ = strconv.ParseInt(r.FormValue("highlight"), 10, 64)
 	for _, sr := range list {
 		v.Active = v.Active || active(sr.State)
+	}
+	if v.Active {
+		ps, err := t.Admin.Processes(r.Context())
+		if err != nil {
+			return err
+		}
+		v.NoLeader = ps.Leader == nil
 	}
 	page := view{Title: "Scheduled replays", Data: v}
 	if v.Active || len(v.Jobs) > 0 {
