@@ -132,12 +132,18 @@ func New(cfg Config) (*Console, error) {
 		c.targets[t.Name] = t
 	}
 	c.jobs = newJobs(c.logJobEnded)
-	c.mux = c.routes()
+	c.mux = c.newMux()
 	return c, nil
 }
 
-// ServeHTTP serves the console.
-func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
+// ServeHTTP serves the console. Every response, a refusal or the mux's
+// own 404 and 405 included, carries the security headers.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	for k, v := range securityHeaders {
+		w.Header().Set(k, v)
+	}
+	c.mux.ServeHTTP(w, r)
+}
 
 // Close stops the background actions the console started: it starts no
 // new one, lets each finish its batch under way and stops it there (its
@@ -147,49 +153,4 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.Serv
 // it may be called more than once.
 func (c *Console) Close(ctx context.Context) error {
 	return c.jobs.close(ctx)
-}
-
-// routes maps every page and action to its handler, behind the guards:
-// security headers and authentication for all, and for actions the
-// read-only switch, the host check and CSRF protection.
-func (c *Console) routes() *http.ServeMux {
-	mux := http.NewServeMux()
-	read := func(pattern string, h func(w http.ResponseWriter, r *http.Request, t *Target) error) {
-		mux.Handle(pattern, c.guard(c.withTarget(h)))
-	}
-	act := func(pattern string, h func(w http.ResponseWriter, r *http.Request, t *Target) error) {
-		mux.Handle(pattern, c.guard(c.guardAction(c.withTarget(h))))
-	}
-	read("GET /{$}", c.overview)
-	read("GET /failures", c.failures)
-	read("GET /messages", c.messages)
-	read("GET /message", c.message)
-	read("GET /outbox", c.outbox)
-	read("GET /outbox/row", c.outboxRow)
-	read("GET /scheduled", c.scheduled)
-	read("GET /audit", c.audit)
-	read("GET /jobs/{id}", c.job)
-	act("POST /replay", c.replay)
-	act("POST /discard", c.discard)
-	act("POST /scheduled/cancel", c.cancelScheduled)
-	act("POST /outbox/retry", c.outboxRetry)
-	mux.Handle("GET /assets/", c.guard(assetHandler()))
-	return mux
-}
-
-// withTarget runs h on the target the request names (?db=NAME, or the
-// first), and renders what h returns as an error page.
-func (c *Console) withTarget(h func(w http.ResponseWriter, r *http.Request, t *Target) error) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t := &c.cfg.Targets[0]
-		if name := r.FormValue("db"); name != "" {
-			if t = c.targets[name]; t == nil {
-				c.fail(w, r, &c.cfg.Targets[0], httpError(http.StatusNotFound, "This console shows no database named %q: pick one from the switcher at the top.", name))
-				return
-			}
-		}
-		if err := h(w, r, t); err != nil {
-			c.fail(w, r, t, err)
-		}
-	})
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/pgbox/pgbox/admin"
 )
 
-// securityHeaders apply to every response. The policy allows no script at
+// securityHeaders apply to every response (ServeHTTP sets them). The policy allows no script at
 // all, and styles and images only from the console itself: whatever a
 // payload or an error text holds, it can run nothing.
 var securityHeaders = map[string]string{
@@ -38,13 +38,11 @@ func actor(r *http.Request) admin.Actor {
 	return admin.Actor{Host: remoteHost(r), Name: user(r), PID: os.Getpid()}
 }
 
-// guard sets the security headers and, with credentials configured,
-// answers a request without valid ones 401, asking the browser for them.
+// guard, with credentials configured, answers a request without valid
+// ones 401, asking the browser for them; it names who makes the request
+// in its context, for user.
 func (c *Console) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for k, v := range securityHeaders {
-			w.Header().Set(k, v)
-		}
 		name := c.cfg.Actor
 		if c.cfg.Credentials.set() {
 			var ok bool
