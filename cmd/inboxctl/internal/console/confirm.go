@@ -29,9 +29,9 @@ type confirmView struct {
 	Messages []admin.Message
 	// Noun names what Count counts: "message", "outbox row".
 	Noun string
-	// Note is the label of the note field, "" for none; NoteRequired
-	// makes it required (a discard's reason).
-	Note         string
+	// Note is the label of the note field, "" for none.
+	Note string
+	// NoteRequired makes the note required (a discard's reason).
 	NoteRequired bool
 	// Outbox are the selected outbox rows.
 	Outbox []admin.OutboxMessage
