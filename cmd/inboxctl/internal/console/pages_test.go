@@ -118,3 +118,15 @@ func TestErrorPagesSayWhereAndWhatNext(t *testing.T) {
 	require.NotContains(t, body, "Try again", "asking again for what is not there does not help")
 	require.NotContains(t, b.logs.String(), "nope", "a 404 is not the console's failure, and is not logged")
 }
+
+// A message that failed is never said to be processed, even when its row
+// keeps a processed_at from a claim whose in-transaction handler failed.
+func TestMessageProcessedOnlyWhenDone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	b.exec(t, `UPDATE /* schema */inbox SET processed_at = now() WHERE message_id = 'order-1'`)
+	_, body := b.get(t, "/message?consumer=payments&id=order-1")
+	require.NotContains(t, body, "<dt>Processed</dt>")
+	_, body = b.get(t, "/message?consumer=payments&id=done-1")
+	require.Contains(t, body, "<dt>Processed</dt>")
+}
