@@ -52,6 +52,10 @@ type job struct {
 	// Verb names the action: "replay".
 	Verb string
 
+	// key says what the job does to what (its action and selection), to
+	// tell a confirmation posted twice from a new action; "" matches none.
+	key string
+
 	mu       sync.Mutex
 	err      error
 	finished *time.Time
@@ -97,13 +101,20 @@ func newJobs(ended func(*job)) *jobs {
 	return &jobs{ended: ended, hard: hard, cancelHard: cancel, byID: map[int64]*job{}}
 }
 
-// start numbers j, runs fn in the background as j, and returns it; once
-// jobs is closing it runs nothing and returns errJobsClosed.
-func (js *jobs) start(j *job, fn jobFunc) (*job, error) {
+// start numbers j, runs fn in the background as j, and returns it with
+// started true. When a job with j's key is under way on j's target (the
+// same confirmation posted twice: a double click) it starts nothing and
+// returns that job. Once jobs is closing it runs nothing and returns
+// errJobsClosed.
+func (js *jobs) start(j *job, fn jobFunc) (running *job, started bool, err error) {
 	js.mu.Lock()
 	if js.closing.Load() {
 		js.mu.Unlock()
-		return nil, errJobsClosed
+		return nil, false, errJobsClosed
+	}
+	if twin := js.runningLocked(j.Target, j.key); twin != nil {
+		js.mu.Unlock()
+		return twin, false, nil
 	}
 	js.next++
 	j.ID, j.Started = js.next, time.Now().UTC()
@@ -134,7 +145,7 @@ func (js *jobs) start(j *job, fn jobFunc) (*job, error) {
 			js.ended(j)
 		}
 	}()
-	return j, nil
+	return j, true, nil
 }
 
 // get returns job id, or nil.
@@ -142,6 +153,20 @@ func (js *jobs) get(id int64) *job {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	return js.byID[id]
+}
+
+// runningLocked returns the job under way on target with key, if any;
+// js.mu must be held.
+func (js *jobs) runningLocked(target, key string) *job {
+	if key == "" {
+		return nil
+	}
+	for _, j := range js.byID {
+		if _, finished := j.State(); finished == nil && j.Target == target && j.key == key {
+			return j
+		}
+	}
+	return nil
 }
 
 // running lists the jobs under way on target, oldest first.

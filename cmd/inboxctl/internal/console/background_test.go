@@ -31,7 +31,11 @@ func (bj *batchedJob) run(ctx context.Context, progress func(int64)) (int64, err
 		if err := ctx.Err(); err != nil {
 			return n, err
 		}
-		bj.inBatch <- ctx
+		select {
+		case bj.inBatch <- ctx:
+		case <-ctx.Done():
+			return n, ctx.Err()
+		}
 		select {
 		case <-bj.release:
 		case <-ctx.Done():
@@ -50,8 +54,9 @@ func TestCloseStopsBackgroundActionsBetweenBatches(t *testing.T) {
 	ended := make(chan *job, 1)
 	js := newJobs(func(j *job) { ended <- j })
 	bj := newBatchedJob()
-	j, err := js.start(&job{Verb: "replay"}, bj.run)
+	j, started, err := js.start(&job{Verb: "replay"}, bj.run)
 	require.NoError(t, err)
+	require.True(t, started)
 	<-bj.inBatch
 	bj.release <- struct{}{}
 	batch := <-bj.inBatch // the second batch is under way
@@ -59,7 +64,7 @@ func TestCloseStopsBackgroundActionsBetweenBatches(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { closed <- js.close(context.Background()) }()
 	require.Eventually(t, js.closing.Load, 10*time.Second, time.Millisecond)
-	_, err = js.start(&job{}, bj.run)
+	_, _, err = js.start(&job{}, bj.run)
 	require.ErrorIs(t, err, errJobsClosed, "a closing console starts nothing")
 	require.NoError(t, batch.Err(), "the batch under way is not cancelled in flight")
 	bj.release <- struct{}{}
@@ -79,13 +84,11 @@ func TestCloseCancelsABatchThatOutlastsIt(t *testing.T) {
 	t.Parallel()
 	js := newJobs(nil)
 	bj := newBatchedJob()
-	j, err := js.start(&job{Verb: "replay"}, bj.run)
+	j, _, err := js.start(&job{Verb: "replay"}, bj.run)
 	require.NoError(t, err)
 	batch := <-bj.inBatch
 
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	err = js.close(ctx)
+	err = js.close(canceled())
 	require.ErrorContains(t, err, "still in a batch")
 	require.ErrorIs(t, context.Cause(batch), errCloseTimedOut)
 	err, finished := j.State()
@@ -100,7 +103,7 @@ func TestCloseCancelsABatchThatOutlastsIt(t *testing.T) {
 func TestBackgroundActionsReportHowTheyEnded(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{Redact: func(s string) string { return redactPassword.Replace(s) }})
-	failed, err := b.console.jobs.start(&job{Verb: "replay", Target: "test", User: "console"},
+	failed, _, err := b.console.jobs.start(&job{Verb: "replay", Target: "test", User: "console"},
 		func(context.Context, func(int64)) (int64, error) {
 			return 0, errors.New("connect postgres://ops:hunter2@db/orders: refused")
 		})
@@ -125,4 +128,42 @@ func TestBackgroundActionsReportHowTheyEnded(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
 	require.Contains(t, body, "the console is stopping")
 	require.Equal(t, 1, b.count(t, "consumer = 'shipping' AND status = 'dead'"), "nothing was replayed")
+}
+
+// The same action on the same selection, confirmed twice while the first
+// runs (a double click), runs once; another selection, or the same one
+// once the first has ended, runs again.
+func TestSameActionUnderWayIsNotStartedTwice(t *testing.T) {
+	t.Parallel()
+	js := newJobs(nil)
+	bj := newBatchedJob()
+	first, started, err := js.start(&job{Target: "db", key: "replay group 1"}, bj.run)
+	require.NoError(t, err)
+	require.True(t, started)
+	<-bj.inBatch
+
+	twin, started, err := js.start(&job{Target: "db", key: "replay group 1"}, bj.run)
+	require.NoError(t, err)
+	require.False(t, started, "the second confirmation starts nothing")
+	require.Same(t, first, twin, "and is sent to the first's page")
+	other := newBatchedJob()
+	_, started, err = js.start(&job{Target: "db", key: "replay group 2"}, other.run)
+	require.NoError(t, err)
+	require.True(t, started, "another selection is another action")
+	<-other.inBatch
+	_, started, err = js.start(&job{Target: "elsewhere", key: "replay group 1"}, other.run)
+	require.NoError(t, err)
+	require.True(t, started, "the same selection on another target is another action")
+	<-other.inBatch
+
+	require.Error(t, js.close(canceled()), "the tests' batches are cancelled in flight")
+	_, finished := first.State()
+	require.NotNil(t, finished)
+}
+
+// canceled is a context that has ended.
+func canceled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
 }

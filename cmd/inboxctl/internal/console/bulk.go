@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -143,7 +144,8 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request, t *Target, ba bul
 			ba.verb, describe(f), ba.past)
 	}
 	a := actor(r)
-	return c.startJob(w, r, t, a, &job{Matched: n, Next: back, Noun: "message", Past: ba.past, Selection: describe(f), Verb: ba.verb},
+	return c.startJob(w, r, t, a, &job{Matched: n, Next: back, Noun: "message", Past: ba.past, Selection: describe(f), Verb: ba.verb,
+		key: fmt.Sprintf("%s %+v", ba.verb, f)},
 		func(ctx context.Context, progress func(int64)) (int64, error) {
 			return ba.run(ctx, t, a, f, note, progress)
 		})

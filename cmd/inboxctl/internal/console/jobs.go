@@ -39,11 +39,19 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, t *Target) error {
 
 // startJob runs fn in the background as j, on behalf of a, and sends the
 // browser to j's page; the action's own handler has parsed the request and
-// counted the dry run. A console that is closing refuses, changing nothing.
+// counted the dry run. The same action on the same selection, still under
+// way (the confirmation posted twice), is not started again: the browser
+// goes to the one under way. A console that is closing refuses, changing
+// nothing.
 func (c *Console) startJob(w http.ResponseWriter, r *http.Request, t *Target, a admin.Actor, j *job, fn jobFunc) error {
 	j.Target, j.User = t.Name, a.Name
-	if _, err := c.jobs.start(j, fn); err != nil {
+	j, started, err := c.jobs.start(j, fn)
+	if err != nil {
 		return httpError(http.StatusServiceUnavailable, "Refused: %s. Nothing was changed: run it again once the console is back.", err)
+	}
+	if !started {
+		c.cfg.Logger.InfoContext(r.Context(), "console: "+j.Verb+" already under way", "target", t.Name, "user", a.Name, "job", j.ID)
+		return seeOther(w, r, link(t.Name, "/jobs/"+strconv.FormatInt(j.ID, 10)))
 	}
 	c.cfg.Logger.InfoContext(r.Context(), "console: "+j.Verb+" started", "target", t.Name, "user", a.Name, "remote", a.Host,
 		"job", j.ID, "matched", j.Matched)

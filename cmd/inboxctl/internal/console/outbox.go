@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/google/uuid"
@@ -89,7 +90,8 @@ func (c *Console) outboxRetry(w http.ResponseWriter, r *http.Request, t *Target)
 		return httpError(http.StatusConflict, "Nothing to retry: none of the rows is dead now (the relay, or another operator, got there first). Nothing was changed.")
 	}
 	a := actor(r)
-	return c.startJob(w, r, t, a, &job{Matched: sel.count, Next: back, Noun: "outbox row", Past: "retried", Selection: sel.what, Verb: "retry"},
+	return c.startJob(w, r, t, a, &job{Matched: sel.count, Next: back, Noun: "outbox row", Past: "retried", Selection: sel.what, Verb: "retry",
+		key: fmt.Sprintf("retry %t %v", sel.ids == nil, sel.ids)},
 		func(ctx context.Context, progress func(int64)) (int64, error) {
 			return t.Admin.OutboxRetry(ctx, admin.OutboxRetryOptions{Actor: a, IDs: sel.ids, ProgressFunc: progress})
 		})
