@@ -130,13 +130,7 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request, t *Target, ba bul
 		}
 		if later {
 			opts.Actor, opts.Filter, opts.Note = actor(r), f, note
-			sr, err := t.Admin.ScheduleReplay(ctx, opts)
-			if err != nil {
-				return err
-			}
-			c.cfg.Logger.InfoContext(ctx, "console: replay scheduled", "target", t.Name, "user", user(r), "scheduled_replay", sr.ID,
-				"selected", sr.Selected)
-			return seeOther(w, r, link(t.Name, "/scheduled", "highlight", sr.ID))
+			return c.scheduleReplay(w, r, t, opts)
 		}
 	}
 	if n == 0 {
