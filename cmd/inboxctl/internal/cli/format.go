@@ -1,9 +1,6 @@
 package cli
 
 import (
-	"bytes"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/term"
+
+	"github.com/pgbox/pgbox/cmd/inboxctl/internal/human"
 )
 
 // newTable returns a writer that aligns tab-separated columns.
@@ -46,30 +45,12 @@ func age(d time.Duration) string {
 	}
 }
 
-// count formats n with thousands separators: 18,022.
-func count(n int64) string {
-	s := fmt.Sprint(n)
-	if n < 0 {
-		return s
-	}
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
-
-// plural counts n of word, in the singular or plural as English wants:
-// "1 message", "12,000 messages".
-func plural(n int64, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return count(n) + " " + word + "s"
-}
+// count and plural are package human's, under the short names the
+// tables use.
+var (
+	count  = human.Count
+	plural = human.Plural
+)
 
 // oneLine makes s fit one table cell: first line only, at most n runes.
 func oneLine(s string, n int) string {
@@ -83,32 +64,8 @@ func oneLine(s string, n int) string {
 	return s
 }
 
-// renderPayload describes a payload for humans: pretty JSON when it is
-// JSON, text when it is printable UTF-8, otherwise a hex dump.
-func renderPayload(p []byte) (kind, text string) {
-	if len(p) == 0 {
-		return "empty", ""
-	}
-	if json.Valid(p) {
-		var b bytes.Buffer
-		if json.Indent(&b, p, "", "  ") == nil {
-			return "JSON", b.String()
-		}
-	}
-	if utf8.Valid(p) && printable(p) {
-		return "text", string(p)
-	}
-	return "binary, hex", strings.TrimRight(hex.Dump(p), "\n")
-}
-
-func printable(p []byte) bool {
-	for _, r := range string(p) {
-		if r < 0x20 && r != '\n' && r != '\r' && r != '\t' {
-			return false
-		}
-	}
-	return true
-}
+// renderPayload describes a payload for humans: see human.Payload.
+func renderPayload(p []byte) (kind, text string) { return human.Payload(p) }
 
 // indent prefixes every line of s.
 func indent(s, prefix string) string {

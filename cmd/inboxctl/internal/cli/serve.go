@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -124,7 +125,6 @@ func (a *app) serve(ctx context.Context, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", f.addr)
 	if err != nil {
 		return fmt.Errorf("cannot listen on --addr %s: %w (is another console running there? pick another --addr)", f.addr, err)
@@ -139,19 +139,23 @@ func (a *app) serve(ctx context.Context, f serveFlags) error {
 	case creds == (console.Credentials{}):
 		mode = "actions enabled, no credentials: loopback only"
 	}
-	fmt.Fprintf(a.out, "inboxctl console on http://%s/ (%s; %d target%s). Ctrl-C stops it.\n", ln.Addr(), mode, len(cfg.Targets),
-		map[bool]string{true: "", false: "s"}[len(cfg.Targets) == 1])
+	fmt.Fprintf(a.out, "inboxctl console on http://%s/ (%s; %s). Ctrl-C stops it.\n", ln.Addr(), mode, plural(int64(len(cfg.Targets)), "target"))
 
 	select {
-	case err := <-served:
-		return fmt.Errorf("console: %w", err)
+	case err = <-served:
+		err = fmt.Errorf("console: %w", err)
 	case <-ctx.Done():
 	}
-	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), serveShutdown)
+	return errors.Join(err, stopServing(ctx, srv, c))
+}
+
+// stopServing stops srv, then the console's background actions, within
+// serveShutdown in all: requests in flight end first (and no new one
+// comes), then each background action stops after its batch under way.
+func stopServing(ctx context.Context, srv *http.Server, c *console.Console) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), serveShutdown)
 	defer cancel()
-	err = srv.Shutdown(shutdown)
-	c.Close()
-	if err != nil {
+	if err := errors.Join(srv.Shutdown(ctx), c.Close(ctx)); err != nil {
 		return fmt.Errorf("console: stop: %w", err)
 	}
 	return nil

@@ -123,6 +123,7 @@ func TestThrottledReplayScheduledAndCancelled(t *testing.T) {
 	require.Contains(t, body, "2/min")
 	require.Contains(t, body, "0 of 3")
 	require.Contains(t, body, `class="highlight"`)
+	require.Contains(t, body, "No maintenance leader", "no maintainer runs in the test: the replay would wait")
 
 	id := url.Values{"id": {strconv.FormatInt(list[0].ID, 10)}}
 	resp, body = b.post(t, "/scheduled/cancel", id)
@@ -137,8 +138,12 @@ func TestThrottledReplayScheduledAndCancelled(t *testing.T) {
 	require.Equal(t, "console", b.waitAudit(t, admin.AuditCancelScheduledReplay).Actor.Name)
 
 	resp, body = b.post(t, "/scheduled/cancel", id)
-	require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
-	require.Contains(t, body, "only a replay waiting or under way can be cancelled")
+	require.Equal(t, http.StatusConflict, resp.StatusCode, "cancelling an ended replay is news, not a failure")
+	require.Contains(t, body, "has already ended (cancelled)")
+	require.NotContains(t, b.logs.String(), "request failed")
+	id.Set("id", "999")
+	resp, _ = b.post(t, "/scheduled/cancel", id)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 
 	form.Set("pace", "over")
 	form.Set("over", "-3")
@@ -173,4 +178,37 @@ func TestOutboxRetry(t *testing.T) {
 	resp, body = b.post(t, "/outbox/retry", url.Values{"scope": {"all"}, "confirmed": {"yes"}})
 	require.Equal(t, http.StatusConflict, resp.StatusCode, body)
 	require.Contains(t, body, "Nothing to retry")
+}
+
+// A dry run counts what the action then changes, under the same filter: a
+// discard of the failed messages counts and discards the dead ones only,
+// and a discard of a selection that holds no dead message (retrying ones)
+// is refused rather than widened to the consumer's dead messages.
+func TestDiscardCountsWhatItDiscards(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	retrying := url.Values{"scope": {"all"}, "consumer": {"payments"}, "status": {"pending"}, "note": {"x"}}
+	resp, body := b.post(t, "/discard", retrying)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
+	require.Contains(t, body, "Only dead messages can be discarded")
+	retrying.Set("confirmed", "yes")
+	resp, _ = b.post(t, "/discard", retrying)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, 3, b.count(t, "consumer = 'payments' AND status = 'dead'"), "nothing was discarded")
+	_, body = b.get(t, "/messages?consumer=payments&status=pending")
+	require.Contains(t, body, "Replay every match…")
+	require.NotContains(t, body, "Discard every match…", "a list of retrying messages offers no discard")
+	_, body = b.get(t, "/messages?consumer=payments&status=done")
+	require.NotContains(t, body, `method="post"`, "a list of done messages offers no action")
+
+	failed := url.Values{"scope": {"all"}, "consumer": {"payments"}, "status": {"failed"}}
+	resp, body = b.post(t, "/discard", failed)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, "This would discard <strong class=\"count\">3 messages</strong>", "the dead ones, not the retrying one")
+	failed.Set("confirmed", "yes")
+	failed.Set("note", "test orders")
+	resp, _ = b.post(t, "/discard", failed)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.EqualValues(t, 3, b.waitAudit(t, admin.AuditDiscard).Affected)
+	require.Equal(t, 1, b.count(t, "message_id = 'declined-1' AND status = 'pending'"), "the retrying message is left alone")
 }

@@ -12,9 +12,13 @@ const auditShown = 200
 
 // auditView is what the audit page shows.
 type auditView struct {
-	Action  string
+	// Action, if set, keeps the records of that action.
+	Action string
+	// Actions are every action the log records, for the filter.
 	Actions []admin.AuditAction
-	Limit   int
+	// Limit is the most records the page lists.
+	Limit int
+	// Records are the records, newest first.
 	Records []admin.AuditRecord
 }
 

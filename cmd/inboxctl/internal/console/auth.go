@@ -30,6 +30,8 @@ type Credentials struct {
 // set reports whether any credential is configured.
 func (c Credentials) set() bool { return c.Token != "" || c.User != "" || c.Password != "" }
 
+// validate reports credentials that cannot work: a user without a
+// password (or the reverse), or a user name basic auth cannot carry.
 func (c Credentials) validate() error {
 	if (c.User == "") != (c.Password == "") {
 		return errors.New("console: basic auth needs both a user and a password, in the form user:password")

@@ -162,7 +162,7 @@ func TestOnCallPath(t *testing.T) {
 	srv := httptest.NewServer(c)
 	t.Cleanup(func() {
 		srv.Close()
-		c.Close()
+		require.NoError(t, c.Close(context.Background()))
 	})
 	ctx := browser(t)
 	visible := func(sel string) string { // the text of the first element the CSS selector sel finds, once it shows

@@ -2,8 +2,10 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"net/http"
-	"strconv"
+	"slices"
+	"strings"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
@@ -12,8 +14,11 @@ import (
 // bulkAction is replay or discard, as the pages offer them.
 type bulkAction struct {
 	verb, past string
-	// narrow limits a filter to the messages the action may touch, so the
-	// dry-run count is what it would change.
+	// statuses are the statuses the action changes: a message in any other
+	// is left alone, whatever the selection says.
+	statuses []pgbox.InboxStatus
+	// narrow limits a filter to the messages the action changes, so that
+	// the dry-run count is what it would change.
 	narrow func(admin.Filter) admin.Filter
 	// note labels the note field; noteRequired makes it required.
 	note         string
@@ -24,8 +29,11 @@ type bulkAction struct {
 	run func(ctx context.Context, t *Target, a admin.Actor, f admin.Filter, note string, progress func(int64)) (int64, error)
 }
 
+// replayAction replays what admin.Replay replays: the dead, discarded and
+// retrying messages (pending after a failure) of the selection.
 var replayAction = bulkAction{
 	verb: "replay", past: "replayed", note: "Note, kept in each message's history (optional)", schedule: true,
+	statuses: []pgbox.InboxStatus{pgbox.InboxDead, pgbox.InboxDiscarded, pgbox.InboxPending},
 	narrow: func(f admin.Filter) admin.Filter {
 		f.ReplayableOnly = true
 		return f
@@ -35,8 +43,11 @@ var replayAction = bulkAction{
 	},
 }
 
+// discardAction discards what admin.Discard discards: the dead messages of
+// the selection.
 var discardAction = bulkAction{
 	verb: "discard", past: "discarded", note: "Reason, kept in each message's history (required)", noteRequired: true,
+	statuses: []pgbox.InboxStatus{pgbox.InboxDead},
 	narrow: func(f admin.Filter) admin.Filter {
 		f.Statuses = []pgbox.InboxStatus{pgbox.InboxDead}
 		return f
@@ -44,6 +55,21 @@ var discardAction = bulkAction{
 	run: func(ctx context.Context, t *Target, a admin.Actor, f admin.Filter, reason string, progress func(int64)) (int64, error) {
 		return t.Admin.Discard(ctx, admin.DiscardOptions{Actor: a, Filter: f, ProgressFunc: progress, Reason: reason})
 	},
+}
+
+// appliesTo reports whether the action can change any message f selects:
+// false when f keeps only statuses the action leaves alone (a discard of
+// retrying messages, a replay of done ones), which narrow cannot express.
+func (ba bulkAction) appliesTo(f admin.Filter) bool {
+	if len(f.Statuses) == 0 {
+		return true
+	}
+	for _, st := range f.Statuses {
+		if slices.Contains(ba.statuses, st) {
+			return true
+		}
+	}
+	return false
 }
 
 // replay replays a selection of messages: now, in the background, or
@@ -71,6 +97,10 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request, t *Target, ba bul
 	f, err := sel.filter()
 	if err != nil {
 		return err
+	}
+	if !ba.appliesTo(f) {
+		return httpError(http.StatusBadRequest, "Only %s messages can be %s, and this selection (%s) holds none. Pick another status. Nothing was changed.",
+			statusList(ba.statuses), ba.past, describe(f))
 	}
 	f = ba.narrow(f)
 	ctx := r.Context()
@@ -100,13 +130,7 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request, t *Target, ba bul
 		}
 		if later {
 			opts.Actor, opts.Filter, opts.Note = actor(r), f, note
-			sr, err := t.Admin.ScheduleReplay(ctx, opts)
-			if err != nil {
-				return err
-			}
-			c.cfg.Logger.InfoContext(ctx, "console: replay scheduled", "target", t.Name, "user", user(r), "scheduled_replay", sr.ID,
-				"selected", sr.Selected)
-			return seeOther(w, r, link(t.Name, "/scheduled", "highlight", sr.ID))
+			return c.scheduleReplay(w, r, t, opts)
 		}
 	}
 	if n == 0 {
@@ -114,11 +138,22 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request, t *Target, ba bul
 			ba.verb, describe(f), ba.past)
 	}
 	a := actor(r)
-	j := c.jobs.start(&job{Matched: n, Next: back, Noun: "message", Past: ba.past, Selection: describe(f), Target: t.Name, User: a.Name, Verb: ba.verb},
+	return c.startJob(w, r, t, a, &job{Matched: n, Next: back, Noun: "message", Past: ba.past, Selection: describe(f), Verb: ba.verb,
+		key: fmt.Sprintf("%s %+v", ba.verb, f)},
 		func(ctx context.Context, progress func(int64)) (int64, error) {
 			return ba.run(ctx, t, a, f, note, progress)
 		})
-	c.cfg.Logger.InfoContext(ctx, "console: "+ba.verb+" started", "target", t.Name, "user", a.Name, "remote", a.Host, "job", j.ID,
-		"matched", n)
-	return seeOther(w, r, link(t.Name, "/jobs/"+strconv.FormatInt(j.ID, 10)))
+}
+
+// statusList names statuses as a sentence does: "dead", "dead, discarded or
+// pending".
+func statusList(statuses []pgbox.InboxStatus) string {
+	names := make([]string, len(statuses))
+	for i, st := range statuses {
+		names[i] = string(st)
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }

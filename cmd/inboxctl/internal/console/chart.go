@@ -1,37 +1,45 @@
 package console
 
-import (
-	"fmt"
-	"html/template"
-	"strings"
+// sparkHeight, sparkBarWidth and sparkGap size a spark chart, in pixels.
+const (
+	sparkHeight   = 24
+	sparkBarWidth = 3
+	sparkGap      = 1
 )
 
-// spark draws counts (one per bucket, oldest first) as a small SVG bar
-// chart, each bar scaled to the busiest bucket, with title as its
-// tooltip. The SVG is made from numbers alone, and the title is escaped,
-// so it is safe to put in a page as is.
-func spark(counts []int64, title string) template.HTML {
-	const (
-		height = 24
-		barW   = 3
-		gap    = 1
-	)
+// sparkView is a small bar chart, as the "spark" template draws it in SVG:
+// numbers, and a title the template escapes like any text.
+type sparkView struct {
+	// Axis is the baseline's y.
+	Axis int
+	// BarWidth is each bar's width.
+	BarWidth int
+	// Bars are the buckets that counted something, oldest first.
+	Bars []sparkBar
+	// Height and Width are the chart's size.
+	Height, Width int
+	// Title is the tooltip and the chart's accessible name.
+	Title string
+}
+
+// sparkBar is one bar of a spark chart: where it stands, and how tall.
+type sparkBar struct{ X, Y, Height int }
+
+// spark lays out counts (one per bucket, oldest first) as a sparkView,
+// each bar scaled to the busiest bucket, titled title.
+func spark(counts []int64, title string) sparkView {
+	v := sparkView{Axis: sparkHeight - 1, BarWidth: sparkBarWidth, Height: sparkHeight,
+		Width: max(len(counts)*(sparkBarWidth+sparkGap)-sparkGap, 1), Title: title}
 	peak := int64(0)
 	for _, n := range counts {
 		peak = max(peak, n)
 	}
-	width := max(len(counts)*(barW+gap)-gap, 1)
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="spark" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s"><title>%s</title>`,
-		width, height, width, height, template.HTMLEscapeString(title), template.HTMLEscapeString(title))
-	fmt.Fprintf(&b, `<line x1="0" y1="%d" x2="%d" y2="%d" class="axis"/>`, height-1, width, height-1)
 	for i, n := range counts {
-		if n == 0 || peak == 0 {
+		if n == 0 {
 			continue
 		}
-		h := max(int(n*int64(height-1)/peak), 1)
-		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d"/>`, i*(barW+gap), height-1-h, barW, h)
+		h := max(int(n*int64(v.Axis)/peak), 1)
+		v.Bars = append(v.Bars, sparkBar{X: i * (sparkBarWidth + sparkGap), Y: v.Axis - h, Height: h})
 	}
-	b.WriteString(`</svg>`)
-	return template.HTML(b.String()) // numbers and escaped text only
+	return v
 }

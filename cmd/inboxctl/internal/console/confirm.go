@@ -2,7 +2,6 @@ package console
 
 import (
 	"net/http"
-	"os"
 
 	"github.com/pgbox/pgbox/admin"
 )
@@ -30,9 +29,9 @@ type confirmView struct {
 	Messages []admin.Message
 	// Noun names what Count counts: "message", "outbox row".
 	Noun string
-	// Note is the label of the note field, "" for none; NoteRequired
-	// makes it required (a discard's reason).
-	Note         string
+	// Note is the label of the note field, "" for none.
+	Note string
+	// NoteRequired makes the note required (a discard's reason).
 	NoteRequired bool
 	// Outbox are the selected outbox rows.
 	Outbox []admin.OutboxMessage
@@ -47,20 +46,6 @@ type confirmView struct {
 // confirmed reports whether r is the second step of an action: the
 // operator saw the dry run and confirmed it.
 func confirmed(r *http.Request) bool { return r.PostFormValue("confirmed") == "yes" }
-
-// actor is who makes r, as the audit log records it: the signed-in user
-// (or the console's Actor), from the request's remote address, through
-// this process.
-func actor(r *http.Request) admin.Actor {
-	return admin.Actor{Host: remoteHost(r), Name: user(r), PID: os.Getpid()}
-}
-
-// seeOther sends the browser on to path after an action, so that
-// reloading the next page does not post the action again.
-func seeOther(w http.ResponseWriter, r *http.Request, path string) error {
-	http.Redirect(w, r, path, http.StatusSeeOther)
-	return nil
-}
 
 // hiddenSelection returns the fields that carry s, and scope, over to the
 // confirmation's second step.

@@ -1,13 +1,15 @@
 package console
 
 import (
+	"cmp"
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
-	"sync"
 
 	"github.com/pgbox/pgbox/admin"
 )
@@ -33,7 +35,7 @@ type Target struct {
 type Config struct {
 	// Actor is who acts when no credentials are configured (a console on
 	// loopback run by the engineer using it): the audit log records this
-	// name, from the request's remote address. Defaults to "console".
+	// name, from the request's remote address. Defaults to ActorDefault.
 	Actor string
 
 	// Credentials, if set, are required of every request. Defaults to
@@ -65,108 +67,90 @@ type Console struct {
 	csrfKey []byte
 	jobs    *jobs
 	mux     *http.ServeMux
-	pages   *pages
+	pages   pages
 	targets map[string]*Target
-
-	closeOnce sync.Once
 }
 
-// New returns a Console for cfg, or an error naming what is wrong with it.
-func New(cfg Config) (*Console, error) {
-	if len(cfg.Targets) == 0 {
-		return nil, errors.New("console: no target: give at least one schema to show")
-	}
-	if cfg.Actor == "" {
-		cfg.Actor = "console"
-	}
+// ActorDefault is Config.Actor's default: who acts on a console without
+// credentials, when its caller names no one.
+const ActorDefault = "console"
+
+// withDefaults returns cfg with its defaults filled in, and a copy of
+// Targets of its own, which New then gives each target's state.
+func (cfg Config) withDefaults() Config {
+	cfg.Actor = cmp.Or(cfg.Actor, ActorDefault)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Redact == nil {
 		cfg.Redact = func(s string) string { return s }
 	}
-	if err := cfg.Credentials.validate(); err != nil {
-		return nil, err
-	}
-	c := &Console{cfg: cfg, csrfKey: make([]byte, 32), targets: map[string]*Target{}, jobs: newJobs()}
+	cfg.Targets = slices.Clone(cfg.Targets)
 	for i := range cfg.Targets {
-		t := &c.cfg.Targets[i]
-		switch {
-		case t.Admin == nil:
-			return nil, fmt.Errorf("console: target %q has no Admin", t.Name)
-		case t.Name == "" || strings.ContainsAny(t.Name, "\x00\r\n"):
-			return nil, fmt.Errorf("console: target %d has no usable name: give each target a name for the switcher", i+1)
-		case c.targets[t.Name] != nil:
-			return nil, fmt.Errorf("console: two targets are named %q: give each a name of its own", t.Name)
-		}
-		if t.Where == "" {
+		if t := &cfg.Targets[i]; t.Where == "" && t.Admin != nil {
 			t.Where = "schema " + t.Admin.Schema()
 		}
+	}
+	return cfg
+}
+
+// validate reports what is wrong with cfg, naming the field.
+func (cfg Config) validate() error {
+	if len(cfg.Targets) == 0 {
+		return errors.New("console: Config.Targets is empty: give at least one schema to show")
+	}
+	names := map[string]bool{}
+	for i, t := range cfg.Targets {
+		switch {
+		case t.Admin == nil:
+			return fmt.Errorf("console: Config.Targets[%d] (%q) has no Admin", i, t.Name)
+		case t.Name == "" || strings.ContainsAny(t.Name, "\x00\r\n"):
+			return fmt.Errorf("console: Config.Targets[%d] has no usable Name: give each target a name for the switcher", i)
+		case names[t.Name]:
+			return fmt.Errorf("console: two targets are named %q: give each a name of its own", t.Name)
+		}
+		names[t.Name] = true
+	}
+	return cfg.Credentials.validate()
+}
+
+// New returns a Console for cfg, or an error naming what is wrong with it.
+func New(cfg Config) (*Console, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	c := &Console{cfg: cfg, csrfKey: make([]byte, 32), pages: pages, targets: map[string]*Target{}}
+	rand.Read(c.csrfKey) // never fails: it crashes the program first
+	for i := range c.cfg.Targets {
+		t := &c.cfg.Targets[i]
 		t.throughput = &throughput{}
 		c.targets[t.Name] = t
 	}
-	if _, err := rand.Read(c.csrfKey); err != nil {
-		return nil, fmt.Errorf("console: a key for CSRF tokens: %w", err)
-	}
-	var err error
-	if c.pages, err = parsePages(); err != nil {
-		return nil, err
-	}
-	c.mux = c.routes()
+	c.jobs = newJobs(c.logJobEnded)
+	c.mux = c.newMux()
 	return c, nil
 }
 
-// ServeHTTP serves the console.
-func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
-
-// Close stops the background actions under way and waits for them: each
-// stops after the batch it is running, and its audit record says how far
-// it got. It is safe to call more than once.
-func (c *Console) Close() {
-	c.closeOnce.Do(c.jobs.close)
+// ServeHTTP serves the console. Every response, a refusal or the mux's
+// own 404 and 405 included, carries the security headers.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	for k, v := range securityHeaders {
+		w.Header().Set(k, v)
+	}
+	c.mux.ServeHTTP(w, r)
 }
 
-// routes maps every page and action to its handler, behind the guards:
-// security headers and authentication for all, and for actions the
-// read-only switch, the host check and CSRF protection.
-func (c *Console) routes() *http.ServeMux {
-	mux := http.NewServeMux()
-	read := func(pattern string, h func(w http.ResponseWriter, r *http.Request, t *Target) error) {
-		mux.Handle(pattern, c.guard(c.withTarget(h)))
-	}
-	act := func(pattern string, h func(w http.ResponseWriter, r *http.Request, t *Target) error) {
-		mux.Handle(pattern, c.guard(c.guardAction(c.withTarget(h))))
-	}
-	read("GET /{$}", c.overview)
-	read("GET /failures", c.failures)
-	read("GET /messages", c.messages)
-	read("GET /message", c.message)
-	read("GET /outbox", c.outbox)
-	read("GET /outbox/row", c.outboxRow)
-	read("GET /scheduled", c.scheduled)
-	read("GET /audit", c.audit)
-	read("GET /jobs/{id}", c.job)
-	act("POST /replay", c.replay)
-	act("POST /discard", c.discard)
-	act("POST /scheduled/cancel", c.cancelScheduled)
-	act("POST /outbox/retry", c.outboxRetry)
-	mux.Handle("GET /assets/", c.guard(assetHandler()))
-	return mux
-}
-
-// withTarget runs h on the target the request names (?db=NAME, or the
-// first), and renders what h returns as an error page.
-func (c *Console) withTarget(h func(w http.ResponseWriter, r *http.Request, t *Target) error) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t := &c.cfg.Targets[0]
-		if name := r.FormValue("db"); name != "" {
-			if t = c.targets[name]; t == nil {
-				c.fail(w, r, &c.cfg.Targets[0], httpError(http.StatusNotFound, "This console shows no database named %q: pick one from the switcher at the top.", name))
-				return
-			}
-		}
-		if err := h(w, r, t); err != nil {
-			c.fail(w, r, t, err)
-		}
-	})
+// Close stops the background actions the console started: it starts no
+// new one, lets each finish its batch under way and stops it there (its
+// audit record says how far it got), and waits for them until ctx ends.
+// Then it cancels the batches still in flight, waits for them to return,
+// and says so in its error. Call it once the http.Server has shut down;
+// it may be called more than once.
+func (c *Console) Close(ctx context.Context) error {
+	return c.jobs.close(ctx)
 }

@@ -28,7 +28,8 @@
 // first shows what it would change (the dry-run count and the newest
 // messages) and changes nothing; the second, an explicit confirmation,
 // acts. Immediate bulk changes run in the background in bounded batches
-// (admin's), with their progress on a page of their own; scheduled and
+// (admin's), with their progress on a page of their own, and stop between
+// two batches when the console is closed; scheduled and
 // throttled replays are run by package maintenance in the service, and
 // their progress is read from their records.
 //

@@ -1,7 +1,9 @@
 package console
 
 import (
+	"cmp"
 	"net/http"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -15,17 +17,27 @@ var trendWindows = []struct {
 	Len  time.Duration
 }{{"1h", time.Hour}, {"6h", 6 * time.Hour}, {"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}}
 
+// trendWindowDefault is the trend's window when the request names none.
+const trendWindowDefault = "24h"
+
 // trendBuckets is how many bars a trend has.
 const trendBuckets = 24
 
+// failureGroupsShown is how many groups, the largest, the page lists.
+const failureGroupsShown = 200
+
 // failuresView is what the failures page shows.
 type failuresView struct {
+	// Consumer, if set, keeps that consumer's groups.
 	Consumer string
-	Groups   []admin.FailureGroup
+	// Groups are the failure groups, largest first.
+	Groups []admin.FailureGroup
 	// Trends holds each group's trend in the window, by fingerprint; a
 	// group with no failed attempt in it has none.
-	Trends  map[string]*admin.Trend
-	Window  string
+	Trends map[string]*admin.Trend
+	// Window names the trend's window: "24h".
+	Window string
+	// Windows names every window the page offers.
 	Windows []string
 }
 
@@ -34,25 +46,26 @@ type failuresView struct {
 // attempts in the chosen window, as a trend. Both reads are admin's
 // Failures, which reads only the failed messages.
 func (c *Console) failures(w http.ResponseWriter, r *http.Request, t *Target) error {
-	v := failuresView{Consumer: r.FormValue("consumer"), Window: r.FormValue("window"), Trends: map[string]*admin.Trend{}}
-	window := 24 * time.Hour
+	v := failuresView{Consumer: strings.TrimSpace(r.FormValue("consumer")), Window: cmp.Or(r.FormValue("window"), trendWindowDefault),
+		Trends: map[string]*admin.Trend{}}
+	var window time.Duration
 	for _, tw := range trendWindows {
 		v.Windows = append(v.Windows, tw.Name)
 		if tw.Name == v.Window {
 			window = tw.Len
 		}
 	}
-	if v.Window == "" {
-		v.Window = "24h"
+	if window == 0 {
+		return httpError(http.StatusBadRequest, "The trend window %q is not one this page offers: pick %s from the list.", v.Window, strings.Join(v.Windows, ", "))
 	}
 	var recent []admin.FailureGroup
 	g, ctx := errgroup.WithContext(r.Context())
 	g.Go(func() (err error) {
-		v.Groups, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: 200})
+		v.Groups, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: failureGroupsShown})
 		return err
 	})
 	g.Go(func() (err error) {
-		recent, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: 200, Since: window, Buckets: trendBuckets})
+		recent, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: failureGroupsShown, Since: window, Buckets: trendBuckets})
 		return err
 	})
 	if err := g.Wait(); err != nil {

@@ -1,24 +1,21 @@
 package console
 
 import (
-	"bytes"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"math"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/pgbox/pgbox/admin"
+	"github.com/pgbox/pgbox/cmd/inboxctl/internal/human"
 )
 
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
 	"ago":      ago,
-	"count":    count,
+	"count":    human.Count,
 	"describe": describe,
 	"dict":     dict,
 	"duration": duration,
@@ -30,7 +27,7 @@ var funcs = template.FuncMap{
 	"navPath":  navPath,
 	"payload":  renderPayload,
 	"percent":  percent,
-	"plural":   plural,
+	"plural":   human.Plural,
 	"rate":     rate,
 	"spark":    spark,
 	"stamp":    stamp,
@@ -143,30 +140,6 @@ func span(d time.Duration) string {
 	return strings.Join(parts, " ")
 }
 
-// count shows n with thousands separators: 18,022.
-func count(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	if n < 0 {
-		return s
-	}
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
-
-// plural counts n of word: "1 message", "1,200 messages".
-func plural(n int64, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return count(n) + " " + word + "s"
-}
-
 // percent is part of whole in whole percent, at most 100.
 func percent(part, whole int64) int64 {
 	if whole <= 0 {
@@ -192,31 +165,22 @@ func rate(perSecond float64) string {
 
 // shownPayload is a payload as a page shows it.
 type shownPayload struct {
-	// Kind is "JSON", "text", "binary" or "empty".
+	// Kind is one of human's Payload kinds: "JSON", "text", "binary, hex"
+	// or "empty".
 	Kind string
 	// Text is the payload as shown: indented JSON, the text, or a hex dump.
+	// The page escapes it, so a payload holding markup shows as text.
 	Text string
 }
 
-// renderPayload shows a payload: pretty JSON when it is JSON, text when it
-// is printable UTF-8, otherwise a hex dump. The page escapes what it
-// shows, so a payload holding markup shows as text.
+// renderPayload shows a payload as human.Payload describes it.
 func renderPayload(p []byte) shownPayload {
-	if len(p) == 0 {
-		return shownPayload{Kind: "empty"}
-	}
-	var b bytes.Buffer
-	if json.Valid(p) && json.Indent(&b, p, "", "  ") == nil {
-		return shownPayload{Kind: "JSON", Text: b.String()}
-	}
-	if utf8.Valid(p) && !strings.ContainsFunc(string(p), func(r rune) bool { return r < 0x20 && r != '\n' && r != '\r' && r != '\t' }) {
-		return shownPayload{Kind: "text", Text: string(p)}
-	}
-	return shownPayload{Kind: "binary", Text: hex.Dump(p)}
+	kind, text := human.Payload(p)
+	return shownPayload{Kind: kind, Text: text}
 }
 
 // describe sums up a filter: "consumer payments, status dead, group
-// 3f2a9c1d0b7e"; "every replayable message" for none.
+// 3f2a9c1d0b7e"; "every message" for none.
 func describe(f admin.Filter) string {
 	var parts []string
 	add := func(k, v string) {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
+
+	"github.com/pgbox/pgbox/admin"
 )
 
-// securityHeaders apply to every response. The policy allows no script at
+// securityHeaders apply to every response (ServeHTTP sets them). The policy allows no script at
 // all, and styles and images only from the console itself: whatever a
 // payload or an error text holds, it can run nothing.
 var securityHeaders = map[string]string{
@@ -28,13 +31,18 @@ func user(r *http.Request) string {
 	return u
 }
 
-// guard sets the security headers and, with credentials configured,
-// answers a request without valid ones 401, asking the browser for them.
+// actor is who makes r, as the audit log records it: the signed-in user
+// (or the console's Actor), from the request's remote address, through
+// this process.
+func actor(r *http.Request) admin.Actor {
+	return admin.Actor{Host: remoteHost(r), Name: user(r), PID: os.Getpid()}
+}
+
+// guard, with credentials configured, answers a request without valid
+// ones 401, asking the browser for them; it names who makes the request
+// in its context, for user.
 func (c *Console) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for k, v := range securityHeaders {
-			w.Header().Set(k, v)
-		}
 		name := c.cfg.Actor
 		if c.cfg.Credentials.set() {
 			var ok bool
@@ -74,7 +82,8 @@ func (c *Console) guardAction(next http.Handler) http.Handler {
 		case !c.validCSRF(user(r), r.PostFormValue("csrf")):
 			refuse(http.StatusForbidden, "Refused: the form's CSRF token is missing or stale. Go back, reload the page and try again.")
 		case !c.cfg.Credentials.set() && !loopbackHost(r.Host):
-			refuse(http.StatusForbidden, "Refused: a console without credentials accepts actions only at localhost or 127.0.0.1.")
+			refuse(http.StatusForbidden, "Refused: a console without credentials accepts actions only from its pages opened at localhost or 127.0.0.1, "+
+				"not at "+r.Host+". Open it at "+loopbackURL(r.Host)+" and try again.")
 		default:
 			next.ServeHTTP(w, r)
 		}
@@ -87,4 +96,13 @@ func remoteHost(r *http.Request) string {
 		return h
 	}
 	return r.RemoteAddr
+}
+
+// loopbackURL is the console's address at 127.0.0.1, on the port of host
+// (a Host header).
+func loopbackURL(host string) string {
+	if _, port, err := net.SplitHostPort(host); err == nil {
+		return "http://" + net.JoinHostPort("127.0.0.1", port) + "/"
+	}
+	return "http://127.0.0.1/"
 }

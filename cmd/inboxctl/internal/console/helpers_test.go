@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -27,8 +28,8 @@ const (
 )
 
 // fixtureSQL holds a failure group of three dead gateway timeouts, one
-// retrying card decline, a done message, a dead message whose payload and
-// error are hostile markup, and a dead outbox row.
+// retrying card decline, a done message, a dead message whose payload,
+// error, stack and metadata are hostile markup, and a dead outbox row.
 const fixtureSQL = `
 INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
                                metadata, last_error, errors, received_at, available_at, processed_at, bucket)
@@ -52,6 +53,7 @@ VALUES
 ('shipping', 'evil-1', 'LabelPrinted', 'dead', 1, 1, '\x00', convert_to($1, 'UTF8'), $2,
  jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '3 minutes', 'error', $2::text, 'trace', $1::text)),
  now() - interval '4 minutes', now(), NULL, /* schema */inbox_bucket('evil-1'));
+UPDATE /* schema */inbox SET metadata = jsonb_build_object($1::text, $2::text) WHERE message_id = 'evil-1';
 INSERT INTO /* schema */outbox (id, topic, event_type, status, attempts, available_at, created_at, payload, metadata, last_error, errors, bucket)
 VALUES ('019a0000-0000-7000-8000-000000000002', 'orders', 'OrderPaid', 'dead', 3, now(), now() - interval '30 minutes',
         '{"order":2}', '{}', 'publish: nats: no responders available for request',
@@ -96,7 +98,7 @@ func setup(t *testing.T, cfg Config) *testBundle {
 	b.srv = httptest.NewServer(b.console)
 	t.Cleanup(func() {
 		b.srv.Close()
-		b.console.Close()
+		require.NoError(t, b.console.Close(context.Background()))
 	})
 	return b
 }
@@ -184,4 +186,14 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.buf.String()
+}
+
+// redactPassword stands in for inboxctl's redaction of a DSN's password.
+var redactPassword = strings.NewReplacer("hunter2", "xxxxx")
+
+// waitLog waits for the console's log to hold text.
+func (b *testBundle) waitLog(t *testing.T, text string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return strings.Contains(b.logs.String(), text) }, 10*time.Second, time.Millisecond,
+		"the log never said %s: %s", text, b.logs)
 }

@@ -14,6 +14,9 @@ const messagesPage = 50
 
 // messagesView is what the messages page shows.
 type messagesView struct {
+	// CanReplay and CanDiscard say which actions the list offers: none
+	// that its status filter leaves nothing to act on.
+	CanReplay, CanDiscard bool
 	// Before is the seq this page starts below; 0 for the newest.
 	Before int64
 	// Messages is the page.
@@ -26,6 +29,12 @@ type messagesView struct {
 	Slow bool
 	// Statuses are the status choices.
 	Statuses []string
+}
+
+// Tickable reports whether each message gets a box to tick: when one
+// consumer is shown (ids are unique per consumer) and an action applies.
+func (v messagesView) Tickable() bool {
+	return v.Sel.Consumer != "" && (v.CanReplay || v.CanDiscard)
 }
 
 // messages lists the messages a filter selects (a failure group, a
@@ -41,6 +50,7 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request, t *Target) er
 	if err != nil {
 		return err
 	}
+	v.CanReplay, v.CanDiscard = replayAction.appliesTo(f), discardAction.appliesTo(f)
 	if b := r.FormValue("before"); b != "" {
 		if v.Before, err = strconv.ParseInt(b, 10, 64); err != nil || v.Before < 0 {
 			return httpError(http.StatusBadRequest, "before=%q is not a message's place in the inbox: follow the page links", b)
@@ -59,10 +69,12 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request, t *Target) er
 // messageView is what the message page shows.
 type messageView struct {
 	// Consumers lists the consumers holding the id, when none was given
-	// and several hold it.
+	// and several hold it (or none: Detail is nil either way).
 	Consumers []string
-	Detail    *admin.Detail
-	ID        string
+	// Detail is the message in full.
+	Detail *admin.Detail
+	// ID is the id asked for.
+	ID string
 	// Replayable and Discardable say which actions apply.
 	Replayable, Discardable bool
 }
@@ -92,7 +104,8 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, t *Target) err
 	}
 	d, err := t.Admin.Show(r.Context(), consumer, id)
 	if errors.Is(err, admin.ErrNotFound) {
-		return httpError(http.StatusNotFound, "Consumer %q holds no message %q in schema %s.", consumer, id, t.Admin.Schema())
+		return httpError(http.StatusNotFound, "Consumer %q holds no message %q in schema %s. Ids are matched exactly (case and spaces count): check it, or leave the consumer out to look in every consumer's.",
+			consumer, id, t.Admin.Schema())
 	}
 	if err != nil {
 		return err

@@ -10,14 +10,22 @@ import (
 
 // overviewView is what the overview shows.
 type overviewView struct {
-	Jobs       []*job
-	Processes  *admin.Processes
-	Scheduled  int64
-	Stats      *admin.Stats
+	// Jobs are this console's background actions under way on the target.
+	Jobs []*job
+	// Processes are the registered processes and the maintenance leader.
+	Processes *admin.Processes
+	// Scheduled counts the scheduled replays waiting or under way.
+	Scheduled int64
+	// Stats counts the inbox per consumer and status, and the outbox.
+	Stats *admin.Stats
+	// Throughput is each consumer's done messages per minute of the hour.
 	Throughput chart
 	// Dead, Retrying and DeadProcesses sum up what needs a look.
 	Dead, Retrying, DeadProcesses int64
 }
+
+// overviewRefresh is how often, in seconds, the overview reloads itself.
+const overviewRefresh = 10
 
 // overview shows, per consumer, messages by status, the oldest pending
 // one's age and the last hour's throughput; the outbox backlog; the
@@ -56,6 +64,5 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, t *Target) er
 		}
 	}
 	v.Jobs = c.jobs.running(t.Name)
-	view := view{Title: "Overview", Data: v, Refresh: 10}
-	return c.render(w, r, t, http.StatusOK, "overview", view)
+	return c.render(w, r, t, http.StatusOK, "overview", view{Title: "Overview", Data: v, Refresh: overviewRefresh})
 }

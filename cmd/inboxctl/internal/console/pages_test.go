@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox/admin"
+	"github.com/pgbox/pgbox/internal/pgtest"
 )
 
 // Every page answers with what the on-call engineer comes for.
@@ -52,6 +55,7 @@ func TestPagesNotFound(t *testing.T) {
 		"/messages?before=-4":                http.StatusBadRequest,
 		"/outbox?status=lost":                http.StatusBadRequest,
 		"/audit?action=explode":              http.StatusBadRequest,
+		"/failures?window=2d":                http.StatusBadRequest,
 		"/jobs/99":                           http.StatusNotFound,
 		"/?db=elsewhere":                     http.StatusNotFound,
 		"/nowhere":                           http.StatusNotFound,
@@ -84,3 +88,45 @@ func TestMessagesPages(t *testing.T) {
 
 // nextLink finds the messages page's link to the next page.
 var nextLink = regexp.MustCompile(`<a rel="next" href="([^"]+)"`)
+
+// An error page says what failed, on which target, and what to do next:
+// a schema that is not migrated shows its error and the fix on that
+// target's pages only, with a link to try again and none that loops back
+// to the page that failed.
+func TestErrorPagesSayWhereAndWhatNext(t *testing.T) {
+	t.Parallel()
+	missing, err := admin.New(pgtest.Pool(t), admin.Config{Schema: "t_console_no_such_schema"})
+	require.NoError(t, err)
+	b := setup(t, Config{Targets: []Target{{Admin: missing, Name: "missing"}}})
+
+	status, body := b.get(t, "/?db=missing")
+	require.Equal(t, http.StatusInternalServerError, status)
+	require.Contains(t, body, "<h1>Failed</h1>")
+	require.Contains(t, body, "run inboxctl migrate up")
+	require.Contains(t, body, "This came from target <strong>missing</strong>: schema t_console_no_such_schema.")
+	require.Contains(t, body, `<a href="/?db=missing">Try again</a>`)
+	require.NotContains(t, body, "Back to the overview", "the overview is what failed")
+	status, body = b.get(t, "/failures?db=missing")
+	require.Equal(t, http.StatusInternalServerError, status)
+	require.Contains(t, body, `<a href="/failures?db=missing">Try again</a> · <a href="/?db=missing">Back to the overview</a>`)
+	status, _ = b.get(t, "/")
+	require.Equal(t, http.StatusOK, status, "the other target is not affected")
+
+	status, body = b.get(t, "/message?consumer=payments&id=nope")
+	require.Equal(t, http.StatusNotFound, status)
+	require.Contains(t, body, "leave the consumer out")
+	require.NotContains(t, body, "Try again", "asking again for what is not there does not help")
+	require.NotContains(t, b.logs.String(), "nope", "a 404 is not the console's failure, and is not logged")
+}
+
+// A message that failed is never said to be processed, even when its row
+// keeps a processed_at from a claim whose in-transaction handler failed.
+func TestMessageProcessedOnlyWhenDone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	b.exec(t, `UPDATE /* schema */inbox SET processed_at = now() WHERE message_id = 'order-1'`)
+	_, body := b.get(t, "/message?consumer=payments&id=order-1")
+	require.NotContains(t, body, "<dt>Processed</dt>")
+	_, body = b.get(t, "/message?consumer=payments&id=done-1")
+	require.Contains(t, body, "<dt>Processed</dt>")
+}

@@ -2,16 +2,16 @@ package console
 
 import (
 	"bytes"
+	"cmp"
 	"embed"
-	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
 	"net/url"
+	"path"
+	"strings"
 	"time"
-
-	"github.com/pgbox/pgbox/admin"
 )
 
 //go:embed templates/*.tmpl
@@ -29,21 +29,27 @@ func assetHandler() http.Handler {
 	return http.StripPrefix("/assets/", http.FileServerFS(sub))
 }
 
-// pages holds each page's template, parsed with the layout.
-type pages struct{ byName map[string]*template.Template }
+// pages holds each page's template, parsed with the layout, by name: the
+// file's name under templates/ without .tmpl.
+type pages map[string]*template.Template
 
-// pageNames are the templates under templates/, besides the layout.
-var pageNames = []string{"overview", "failures", "messages", "message", "outbox", "outbox_row", "scheduled", "audit",
-	"job", "confirm", "error"}
-
-func parsePages() (*pages, error) {
-	p := &pages{byName: map[string]*template.Template{}}
-	for _, name := range pageNames {
-		t, err := template.New("layout.tmpl").Funcs(funcs).ParseFS(templateFS, "templates/layout.tmpl", "templates/"+name+".tmpl")
+// parsePages parses every page under templates/ with the layout.
+func parsePages() (pages, error) {
+	files, err := fs.Glob(templateFS, "templates/*.tmpl")
+	if err != nil {
+		return nil, err
+	}
+	p := pages{}
+	for _, file := range files {
+		name := strings.TrimSuffix(path.Base(file), ".tmpl")
+		if name == "layout" {
+			continue
+		}
+		t, err := template.New("layout.tmpl").Funcs(funcs).ParseFS(templateFS, "templates/layout.tmpl", file)
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", name, err)
 		}
-		p.byName[name] = t
+		p[name] = t
 	}
 	return p, nil
 }
@@ -77,17 +83,22 @@ type view struct {
 	Where string
 }
 
-// render writes page name with data, for target t.
+// render writes page name with v, for target t, answering status. It fills
+// in what the layout needs of every page; v brings the page's own.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, t *Target, status int, name string, v view) error {
-	v.CSRF, v.DB, v.Now, v.Page, v.ReadOnly, v.User, v.Where = c.csrfToken(user(r)), t.Name, time.Now().UTC(), name, c.cfg.ReadOnly, user(r), t.Where
+	v.CSRF = c.csrfToken(user(r))
+	v.DB = t.Name
+	v.Nav = cmp.Or(v.Nav, name)
+	v.Now = time.Now().UTC()
+	v.Page = name
+	v.ReadOnly = c.cfg.ReadOnly
+	v.User = user(r)
+	v.Where = t.Where
 	for i := range c.cfg.Targets {
 		v.Targets = append(v.Targets, &c.cfg.Targets[i])
 	}
-	if v.Nav == "" {
-		v.Nav = name
-	}
 	var buf bytes.Buffer
-	if err := c.pages.byName[name].Execute(&buf, v); err != nil {
+	if err := c.pages[name].Execute(&buf, v); err != nil {
 		return fmt.Errorf("render %s: %w", name, err)
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -96,43 +107,16 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, t *Target, stat
 	return err
 }
 
-// statusError is an error with the HTTP status to answer it with and a
-// message for the operator.
-type statusError struct {
-	status int
-	msg    string
-}
-
-func (e *statusError) Error() string { return e.msg }
-
-// httpError returns a statusError whose message is formatted.
-func httpError(status int, format string, args ...any) error {
-	return &statusError{status: status, msg: fmt.Sprintf(format, args...)}
-}
-
-// fail renders err as an error page: a statusError with its status, a
-// message or row not found as 404, anything else (the database, the
-// schema) as 500, with its text redacted and logged.
-func (c *Console) fail(w http.ResponseWriter, r *http.Request, t *Target, err error) {
-	status := http.StatusInternalServerError
-	var se *statusError
-	switch {
-	case errors.As(err, &se):
-		status = se.status
-	case errors.Is(err, admin.ErrNotFound):
-		status = http.StatusNotFound
-	}
-	text := c.cfg.Redact(err.Error())
-	if status >= 500 {
-		c.cfg.Logger.ErrorContext(r.Context(), "console: request failed", "path", r.URL.Path, "target", t.Name, "err", text)
-	}
-	if rerr := c.render(w, r, t, status, "error", view{Title: http.StatusText(status), Data: text}); rerr != nil {
-		c.cfg.Logger.ErrorContext(r.Context(), "console: render the error page", "err", c.cfg.Redact(rerr.Error()))
-	}
+// seeOther sends the browser on to path after an action (Post/Redirect/
+// Get), so that reloading the next page does not post the action again.
+func seeOther(w http.ResponseWriter, r *http.Request, path string) error {
+	http.Redirect(w, r, path, http.StatusSeeOther)
+	return nil
 }
 
 // link returns path with db and the query pairs kv (name, value, …),
-// leaving out empty values.
+// leaving out values that print as "" or "0" (an unset filter, the first
+// page).
 func link(db, path string, kv ...any) string {
 	q := url.Values{}
 	if db != "" {

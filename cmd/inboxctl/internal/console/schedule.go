@@ -57,3 +57,16 @@ func scheduleFrom(r *http.Request) (opts admin.ScheduleReplayOptions, later bool
 	}
 	return opts, later, nil
 }
+
+// scheduleReplay hands a replay to the service's maintenance job, to run
+// later or throttled as opts says, and sends the browser to the scheduled
+// replays, the new one highlighted.
+func (c *Console) scheduleReplay(w http.ResponseWriter, r *http.Request, t *Target, opts admin.ScheduleReplayOptions) error {
+	sr, err := t.Admin.ScheduleReplay(r.Context(), opts)
+	if err != nil {
+		return err
+	}
+	c.cfg.Logger.InfoContext(r.Context(), "console: replay scheduled", "target", t.Name, "user", opts.Actor.Name, "remote", opts.Actor.Host,
+		"scheduled_replay", sr.ID, "selected", sr.Selected)
+	return seeOther(w, r, link(t.Name, "/scheduled", "highlight", sr.ID))
+}

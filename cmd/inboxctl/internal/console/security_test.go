@@ -1,11 +1,16 @@
 package console
 
 import (
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox/admin"
 )
 
 // With credentials, a request without them, or with wrong ones, gets 401
@@ -110,7 +115,7 @@ func TestCSRFRefusesForeignPosts(t *testing.T) {
 func TestReadOnlyRefusesActions(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{ReadOnly: true})
-	for _, path := range []string{"/replay", "/discard", "/scheduled/cancel", "/outbox/retry"} {
+	for _, path := range actionPaths(b.console) {
 		resp, body := b.post(t, path, url.Values{"scope": {"all"}, "consumer": {"payments"}, "confirmed": {"yes"}, "note": {"x"}, "id": {"1"}})
 		require.Equal(t, http.StatusForbidden, resp.StatusCode, path)
 		require.Contains(t, body, "read-only", path)
@@ -157,22 +162,41 @@ func TestExposure(t *testing.T) {
 	require.NoError(t, Exposure(":8080", Config{Credentials: Credentials{Token: "t"}}))
 }
 
-// A payload and an error text that hold markup show as text everywhere
-// they appear, and the policy forbids scripts besides.
+// Text that holds markup (a payload, metadata, an error text, a stack, an
+// operator's note, a filter typed into a form) shows as text everywhere it
+// appears, and the policy forbids scripts besides.
 func TestHostileTextRendersAsText(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	for _, path := range []string{"/message?consumer=shipping&id=evil-1", "/messages?consumer=shipping", "/failures"} {
+	form := url.Values{"scope": {"all"}, "consumer": {"shipping"}, "error": {hostileError}, "confirmed": {"yes"}, "note": {hostilePayload}}
+	resp, body := b.post(t, "/replay", form)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
+	b.waitAudit(t, admin.AuditReplay)
+	form.Del("confirmed")
+	resp, body = b.post(t, "/replay", form)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	requireEscaped(t, "the confirmation", body)
+
+	for _, path := range []string{"/message?consumer=shipping&id=evil-1", "/messages?consumer=shipping&status=any&error=" + url.QueryEscape(hostileError),
+		"/failures", "/audit", "/jobs/1"} {
 		resp, body := doGet(t, b.srv.URL+path)
 		require.Equal(t, http.StatusOK, resp.StatusCode, path)
-		require.NotContains(t, body, "<script>", path)
-		require.NotContains(t, body, "<img src=x", path)
-		require.Contains(t, body, "&lt;img src=x onerror=alert(&#34;error&#34;)&gt;", path)
+		requireEscaped(t, path, body)
 		require.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'none'")
-		require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"))
 	}
-	_, body := b.get(t, "/message?consumer=shipping&id=evil-1")
-	require.Contains(t, body, "&lt;script&gt;alert(&#34;payload&#34;)&lt;/script&gt;", "the payload shows as text")
+	_, body = b.get(t, "/message?consumer=shipping&id=evil-1")
+	require.Contains(t, body, "<pre class=\"payload\">&lt;script&gt;alert(&#34;payload&#34;)&lt;/script&gt;</pre>", "the payload shows as text")
+	require.Contains(t, body, "<tr><th>&lt;script&gt;alert(&#34;payload&#34;)&lt;/script&gt;</th><td>&lt;img src=x", "so does the metadata")
+	require.Contains(t, body, "<strong>replayed</strong> by an operator (replay 1; was dead after 1 attempts): &lt;script&gt;", "and the note")
+}
+
+// requireEscaped checks that body holds hostilePayload and hostileError as
+// text only.
+func requireEscaped(t *testing.T, what, body string) {
+	t.Helper()
+	require.NotContains(t, body, "<script>", what)
+	require.NotContains(t, body, "<img src=x", what)
+	require.Regexp(t, `&lt;(script|img src=x)`, body, "%s shows the hostile text, escaped", what)
 }
 
 // doGet fetches url and returns the response and body.
@@ -181,4 +205,81 @@ func doGet(t *testing.T, url string) (*http.Response, string) {
 	r, err := http.NewRequest(http.MethodGet, url, nil)
 	require.NoError(t, err)
 	return do(t, r)
+}
+
+// requestOf is a request for route rt's pattern, with a path it matches.
+func requestOf(t *testing.T, base string, rt route) *http.Request {
+	t.Helper()
+	method, path, _ := strings.Cut(rt.pattern, " ")
+	path = strings.NewReplacer("{$}", "", "{id}", "1").Replace(path)
+	r, err := http.NewRequest(method, base+path, strings.NewReader(url.Values{"scope": {"all"}, "confirmed": {"yes"}}.Encode()))
+	require.NoError(t, err)
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return r
+}
+
+// actionPaths are the paths of every action the console routes.
+func actionPaths(c *Console) []string {
+	var out []string
+	for _, rt := range c.routes() {
+		if rt.action {
+			_, path, _ := strings.Cut(rt.pattern, " ")
+			out = append(out, path)
+		}
+	}
+	return out
+}
+
+// Every route the console has, pages and actions alike (a route added
+// later too), needs credentials when it has them, and every action needs
+// the CSRF token besides; every response, refusals and the mux's own 404
+// and 405 included, carries the security headers.
+func TestEveryRouteIsGuarded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Credentials: Credentials{Token: "s3cret-token"}})
+	routes := b.console.routes()
+	require.Len(t, actionPaths(b.console), 4, "replay, discard, cancel, retry")
+	for _, rt := range routes {
+		resp, _ := do(t, requestOf(t, b.srv.URL, rt))
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s without credentials", rt.pattern)
+		requireSecurityHeaders(t, resp, rt.pattern)
+		if rt.action {
+			r := requestOf(t, b.srv.URL, rt)
+			r.Header.Set("Authorization", "Bearer s3cret-token")
+			resp, body := do(t, r)
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s without a CSRF token: %s", rt.pattern, body)
+			requireSecurityHeaders(t, resp, rt.pattern)
+		}
+	}
+	require.Equal(t, 4, b.count(t, "status = 'dead'"), "nothing was changed")
+	for path, status := range map[string]int{"/nowhere": http.StatusNotFound, "/replay": http.StatusMethodNotAllowed} {
+		resp, _ := doGet(t, b.srv.URL+path)
+		require.Equal(t, status, resp.StatusCode, path)
+		requireSecurityHeaders(t, resp, path)
+	}
+}
+
+// requireSecurityHeaders checks that resp forbids scripts, framing and
+// sniffing, and caching.
+func requireSecurityHeaders(t *testing.T, resp *http.Response, what string) {
+	t.Helper()
+	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'none'", what)
+	require.Equal(t, "DENY", resp.Header.Get("X-Frame-Options"), what)
+	require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"), what)
+	require.Equal(t, "no-store", resp.Header.Get("Cache-Control"), what)
+}
+
+// An error text is redacted before a page or the log shows it: a
+// connection string's password never reaches either.
+func TestErrorPagesRedactSecrets(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Redact: func(s string) string { return redactPassword.Replace(s) }})
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	b.console.fail(w, r, &b.console.cfg.Targets[0], errors.New("connect postgres://ops:hunter2@db/orders: refused"))
+	require.Equal(t, http.StatusInternalServerError, w.Code)
+	require.Contains(t, w.Body.String(), "postgres://ops:xxxxx@db/orders")
+	require.NotContains(t, w.Body.String(), "hunter2")
+	require.Contains(t, b.logs.String(), "request failed")
+	require.NotContains(t, b.logs.String(), "hunter2")
 }

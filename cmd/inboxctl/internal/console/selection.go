@@ -11,12 +11,18 @@ import (
 // selection is which inbox messages a page lists or an action acts on, as
 // form fields: the filter of the messages page, and the ids ticked in it.
 type selection struct {
+	// Consumer keeps one consumer's messages (form field consumer).
 	Consumer string
-	Error    string
-	Group    string
-	IDs      []string
-	Status   string
-	Type     string
+	// Error keeps messages whose last error contains it (error).
+	Error string
+	// Group keeps one failure group, by fingerprint (group).
+	Group string
+	// IDs are the messages ticked (id, repeated); they need Consumer.
+	IDs []string
+	// Status is a status, statusFailed (the default) or statusAny (status).
+	Status string
+	// Type keeps one event type (type).
+	Type string
 }
 
 // selectionFrom reads a selection from r's query or form.

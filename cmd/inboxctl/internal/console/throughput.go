@@ -35,13 +35,15 @@ type throughput struct {
 // chart is what the overview draws: each consumer's completed messages per
 // minute of the last hour.
 type chart struct {
-	counts map[string][]int64
+	counts map[string][]int64 // by consumer: chartBuckets counts each
 }
 
 // consumerChart is one consumer's chart.
 type consumerChart struct {
+	// Counts has one count per minute, oldest first, the current one last.
 	Counts []int64
-	Total  int64
+	// Total is the hour's sum.
+	Total int64
 }
 
 // Of returns consumer's chart: zeros when it completed nothing.

@@ -1,0 +1,74 @@
+package console
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/pgbox/pgbox/admin"
+)
+
+// statusError is an error with the HTTP status to answer it with and a
+// message for the operator.
+type statusError struct {
+	status int
+	msg    string
+}
+
+// Error returns the message for the operator.
+func (e *statusError) Error() string { return e.msg }
+
+// httpError returns a statusError whose message is formatted: it says what
+// is wrong and what to do about it.
+func httpError(status int, format string, args ...any) error {
+	return &statusError{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+// errorView is what the error page shows.
+type errorView struct {
+	// AtOverview says the overview itself failed: no link back to it.
+	AtOverview bool
+	// Message is the error's text, redacted.
+	Message string
+	// Retry, if set, is the page to try again: the one that failed, for a
+	// GET.
+	Retry string
+	// Server says the error is the console's or its target's (5xx), not
+	// the request's: the page says which target it came from.
+	Server bool
+}
+
+// fail renders err as an error page: a statusError with its status, a
+// message or row not found as 404, anything else (the database, the
+// schema) as 500, with its text redacted and logged.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, t *Target, err error) {
+	status := http.StatusInternalServerError
+	var se *statusError
+	switch {
+	case errors.As(err, &se):
+		status = se.status
+	case errors.Is(err, admin.ErrNotFound):
+		status = http.StatusNotFound
+	}
+	v := errorView{AtOverview: r.URL.Path == "/", Message: c.errorText(err), Server: status >= 500}
+	if r.Method == http.MethodGet && v.Server {
+		v.Retry = r.URL.RequestURI()
+	}
+	title := http.StatusText(status)
+	if status == http.StatusInternalServerError {
+		title = "Failed"
+		c.cfg.Logger.ErrorContext(r.Context(), "console: request failed", "path", r.URL.Path, "target", t.Name, "err", v.Message)
+	}
+	if rerr := c.render(w, r, t, status, "error", view{Title: title, Data: v}); rerr != nil {
+		c.cfg.Logger.ErrorContext(r.Context(), "console: render the error page", "err", c.errorText(rerr))
+	}
+}
+
+// errorText is err's text as a page or a log line may show it, secrets
+// redacted; "" for nil.
+func (c *Console) errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return c.cfg.Redact(err.Error())
+}
