@@ -19,7 +19,7 @@ func TestOutboxStatsIsStatsOutbox(t *testing.T) {
 		FROM (SELECT gen_random_uuid() AS id, s FROM unnest(ARRAY['pending', 'pending', 'dead', 'published']) AS s) AS r`)
 	st, err := b.adm.Stats(ctx, admin.StatsOptions{})
 	require.NoError(t, err)
-	ob, err := b.adm.OutboxStats(ctx)
+	ob, err := b.adm.OutboxStats(ctx, admin.StatsOptions{})
 	require.NoError(t, err)
 	require.Equal(t, []int64{2, 0, 1, 1}, []int64{ob.Pending, ob.Running, ob.Dead, ob.Published})
 	require.Equal(t, st.Outbox.Pending, ob.Pending)

@@ -2,10 +2,12 @@ package admin
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox"
@@ -58,12 +60,27 @@ func TestOperatorReadsUseIndexes(t *testing.T) {
 		"show without --consumer":    {adm.q["consumersOf"], []any{"m-17"}},
 		"show":                       {adm.q["show"], []any{"payments", "m-18"}},
 	} {
-		plan := explain(t, pool, q.sql, q.args...)
-		require.NotContains(t, plan, "Seq Scan on inbox", "%s reads the whole inbox:\n%s", name, plan)
+		requireNoScanOfRows(t, pool, schema, explain(t, pool, q.sql, q.args...), name)
 	}
-	require.Contains(t, explain(t, pool, adm.q["list"], append(group.args(), nil, 50)...), "inbox_failure",
-		"a group is read through inbox_failure_group_idx or inbox_failed_idx")
+	require.Regexp(t, `(failure_group|failed)_idx on inbox_g0`, explain(t, pool, adm.q["list"], append(group.args(), nil, 50)...),
+		"a group is read through the partition's inbox_failure_group_idx or inbox_failed_idx")
 }
+
+// requireNoScanOfRows fails if plan reads a partition of the inbox that
+// holds rows whole. An empty partition (days to come, the default one) may
+// be: a sequential scan of nothing is its cheapest read.
+func requireNoScanOfRows(t *testing.T, pool *pgxpool.Pool, schema, plan, name string) {
+	t.Helper()
+	for _, m := range seqScan.FindAllStringSubmatch(plan, -1) {
+		var rows bool
+		require.NoError(t, pool.QueryRow(context.Background(),
+			"SELECT EXISTS (SELECT 1 FROM "+pgx.Identifier{schema, m[1]}.Sanitize()+")").Scan(&rows))
+		require.False(t, rows, "%s reads %s, which holds rows, whole:\n%s", name, m[1], plan)
+	}
+}
+
+// seqScan finds the inbox partitions a plan reads whole.
+var seqScan = regexp.MustCompile(`Seq Scan on (inbox\w*)`)
 
 // explain returns query's plan with args bound, as the server makes it
 // for a first execution.
