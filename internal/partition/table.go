@@ -104,6 +104,11 @@ func (t *Table) GenerationPartition(g int32) Partition {
 	return Partition{Kind: KindGeneration, Generation: g, Name: fmt.Sprintf("%s_g%d", t.Name, g)}
 }
 
+// Undated returns the outbox's partition of undated rows (bucket 0).
+func (t *Table) Undated() Partition {
+	return Partition{Kind: KindUndated, Name: t.Name + "_undated"}
+}
+
 // Default returns t's default partition.
 func (t *Table) Default() Partition {
 	return Partition{Kind: KindDefault, Name: t.Name + "_default"}
