@@ -81,3 +81,15 @@ func hexDigit(c byte) (byte, bool) {
 	}
 	return 0, false
 }
+
+// IDAt returns a new UUIDv7 made at t: random but for its first 48 bits,
+// t's Unix time in milliseconds. Tests and benchmarks use it for messages
+// made on a day other than today.
+func IDAt(t time.Time) uuid.UUID {
+	id := uuid.Must(uuid.NewV7())
+	ms := t.UnixMilli()
+	for i := range 6 {
+		id[i] = byte(ms >> (40 - 8*i))
+	}
+	return id
+}

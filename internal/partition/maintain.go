@@ -106,7 +106,8 @@ func maintain(ctx context.Context, db DB, schema string, t *Table, now time.Time
 				return err
 			}
 			if err == nil {
-				r.Generation = state.Generation + 1
+				state.Generation++ // the one before is now past: it may go below
+				r.Generation = state.Generation
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 
 	"github.com/pgbox/pgbox/internal/tables"
@@ -123,6 +124,10 @@ func (p Partition) bucket() int32 {
 	return -p.Generation // generations, and bucket 0 of the outbox's undated rows
 }
 
+// rangeBound matches a range partition's bound as pg_get_expr prints it,
+// which quotes negative numbers: FROM ('-1') TO (0).
+var rangeBound = regexp.MustCompile(`^FOR VALUES FROM \('?(-?\d+)'?\) TO \('?(-?\d+)'?\)$`)
+
 // parseBound reads a partition's kind and bucket from its bound as
 // pg_get_expr prints it: "FOR VALUES FROM (20000) TO (20001)" or "DEFAULT".
 // Names are not trusted: an operator may have renamed a partition.
@@ -130,8 +135,12 @@ func (t *Table) parseBound(name, bound string) (Partition, error) {
 	if bound == "DEFAULT" {
 		return Partition{Kind: KindDefault, Name: name}, nil
 	}
-	var from, to int64
-	if _, err := fmt.Sscanf(bound, "FOR VALUES FROM (%d) TO (%d)", &from, &to); err != nil || to != from+1 {
+	m := rangeBound.FindStringSubmatch(bound)
+	if m == nil {
+		return Partition{}, fmt.Errorf("partition %s of %s has a bound pgbox did not make: %s", name, t.Name, bound)
+	}
+	from, _ := strconv.ParseInt(m[1], 10, 32)
+	if to, _ := strconv.ParseInt(m[2], 10, 32); to != from+1 {
 		return Partition{}, fmt.Errorf("partition %s of %s has a bound pgbox did not make: %s", name, t.Name, bound)
 	}
 	switch {
