@@ -214,9 +214,6 @@ func (m *Maintainer) deleteInBatches(ctx context.Context, table, query string, r
 		out.Statements++
 		out.Deleted[table] += n
 		m.tel.Deleted(ctx, table, n)
-		if hook := m.hooks.afterBatch; hook != nil {
-			hook(table, n)
-		}
 		if n < int64(batch) {
 			return nil
 		}

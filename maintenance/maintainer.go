@@ -243,7 +243,6 @@ type Maintainer struct {
 	admin  *admin.Admin
 	cfg    Config
 	client *river.Client[pgx.Tx]
-	hooks  testHooks
 	pool   *pgxpool.Pool
 	proc   *liveness.Process // its row in the processes table
 	q      queries
@@ -258,11 +257,6 @@ type Maintainer struct {
 
 type queries struct {
 	pruneConflicts, pruneInboxDefault, pruneKeys, pruneOutboxDefault, pruneOutboxUndated, pruneProcesses string
-}
-
-// testHooks let tests watch a run from the inside.
-type testHooks struct {
-	afterBatch func(table string, deleted int64) // after each delete statement
 }
 
 // New returns a Maintainer. It checks the configuration but does not touch
