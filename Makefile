@@ -52,7 +52,7 @@ FUZZTIME ?= 4000x
 # underneath). About 2 minutes a mode on 2 cores, most of it
 # waiting on timers rather than CPU.
 QUERY_MODES := exec simple_protocol describe_exec
-QUERY_MODE_PKGS := ./migrations ./inbox ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance \
+QUERY_MODE_PKGS := ./migrations ./inbox ./internal/partition ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance \
 	./health ./pgboxtest ./watermillinbox ./internal/liveness ./internal/notify ./internal/telemetry
 
 # make test also runs the packages that talk to PostgreSQL through a
