@@ -254,17 +254,20 @@ func (e *env) retainedExpire(st *retainedState, rows int) runFunc {
 		}
 		defer pool.Close()
 		schema := retainedSchema(rows, v7IDs)
-		var perMsg float64
-		err = pool.QueryRow(ctx, `
-			SELECT sum(pg_total_relation_size(c.oid))::float8 / $2
-			FROM pg_catalog.pg_inherits AS i JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
-			WHERE i.inhparent = ($1 || '.inbox')::regclass AND c.relname ~ '^inbox_d'`,
-			pgx.Identifier{schema}.Sanitize(), rows).Scan(&perMsg)
-		if err != nil {
-			return nil, err
-		}
 		var now time.Time
 		if err := pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+			return nil, err
+		}
+		var kept []string // the retained days' partitions
+		for d := partition.DayOf(now) - retainedDays; d < partition.DayOf(now); d++ {
+			kept = append(kept, partition.Inbox.DayPartition(d).Name)
+		}
+		var perMsg float64
+		err = pool.QueryRow(ctx, `
+			SELECT sum(pg_total_relation_size(c.oid))::float8 / $3
+			FROM pg_catalog.pg_class AS c WHERE c.relnamespace = $1::regnamespace AND c.relname = ANY($2)`,
+			pgx.Identifier{schema}.Sanitize(), kept, rows/retainedDays*retainedDays).Scan(&perMsg)
+		if err != nil {
 			return nil, err
 		}
 		day := partition.DayOf(now) - 30
