@@ -126,15 +126,19 @@ func TestConcurrentDuplicatesStraddlingGenerationSwitches(t *testing.T) {
 	b := setup(t)
 	const ids, receivers = 300, 6
 	var accepted [ids]atomic.Int32
-	done := make(chan struct{})
-	var flips atomic.Int32
+	// A new generation every chunksPerFlip chunks received: a few dozen in
+	// all, each one under way while receives are. (A switcher in a tight
+	// loop made hundreds, and every undated receive looks in each.)
+	const chunksPerFlip = 12
+	var chunks, flips atomic.Int32
+	tick, done := make(chan struct{}, 1), make(chan struct{})
 	var switcher sync.WaitGroup
 	switcher.Go(func() {
 		for g := int32(0); ; {
 			select {
 			case <-done:
 				return
-			default:
+			case <-tick:
 			}
 			err := partition.StartGeneration(ctx, b.pool, b.schema, g, 200*time.Millisecond)
 			if errors.Is(err, partition.ErrLockTimeout) {
@@ -152,8 +156,14 @@ func TestConcurrentDuplicatesStraddlingGenerationSwitches(t *testing.T) {
 	var wg sync.WaitGroup
 	for r := range receivers {
 		wg.Go(func() {
+			// Every receiver goes through the ids in the same order, in
+			// chunks of its own sizes, so that each id's deliveries run
+			// at about the same time, across the switches.
 			rng := rand.New(rand.NewPCG(uint64(r), 7))
-			order := rng.Perm(ids)
+			order := make([]int, ids)
+			for k := range order {
+				order[k] = k
+			}
 			for len(order) > 0 {
 				n := min(1+rng.IntN(8), len(order))
 				chunk := order[:n]
@@ -188,6 +198,12 @@ func TestConcurrentDuplicatesStraddlingGenerationSwitches(t *testing.T) {
 				for i, k := range chunk {
 					if res[i].Outcome == inbox.Accepted {
 						accepted[k].Add(1)
+					}
+				}
+				if chunks.Add(1)%chunksPerFlip == 0 {
+					select {
+					case tick <- struct{}{}:
+					default: // a switch is due already
 					}
 				}
 			}
