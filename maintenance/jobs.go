@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -169,8 +170,8 @@ func (w *pruneWorker) Work(ctx context.Context, job *river.Job[pruneArgs]) error
 // maintainPartitions brings the partitions up to date (partition.Maintain)
 // as the leader's args ask: days created ahead, a generation started when
 // due, expired partitions dropped (unless their table's retention is
-// -1). What it postponed is logged: a drop that keeps being postponed
-// means the table holds on to expired rows.
+// -1). Each change is counted, and what it postponed is logged: a drop
+// that keeps being postponed means the table holds on to expired rows.
 func (m *Maintainer) maintainPartitions(ctx context.Context, a pruneArgs) (*partition.Report, error) {
 	r, err := partition.Maintain(ctx, m.pool, m.cfg.Schema, partition.Options{
 		Ahead:            a.PartitionsAhead,
@@ -180,6 +181,12 @@ func (m *Maintainer) maintainPartitions(ctx context.Context, a pruneArgs) (*part
 		LockTimeout:      time.Duration(cmp.Or(a.LockTimeoutMS, PartitionLockTimeoutDefault.Milliseconds())) * time.Millisecond,
 		MaxKept:          maxKeptRows,
 	})
+	for change, names := range map[string][]string{"created": r.Created, "dropped": r.Dropped, "postponed": r.Postponed} {
+		for _, name := range names {
+			table, _, _ := strings.Cut(name, "_") // inbox_d20261124, outbox_undated, …
+			m.tel.Partition(ctx, table, change)
+		}
+	}
 	if err != nil {
 		return &r, err
 	}

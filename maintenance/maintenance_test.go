@@ -140,6 +140,7 @@ func TestRetentionDeletesOnlyWhatItShould(t *testing.T) {
 	require.Equal(t, m.ID(), jobs[0].EnqueuedBy)
 	delete(deleted, "outbox_default") // nothing deleted, nothing counted
 	require.Equal(t, deleted, telemetrytest.Sums(t, reader, "pgbox.maintenance.deleted", "pgbox.table"))
+	require.EqualValues(t, 2, telemetrytest.Sums(t, reader, "pgbox.maintenance.partitions", "pgbox.change")["dropped"])
 }
 
 // idsOf returns n ids made by id.
