@@ -52,7 +52,7 @@ FUZZTIME ?= 4000x
 # underneath). About 2 minutes a mode on 2 cores, most of it
 # waiting on timers rather than CPU.
 QUERY_MODES := exec simple_protocol describe_exec
-QUERY_MODE_PKGS := ./migrations ./inbox ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance \
+QUERY_MODE_PKGS := ./migrations ./inbox ./internal/partition ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance \
 	./health ./pgboxtest ./watermillinbox ./internal/liveness ./internal/notify ./internal/telemetry
 
 # make test also runs the packages that talk to PostgreSQL through a
@@ -73,7 +73,7 @@ QUERY_MODE_PKGS := ./migrations ./inbox ./dispatcher ./outbox ./relay ./idempote
 # it is built without -race, since watermill-amqp races on its own
 # connection state when the broker goes (ThreeDotsLabs/watermill#693).
 POOLER_MODE := cache_describe
-POOLER_PKGS := ./migrations ./inbox ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance ./internal/liveness \
+POOLER_PKGS := ./migrations ./inbox ./internal/partition ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance ./internal/liveness \
 	./health ./pgboxtest ./watermillinbox ./test ./examples/quickstart
 
 .PHONY: test chaos bench demo demo-pooler demo-quickstart inboxctl pg-up pg-down nats-up nats-down pgbouncer-up pgbouncer-down rabbitmq-up rabbitmq-down down

@@ -17,7 +17,7 @@ const DefaultSchema = "pgbox"
 
 // SchemaVersion is the migration version this build of pgbox needs. The
 // migrations package applies migrations up to exactly this version.
-const SchemaVersion = 8
+const SchemaVersion = 9
 
 // Metadata keys the relay sets on each message it publishes, and a
 // Watermill subscriber storing messages into an inbox reads by default.

@@ -124,7 +124,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Admin, error) {
 		"scheduleReplay": scheduleReplaySQL, "scheduledReplays": scheduledReplaysSQL, "cancelReplay": cancelReplaySQL,
 		"claimDueReplay": claimDueReplaySQL, "advanceReplay": advanceReplaySQL, "failReplay": failReplaySQL,
 		"countScheduled": countScheduledSQL, "groupKnown": groupKnownSQL, "doneExact": doneExactSQL,
-		"doneEstimate": doneEstimateSQL, "auditStart": auditStartSQL, "auditEnd": auditEndSQL, "auditLog": auditLogSQL,
+		"estimate": estimateSQL, "publishedExact": publishedExactSQL, "auditStart": auditStartSQL, "auditEnd": auditEndSQL, "auditLog": auditLogSQL,
 		"editLock": editLockSQL, "edit": editSQL,
 	} {
 		q[name] = ident.Render(sql, cfg.Schema)

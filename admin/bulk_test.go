@@ -83,10 +83,10 @@ func (b *testBundle) add(t *testing.T, consumer, prefix string, n int, status pg
 	}
 	b.exec(t, `
 		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts,
-		                               payload_hash, payload, last_error, received_at, processed_at)
+		                               payload_hash, payload, last_error, received_at, processed_at, bucket)
 		SELECT $1, $2 || '-' || g, 'ChargeCard', $3, CASE WHEN $4::text IS NULL THEN 0 ELSE 3 END, 3,
 		       '\x00'::bytea, ''::bytea, $4, now() - $5 * interval '1 millisecond',
-		       CASE WHEN $3 = 'done' THEN now() - $5 * interval '1 millisecond' END
+		       CASE WHEN $3 = 'done' THEN now() - $5 * interval '1 millisecond' END, /* schema */inbox_bucket($2 || '-' || g)
 		FROM generate_series(1, $6) AS g`,
 		consumer, prefix, string(status), lastErr, age.Milliseconds(), n)
 }
@@ -194,12 +194,12 @@ func TestReplayByFingerprint(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t, admin.Config{})
 	b.exec(t, `
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error, bucket)
 		SELECT 'payments', 'timeout-' || g, 'ChargeCard', CASE WHEN g <= 4 THEN 'dead' ELSE 'pending' END, 3, 3,
-		       '\x00'::bytea, ''::bytea, 'gateway timeout after ' || g || 's on order ''order-' || g || ''''
+		       '\x00'::bytea, ''::bytea, 'gateway timeout after ' || g || 's on order ''order-' || g || '''', /* schema */inbox_bucket('timeout-' || g)
 		FROM generate_series(1, 6) AS g
 		UNION ALL
-		SELECT 'payments', 'declined-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea, 'card declined'
+		SELECT 'payments', 'declined-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea, 'card declined', /* schema */inbox_bucket('declined-' || g)
 		FROM generate_series(1, 3) AS g`)
 
 	groups, err := b.adm.Failures(ctx, admin.FailuresOptions{Consumer: "payments"})

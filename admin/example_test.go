@@ -22,10 +22,10 @@ func ExampleAdmin_Failures() {
 	}
 	defer db.Close()
 	_, err = db.Pool.Exec(ctx, `
-		INSERT INTO `+db.Table("inbox")+` (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
-		VALUES ('payments', 'order-1', 'ChargeCard', 'dead', 5, 5, '\x00', '', 'gateway timeout after 30s'),
-		       ('payments', 'order-2', 'ChargeCard', 'dead', 5, 5, '\x00', '', 'gateway timeout after 31s'),
-		       ('payments', 'order-3', 'ChargeCard', 'dead', 5, 5, '\x00', '', 'card declined')`)
+		INSERT INTO `+db.Table("inbox")+` (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error, bucket)
+		VALUES ('payments', 'order-1', 'ChargeCard', 'dead', 5, 5, '\x00', '', 'gateway timeout after 30s', `+db.Table("inbox_bucket")+`('order-1')),
+		       ('payments', 'order-2', 'ChargeCard', 'dead', 5, 5, '\x00', '', 'gateway timeout after 31s', `+db.Table("inbox_bucket")+`('order-2')),
+		       ('payments', 'order-3', 'ChargeCard', 'dead', 5, 5, '\x00', '', 'card declined', `+db.Table("inbox_bucket")+`('order-3'))`)
 	if err != nil {
 		panic(err)
 	}
@@ -69,9 +69,9 @@ func ExampleAdmin_ReplayTx() {
 	defer db.Close()
 	_, err = db.Pool.Exec(ctx, `
 		CREATE TABLE `+db.Table("audit")+` (who text, what text, messages bigint);
-		INSERT INTO `+db.Table("inbox")+` (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
-		VALUES ('payments', 'order-1', 'ChargeCard', 'dead', 5, 5, '\x00', '', 'gateway timeout'),
-		       ('payments', 'order-2', 'ChargeCard', 'dead', 5, 5, '\x00', '', 'gateway timeout')`)
+		INSERT INTO `+db.Table("inbox")+` (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error, bucket)
+		VALUES ('payments', 'order-1', 'ChargeCard', 'dead', 5, 5, '\x00', '', 'gateway timeout', `+db.Table("inbox_bucket")+`('order-1')),
+		       ('payments', 'order-2', 'ChargeCard', 'dead', 5, 5, '\x00', '', 'gateway timeout', `+db.Table("inbox_bucket")+`('order-2'))`)
 	if err != nil {
 		panic(err)
 	}

@@ -46,13 +46,13 @@ func TestFailuresFirstAndLastFailureComeFromTheHistory(t *testing.T) {
 	b := setup(t, admin.Config{})
 	b.exec(t, `
 		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
-		                               received_at, last_error, errors)
+		                               received_at, last_error, errors, bucket)
 		VALUES ('payments', 'a', 'ChargeCard', 'dead', 2, 2, '\x00', '', '2026-01-01 09:00:00Z', 'timeout',
 		        '[{"attempt":1,"at":"2026-01-01T10:00:00Z","error":"timeout"},
 		          {"action":"replayed","at":"2026-01-03T00:00:00Z","replay":1},
-		          {"attempt":1,"at":"2026-01-02T10:00:00Z","error":"timeout"}]'),
+		          {"attempt":1,"at":"2026-01-02T10:00:00Z","error":"timeout"}]', /* schema */inbox_bucket('a')),
 		       ('payments', 'b', 'ChargeCard', 'dead', 1, 1, '\x00', '', '2026-01-01 09:30:00Z', 'timeout',
-		        '[{"attempt":1,"at":"2026-01-01T11:00:00Z","error":"timeout"}]')`)
+		        '[{"attempt":1,"at":"2026-01-01T11:00:00Z","error":"timeout"}]', /* schema */inbox_bucket('b'))`)
 
 	groups, err := b.adm.Failures(ctx, admin.FailuresOptions{})
 	require.NoError(t, err)
@@ -73,13 +73,15 @@ func TestFailuresSinceAndTrend(t *testing.T) {
 	// day ago. Group "declined": one attempt two hours ago.
 	b.exec(t, `
 		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
-		                               last_error, errors)
+		                               last_error, errors, bucket)
 		SELECT 'payments', 'timeout-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea, 'timeout',
-		       jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - make_interval(mins => m), 'error', 'timeout'))
+		       jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - make_interval(mins => m), 'error', 'timeout')),
+		       /* schema */inbox_bucket('timeout-' || g)
 		FROM unnest(ARRAY[45, 25, 5, 4, 1440]) WITH ORDINALITY AS x(m, g)
 		UNION ALL
 		SELECT 'payments', 'declined-1', 'ChargeCard', 'pending', 1, 3, '\x00'::bytea, ''::bytea, 'declined',
-		       jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '2 hours', 'error', 'declined'))`)
+		       jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '2 hours', 'error', 'declined')),
+		       /* schema */inbox_bucket('declined-1')`)
 
 	all, err := b.adm.Failures(ctx, admin.FailuresOptions{})
 	require.NoError(t, err)

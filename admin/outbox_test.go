@@ -19,12 +19,12 @@ import (
 func (b *testBundle) outboxRows(t *testing.T, n int, status pgbox.OutboxStatus) []uuid.UUID {
 	t.Helper()
 	rows, err := b.pool.Query(context.Background(), ident.Render(`
-		INSERT INTO /* schema */outbox (id, topic, event_type, status, attempts, payload, last_error, published_at)
-		SELECT gen_random_uuid(), 'orders', 'OrderPlaced', $1,
+		INSERT INTO /* schema */outbox (id, topic, event_type, status, attempts, payload, last_error, published_at, bucket)
+		SELECT r.id, 'orders', 'OrderPlaced', $1,
 		       CASE WHEN $1 = 'dead' THEN 5 ELSE 0 END, ''::bytea,
 		       CASE WHEN $1 = 'dead' THEN 'broker unreachable' END,
-		       CASE WHEN $1 = 'published' THEN now() END
-		FROM generate_series(1, $2)
+		       CASE WHEN $1 = 'published' THEN now() END, /* schema */outbox_bucket(r.id)
+		FROM (SELECT gen_random_uuid() AS id FROM generate_series(1, $2)) AS r
 		RETURNING id`, b.schema), string(status), n)
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])

@@ -2,10 +2,12 @@ package admin
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox"
@@ -24,11 +26,11 @@ func TestOperatorReadsUseIndexes(t *testing.T) {
 	schema := pgtest.Schema(t)
 	_, err := pool.Exec(ctx, ident.Render(`
 		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
-		                               processed_at, last_error)
+		                               processed_at, last_error, bucket)
 		SELECT CASE WHEN g % 2 = 0 THEN 'payments' ELSE 'refunds' END, 'm-' || g, 'ChargeCard',
 		       CASE WHEN g % 1000 = 0 THEN 'dead' WHEN g % 1000 = 1 THEN 'pending' ELSE 'done' END, 1, 3,
 		       '\x00'::bytea, ''::bytea, now() - g * interval '1 second',
-		       CASE WHEN g % 1000 IN (0, 1) THEN 'gateway timeout after ' || g || 's' END
+		       CASE WHEN g % 1000 IN (0, 1) THEN 'gateway timeout after ' || g || 's' END, /* schema */inbox_bucket('m-' || g)
 		FROM generate_series(1, 30000) AS g`, schema))
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, ident.Render("ANALYZE /* schema */inbox", schema))
@@ -58,12 +60,27 @@ func TestOperatorReadsUseIndexes(t *testing.T) {
 		"show without --consumer":    {adm.q["consumersOf"], []any{"m-17"}},
 		"show":                       {adm.q["show"], []any{"payments", "m-18"}},
 	} {
-		plan := explain(t, pool, q.sql, q.args...)
-		require.NotContains(t, plan, "Seq Scan on inbox", "%s reads the whole inbox:\n%s", name, plan)
+		requireNoScanOfRows(t, pool, schema, explain(t, pool, q.sql, q.args...), name)
 	}
-	require.Contains(t, explain(t, pool, adm.q["list"], append(group.args(), nil, 50)...), "inbox_failure",
-		"a group is read through inbox_failure_group_idx or inbox_failed_idx")
+	require.Regexp(t, `(failure_group|failed)_idx on inbox_g0`, explain(t, pool, adm.q["list"], append(group.args(), nil, 50)...),
+		"a group is read through the partition's inbox_failure_group_idx or inbox_failed_idx")
 }
+
+// requireNoScanOfRows fails if plan reads a partition of the inbox that
+// holds rows whole. An empty partition (days to come, the default one) may
+// be: a sequential scan of nothing is its cheapest read.
+func requireNoScanOfRows(t *testing.T, pool *pgxpool.Pool, schema, plan, name string) {
+	t.Helper()
+	for _, m := range seqScan.FindAllStringSubmatch(plan, -1) {
+		var rows bool
+		require.NoError(t, pool.QueryRow(context.Background(),
+			"SELECT EXISTS (SELECT 1 FROM "+pgx.Identifier{schema, m[1]}.Sanitize()+")").Scan(&rows))
+		require.False(t, rows, "%s reads %s, which holds rows, whole:\n%s", name, m[1], plan)
+	}
+}
+
+// seqScan finds the inbox partitions a plan reads whole.
+var seqScan = regexp.MustCompile(`Seq Scan on (inbox\w*)`)
 
 // explain returns query's plan with args bound, as the server makes it
 // for a first execution.

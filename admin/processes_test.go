@@ -28,10 +28,10 @@ func TestProcessesInEachQueryMode(t *testing.T) {
 				(8, 'dispatcher', 'payments', 'gone', 'h', 2, 'v', NULL, 1000, now() - interval '4 seconds'),
 				(9, 'maintainer', NULL, 'maint', 'h', 1, 'v', 'river-1', 60000, now());
 				INSERT INTO /* schema */river_leader (leader_id, elected_at, expires_at) VALUES ('river-1', now(), now() + interval '1 minute');
-				INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, max_attempts, available_at, claim_token, payload_hash, payload) VALUES
-				('payments', 'held', 'E', 'running', 1, now() + interval '1 hour', (8::bigint << 32) | 1, '\x00', ''),
-				('payments', 'expired', 'E', 'running', 1, now() - interval '1 second', (8::bigint << 32) | 2, '\x00', ''),
-				('payments', 'other', 'E', 'running', 1, now() + interval '1 hour', (7::bigint << 32) | 1, '\x00', '')`, b.schema))
+				INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, max_attempts, available_at, claim_token, payload_hash, payload, bucket) VALUES
+				('payments', 'held', 'E', 'running', 1, now() + interval '1 hour', (8::bigint << 32) | 1, '\x00', '', /* schema */inbox_bucket('held')),
+				('payments', 'expired', 'E', 'running', 1, now() - interval '1 second', (8::bigint << 32) | 2, '\x00', '', /* schema */inbox_bucket('expired')),
+				('payments', 'other', 'E', 'running', 1, now() + interval '1 hour', (7::bigint << 32) | 1, '\x00', '', /* schema */inbox_bucket('other'))`, b.schema))
 			require.NoError(t, err)
 
 			ps, err := b.adm.Processes(ctx)

@@ -346,29 +346,40 @@ ORDER BY c.consumer`
 const doneExactSQL = `
 SELECT i.consumer, count(*) FROM /* schema */inbox AS i WHERE i.status = ` + tables.InboxDone + ` GROUP BY i.consumer`
 
-// doneEstimateSQL reads what the planner knows of the inbox in schema $1,
-// without reading it: its row count at the last VACUUM or ANALYZE
-// (reltuples, -1 if never) and pages then (relpages) and now, and the
-// consumer column's statistics (most common values and their frequencies,
-// distinct count, NULL fraction; NULL if never analyzed).
-const doneEstimateSQL = `
+// estimateSQL reads what the planner knows of each partition of table $2
+// (inbox or outbox) of schema $1 (a quoted name), without reading it: its
+// row count at the last VACUUM or ANALYZE (reltuples, -1 if never) and
+// pages then (relpages) and now, and the consumer column's statistics
+// (most common values and their frequencies, distinct count, NULL
+// fraction; NULL for the outbox, an empty partition, or one never
+// analyzed). A partitioned table keeps no rows of its own: the
+// partitions' own statistics (not inherited) are the ones autovacuum keeps
+// up to date.
+const estimateSQL = `
 SELECT c.reltuples::float8, c.relpages::bigint, pg_relation_size(c.oid) / current_setting('block_size')::bigint,
        s.most_common_vals::text::text[], s.most_common_freqs::float8[], s.n_distinct::float8, s.null_frac::float8
-FROM pg_catalog.pg_class AS c
+FROM pg_catalog.pg_inherits AS i
+JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
 JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-LEFT JOIN pg_catalog.pg_stats AS s ON s.schemaname = n.nspname AND s.tablename = c.relname AND s.attname = 'consumer'
-WHERE n.nspname = $1 AND c.relname = 'inbox' AND c.relkind = 'r'`
+LEFT JOIN pg_catalog.pg_stats AS s
+       ON s.schemaname = n.nspname AND s.tablename = c.relname AND s.attname = 'consumer' AND NOT s.inherited
+WHERE i.inhparent = ($1 || '.' || $2)::regclass`
 
-// outboxStatsSQL counts the outbox by status, with the age of the oldest
-// unpublished row.
+// outboxStatsSQL counts the outbox's unfinished rows by status, each from
+// its partial index, with the age of the oldest unpublished row; the
+// published rows are counted by publishedExactSQL or estimated
+// (estimateSQL).
 const outboxStatsSQL = `
-SELECT count(*) FILTER (WHERE status = ` + tables.OutboxPending + `),
-       count(*) FILTER (WHERE status = ` + tables.OutboxRunning + `),
-       count(*) FILTER (WHERE status = ` + tables.OutboxPublished + `),
-       count(*) FILTER (WHERE status = ` + tables.OutboxDead + `),
-       extract(epoch FROM now() - min(created_at) FILTER (WHERE status IN (` + tables.OutboxPending + `, ` + tables.OutboxRunning + `))),
-       now()
-FROM /* schema */outbox`
+SELECT (SELECT count(*) FROM /* schema */outbox WHERE status = ` + tables.OutboxPending + `),
+       (SELECT count(*) FROM /* schema */outbox WHERE status = ` + tables.OutboxRunning + `),
+       (SELECT count(*) FROM /* schema */outbox WHERE status = ` + tables.OutboxDead + `),
+       extract(epoch FROM now() - (SELECT min(created_at) FROM /* schema */outbox
+                                   WHERE status IN (` + tables.OutboxPending + `, ` + tables.OutboxRunning + `))),
+       now()`
+
+// publishedExactSQL counts the published rows the outbox keeps: every one
+// of them (stats --exact).
+const publishedExactSQL = `SELECT count(*) FROM /* schema */outbox WHERE status = ` + tables.OutboxPublished
 
 // outboxColumns are the columns of an OutboxMessage, in scan order.
 const outboxColumns = `o.id, o.seq, o.topic, o.event_type, coalesce(o.ordering_key, ''), o.status, o.attempts, o.replays,

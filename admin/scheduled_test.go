@@ -19,11 +19,11 @@ import (
 func deadMessages(t *testing.T, schema string, n int) {
 	t.Helper()
 	_, err := pgtest.Pool(t).Exec(context.Background(), ident.Render(`
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
-		SELECT 'payments', 'order-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea, 'gateway timeout'
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error, bucket)
+		SELECT 'payments', 'order-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea, 'gateway timeout', /* schema */inbox_bucket('order-' || g)
 		FROM generate_series(1, $1) AS g
 		UNION ALL
-		SELECT 'payments', 'done-1', 'ChargeCard', 'done', 1, 3, '\x00'::bytea, ''::bytea, NULL`, schema), n)
+		SELECT 'payments', 'done-1', 'ChargeCard', 'done', 1, 3, '\x00'::bytea, ''::bytea, NULL, /* schema */inbox_bucket('done-1')`, schema), n)
 	require.NoError(t, err)
 }
 

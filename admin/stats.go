@@ -67,8 +67,12 @@ type OutboxStats struct {
 	OldestUnpublished *Duration `json:"oldest_unpublished"`
 	// Pending counts the rows waiting to be published.
 	Pending int64 `json:"pending"`
-	// Published counts the published rows still kept.
+	// Published counts the published rows still kept: estimated when
+	// PublishedEstimated is set (see StatsOptions).
 	Published int64 `json:"published"`
+	// PublishedEstimated reports that Published comes from PostgreSQL's
+	// statistics of the outbox's partitions rather than a count.
+	PublishedEstimated bool `json:"published_estimated"`
 	// Running counts the rows a relay is publishing.
 	Running int64 `json:"running"`
 }
@@ -93,11 +97,13 @@ func seconds(s *float64) *Duration {
 
 // StatsOptions says how Stats counts.
 type StatsOptions struct {
-	// Exact counts done messages one by one, which reads every one of
-	// them: seconds or minutes on an inbox of many millions. Defaults to
-	// false: done messages are estimated from the planner's statistics
-	// (ConsumerStats.DoneEstimated), in constant time, and counted exactly
-	// only while the inbox has never been analyzed (a new, small inbox).
+	// Exact counts done messages and published outbox rows one by one,
+	// which reads every one of them: seconds or minutes on a table of many
+	// millions. Defaults to false: they are estimated from the planner's
+	// statistics of each partition (ConsumerStats.DoneEstimated,
+	// OutboxStats.PublishedEstimated), in time that grows with the number
+	// of partitions, not of rows, and counted exactly only while no
+	// partition holding rows has been analyzed (a new, small table).
 	Exact bool
 }
 
@@ -108,14 +114,11 @@ func (a *Admin) Stats(ctx context.Context, opts StatsOptions) (*Stats, error) {
 	var (
 		st     Stats
 		oldest *float64
+		err    error
 	)
-	err := a.pool.QueryRow(ctx, a.q["outboxStats"]).Scan(&st.Outbox.Pending, &st.Outbox.Running, &st.Outbox.Published,
-		&st.Outbox.Dead, &oldest, &st.At)
-	if err != nil {
-		return nil, a.dbError(ctx, "outbox stats", err)
+	if st.Outbox, st.At, err = a.outboxStats(ctx, opts.Exact); err != nil {
+		return nil, err
 	}
-	st.At = st.At.UTC()
-	st.Outbox.OldestUnpublished = seconds(oldest)
 
 	rows, err := a.pool.Query(ctx, a.q["stats"])
 	if err != nil {

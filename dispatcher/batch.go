@@ -97,10 +97,12 @@ type claimed struct {
 	problem error
 	msg     Message
 	seq     int64
+	bucket  int32 // the inbox partition's bucket, to find its row again
 }
 
 // outcome is what became of a claimed message, as completeSQL records it.
 type outcome struct {
+	bucket int32         // the message's inbox bucket
 	delay  time.Duration // before the next attempt, for pending
 	err    string        // recorded in the history when non-empty
 	id     string

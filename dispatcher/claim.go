@@ -24,7 +24,7 @@ const lostBatchError = "the attempt's batch transaction never committed: the wor
 // claim takes a batch in tx (see claimSQL). Messages the claim marked dead
 // (their lease expired on their last attempt) are only logged.
 func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescue bool) (*batch, error) {
-	rows, err := tx.Query(ctx, d.q.claim, d.consumer, d.cfg.BatchSize, token, d.leasedTypes,
+	rows, err := tx.Query(ctx, d.q.claim, d.consumer, token, d.leasedTypes,
 		d.cfg.Lease.Milliseconds(), mayRescue, leaseExpiredError)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
@@ -40,7 +40,7 @@ func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescu
 		)
 		m := &c.msg
 		if err := rows.Scan(&m.ID, &status, &m.EventType, &m.Payload, &metadata, &m.OrderingKey,
-			&m.Attempt, &m.MaxAttempts, &m.ReceivedAt, &c.seq, &b.rescue, &b.xid); err != nil {
+			&m.Attempt, &m.MaxAttempts, &m.ReceivedAt, &c.seq, &b.rescue, &b.xid, &c.bucket); err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
 		m.Consumer = d.consumer

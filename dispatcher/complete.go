@@ -17,9 +17,9 @@ func (d *Dispatcher) complete(ctx context.Context, db interface {
 	// such as []pgbox.InboxStatus in the exec and simple-protocol modes.
 	ids, statuses := make([]string, n), make([]string, n)
 	delays, refunds := make([]int64, n), make([]int32, n)
-	errs, traces := make([]*string, n), make([]*string, n)
+	errs, traces, buckets := make([]*string, n), make([]*string, n), make([]int32, n)
 	for i, o := range outcomes {
-		ids[i], statuses[i], delays[i] = o.id, string(o.status), o.delay.Milliseconds()
+		ids[i], statuses[i], delays[i], buckets[i] = o.id, string(o.status), o.delay.Milliseconds(), o.bucket
 		if o.refund {
 			refunds[i] = 1
 		}
@@ -30,7 +30,7 @@ func (d *Dispatcher) complete(ctx context.Context, db interface {
 			traces[i] = &outcomes[i].trace
 		}
 	}
-	tag, err := db.Exec(ctx, d.q.complete, d.consumer, token, ids, statuses, delays, refunds, errs, traces)
+	tag, err := db.Exec(ctx, d.q.complete, d.consumer, token, ids, statuses, delays, refunds, errs, traces, buckets)
 	if err != nil {
 		return 0, err
 	}

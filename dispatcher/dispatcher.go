@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -81,7 +83,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		schema:   schema,
 		q: queries{
 			beginBatch:  fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d", cfg.Lease.Milliseconds()),
-			claim:       ident.Render(claimSQL, schema),
+			claim:       strings.Replace(ident.Render(claimSQL, schema), batchPlaceholder, strconv.Itoa(cfg.BatchSize), 1),
 			complete:    ident.Render(completeSQL, schema),
 			reconcile:   ident.Render(reconcileSQL, schema),
 			recordClaim: ident.Render(recordClaimSQL, schema),

@@ -124,7 +124,7 @@ func (d *Dispatcher) handleLeased(token int64, batch []*claimed, hb *heartbeat) 
 		}
 		hb.starting(c.msg.ID)
 		renewCtx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
-		tag, err := d.pool.Exec(renewCtx, d.q.renewLease, d.consumer, []string{c.msg.ID}, token, d.cfg.Lease.Milliseconds())
+		tag, err := d.pool.Exec(renewCtx, d.q.renewLease, d.consumer, []string{c.msg.ID}, token, d.cfg.Lease.Milliseconds(), []int32{c.bucket})
 		cancel()
 		if err != nil {
 			d.cfg.Logger.Error("dispatcher: could not renew a lease; the batch's remaining messages will be retried when their lease expires",
@@ -172,12 +172,12 @@ func (d *Dispatcher) failed(c *claimed, err error, trace string) outcome {
 	isPermanent := errors.As(err, &permanent)
 	switch {
 	case errors.As(err, &snooze):
-		return outcome{id: m.ID, status: pgbox.InboxPending, delay: snooze.After, refund: true}
+		return outcome{id: m.ID, bucket: c.bucket, status: pgbox.InboxPending, delay: snooze.After, refund: true}
 	case !isPermanent && d.loop.CancelledByStop():
 		// Stop cancelled the handler: not the message's fault.
 		return released(c)
 	}
-	o := outcome{id: m.ID, eventType: m.EventType, err: pgtext.Clean(err.Error(), maxErrorBytes), trace: pgtext.Clean(trace, maxTraceBytes)}
+	o := outcome{id: m.ID, bucket: c.bucket, eventType: m.EventType, err: pgtext.Clean(err.Error(), maxErrorBytes), trace: pgtext.Clean(trace, maxTraceBytes)}
 	switch {
 	case isPermanent:
 		o.status = pgbox.InboxDead
@@ -202,12 +202,12 @@ func failures(outcomes []outcome) []outcome {
 func isDone(o outcome) bool { return o.status == pgbox.InboxDone }
 
 func done(c *claimed) outcome {
-	return outcome{id: c.msg.ID, eventType: c.msg.EventType, status: pgbox.InboxDone}
+	return outcome{id: c.msg.ID, bucket: c.bucket, eventType: c.msg.EventType, status: pgbox.InboxDone}
 }
 
 // released gives the message back: pending now, the attempt refunded.
 func released(c *claimed) outcome {
-	return outcome{id: c.msg.ID, status: pgbox.InboxPending, refund: true}
+	return outcome{id: c.msg.ID, bucket: c.bucket, status: pgbox.InboxPending, refund: true}
 }
 
 func (d *Dispatcher) releaseAll(batch []*claimed) []outcome {

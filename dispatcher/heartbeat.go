@@ -21,16 +21,14 @@ type heartbeat struct {
 	mu      sync.Mutex
 	stop    chan struct{}
 	token   int64
-	waiting []string
+	waiting []*claimed
 }
 
 // startHeartbeat begins renewing the leases of batch every third of the
 // lease, and at once if now is set. Call close when the batch is over.
 func (d *Dispatcher) startHeartbeat(token int64, batch []*claimed, now bool) *heartbeat {
 	h := &heartbeat{d: d, done: make(chan struct{}), stop: make(chan struct{}), token: token}
-	for _, c := range batch {
-		h.waiting = append(h.waiting, c.msg.ID)
-	}
+	h.waiting = slices.Clone(batch)
 	go h.run(now)
 	return h
 }
@@ -55,14 +53,17 @@ func (h *heartbeat) run(now bool) {
 // renew renews the leases of the messages still waiting.
 func (h *heartbeat) renew() {
 	h.mu.Lock()
-	ids := slices.Clone(h.waiting)
+	ids, buckets := make([]string, len(h.waiting)), make([]int32, len(h.waiting))
+	for i, c := range h.waiting {
+		ids[i], buckets[i] = c.msg.ID, c.bucket
+	}
 	h.mu.Unlock()
 	if len(ids) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
 	defer cancel()
-	if _, err := h.d.pool.Exec(ctx, h.d.q.renewLease, h.d.consumer, ids, h.token, h.d.cfg.Lease.Milliseconds()); err != nil {
+	if _, err := h.d.pool.Exec(ctx, h.d.q.renewLease, h.d.consumer, ids, h.token, h.d.cfg.Lease.Milliseconds(), buckets); err != nil {
 		h.d.cfg.Logger.Warn("dispatcher: could not renew the leases of waiting messages; they may be taken over",
 			slog.String("consumer", h.d.consumer), slog.Int("messages", len(ids)), slog.String("error", err.Error()))
 	}
@@ -72,7 +73,7 @@ func (h *heartbeat) renew() {
 func (h *heartbeat) starting(id string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.waiting = slices.DeleteFunc(h.waiting, func(w string) bool { return w == id })
+	h.waiting = slices.DeleteFunc(h.waiting, func(w *claimed) bool { return w.msg.ID == id })
 }
 
 // close stops the heartbeat and waits for it.

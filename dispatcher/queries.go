@@ -22,12 +22,17 @@ import "github.com/pgbox/pgbox/internal/tables"
 // per batch in inbox_claims; reconcileSQL turns the rows of transactions
 // that aborted into counted, recorded, lost attempts.
 
-// claimSQL claims up to $2 messages of consumer $1 in the calling (batch)
-// transaction, and returns them with the transaction's id.
+// batchPlaceholder is where claimSQL's text holds the batch size, put in
+// as a number when a Dispatcher is made.
+const batchPlaceholder = "/* batch */"
+
+// claimSQL claims up to the batch size (batchSQL) messages of consumer $1
+// in the calling (batch) transaction, and returns them with the
+// transaction's id.
 //
 // A message whose lease expired (a leased handler's worker died, or a batch
 // was lost and reconciled, see reconcileSQL) is rescued alone, before any
-// fresh work, and only when $6 says this process is not already handling a
+// fresh work, and only when $5 says this process is not already handling a
 // rescued message: its worker may have died handling it, and a message that
 // crashes its process must not take innocent neighbours down with it each
 // time. A rescued leased attempt was never recorded (its claim_token is
@@ -44,34 +49,32 @@ import "github.com/pgbox/pgbox/internal/tables"
 // FOR UPDATE SKIP LOCKED lets many workers claim at once without waiting on
 // each other; rows another worker is locking are simply someone else's.
 //
-// The update finds the locked rows by the ctid their lock returned, with a
-// TID scan, in every plan. Joined on (consumer, message_id) instead, a
-// plan made while the inbox was small (a new inbox: pgx prepares the
-// statement and PostgreSQL keeps a generic plan per connection) hash-joined
-// the batch against a sequential scan of the whole inbox, and kept doing
-// so as done messages piled up, until an ANALYZE replanned it: in the
-// first minute of a new inbox, each claim read every message it held. A
-// row a concurrent transaction changed after this statement's snapshot and
-// that still qualifies is locked in its newest version, which the TID scan
-// cannot see: it is left out of the batch, still pending, and claimed
-// again later.
+// The update finds the locked rows again by their primary key, bucket
+// included, so that PostgreSQL reads only each row's own partition (the
+// inbox is partitioned, see migration 9): a join on the ctid their lock
+// returned, as this statement did before, is not pruned, and would look
+// for each row's ctid in every partition. The batch size is a constant in
+// the text (batchPlaceholder), so that even a generic plan made while the inbox
+// was small (pgx prepares the statement and PostgreSQL keeps a plan per
+// connection) knows the claim takes a few rows and probes the key for
+// each, rather than hash-joining them against a scan of the inbox.
 //
-// Messages of the event types in $4 are leased: they become running under
-// the claim token $3 with a lease of $5 ms, and are called after the batch
+// Messages of the event types in $3 are leased: they become running under
+// the claim token $2 with a lease of $4 ms, and are called after the batch
 // commits. Every other message is marked done, in anticipation: a handler
 // that fails has its outcome written over it before the commit.
 const claimSQL = `
 WITH rescued AS (
-    SELECT i.ctid AS locked, i.event_type, i.claim_token IS NOT NULL AS unrecorded,
+    SELECT i.message_id, i.bucket, i.event_type, i.claim_token IS NOT NULL AS unrecorded,
            i.attempts >= i.max_attempts AS spent
     FROM /* schema */inbox AS i
-    WHERE $6 AND i.consumer = $1 AND i.status = ` + tables.InboxRunning + ` AND i.available_at <= now()
+    WHERE $5 AND i.consumer = $1 AND i.status = ` + tables.InboxRunning + ` AND i.available_at <= now()
     ORDER BY i.available_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ),
 fresh AS (
-    SELECT i.ctid AS locked, i.event_type, false AS unrecorded, false AS spent
+    SELECT i.message_id, i.bucket, i.event_type, false AS unrecorded, false AS spent
     FROM /* schema */inbox AS i
     WHERE i.consumer = $1
       AND i.status = ` + tables.InboxPending + `
@@ -79,13 +82,13 @@ fresh AS (
       AND NOT EXISTS (SELECT 1 FROM rescued)
       AND ` + tables.InboxAtKeyHead + `
     ORDER BY i.available_at, i.seq
-    LIMIT $2
+    LIMIT /* batch */
     FOR UPDATE SKIP LOCKED
 ),
 claimable AS (
-    SELECT c.locked, c.rescue, c.unrecorded,
+    SELECT c.message_id, c.bucket, c.rescue, c.unrecorded,
            CASE WHEN c.spent THEN ` + tables.InboxDead + `
-                WHEN c.event_type = ANY($4::text[]) THEN ` + tables.InboxRunning + `
+                WHEN c.event_type = ANY($3::text[]) THEN ` + tables.InboxRunning + `
                 ELSE ` + tables.InboxDone + ` END AS next
     FROM (SELECT r.*, true AS rescue FROM rescued AS r
           UNION ALL
@@ -94,17 +97,17 @@ claimable AS (
 UPDATE /* schema */inbox AS i SET
     status       = c.next,
     attempts     = CASE WHEN c.next = ` + tables.InboxDead + ` THEN i.attempts ELSE i.attempts + 1 END,
-    claim_token  = $3,
-    available_at = CASE WHEN c.next = ` + tables.InboxRunning + ` THEN now() + $5 * interval '1 millisecond' ELSE i.available_at END,
+    claim_token  = $2,
+    available_at = CASE WHEN c.next = ` + tables.InboxRunning + ` THEN now() + $4 * interval '1 millisecond' ELSE i.available_at END,
     processed_at = CASE WHEN c.next = ` + tables.InboxDone + ` THEN now() ELSE i.processed_at END,
-    last_error   = CASE WHEN c.unrecorded THEN $7 ELSE i.last_error END,
+    last_error   = CASE WHEN c.unrecorded THEN $6 ELSE i.last_error END,
     errors       = CASE WHEN c.unrecorded
-                        THEN i.errors || jsonb_build_array(jsonb_build_object('attempt', i.attempts, 'at', now(), 'error', $7::text))
+                        THEN i.errors || jsonb_build_array(jsonb_build_object('attempt', i.attempts, 'at', now(), 'error', $6::text))
                         ELSE i.errors END
 FROM claimable AS c
-WHERE i.ctid = c.locked
+WHERE i.consumer = $1 AND i.message_id = c.message_id AND i.bucket = c.bucket
 RETURNING i.message_id, i.status, i.event_type, i.payload, i.metadata, coalesce(i.ordering_key, ''),
-          i.attempts, i.max_attempts, i.received_at, i.seq, c.rescue, pg_current_xact_id()::text`
+          i.attempts, i.max_attempts, i.received_at, i.seq, c.rescue, pg_current_xact_id()::text, i.bucket`
 
 // recordClaimSQL records that batch transaction $2 of consumer $1 claimed
 // messages $3 and is about to run their handlers. It runs in a session of
@@ -188,13 +191,15 @@ FROM lost AS l
 WHERE i.consumer = $1 AND i.message_id = l.id AND i.status IN (` + tables.InboxPending + `, ` + tables.InboxRunning + `)
 RETURNING i.message_id, i.event_type, i.attempts, i.status`
 
-// renewLeaseSQL restarts the lease of claimed messages that are still
-// this worker's, and returns how many it renewed: just before a leased
-// handler runs (one id: is the claim still ours?), and periodically for a
-// batch's leased messages still waiting their turn.
+// renewLeaseSQL restarts the lease of claimed messages ($2, in buckets
+// $5) that are still this worker's, and returns how many it renewed: just
+// before a leased handler runs (one id: is the claim still ours?), and
+// periodically for a batch's leased messages still waiting their turn.
 const renewLeaseSQL = `
-UPDATE /* schema */inbox SET available_at = now() + $4 * interval '1 millisecond'
-WHERE consumer = $1 AND message_id = ANY($2::text[]) AND claim_token = $3 AND status = ` + tables.InboxRunning
+UPDATE /* schema */inbox AS i SET available_at = now() + $4 * interval '1 millisecond'
+FROM unnest($2::text[], $5::int[]) AS m(message_id, bucket)
+WHERE i.consumer = $1 AND i.message_id = m.message_id AND i.bucket = m.bucket
+  AND i.claim_token = $3 AND i.status = ` + tables.InboxRunning
 
 // completeSQL records outcomes other than the anticipated one, in one
 // statement, fenced by the claim token: in the batch transaction, for
@@ -215,9 +220,9 @@ UPDATE /* schema */inbox AS i SET
     errors       = CASE WHEN o.error IS NULL THEN i.errors
                         ELSE i.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
                             'attempt', i.attempts, 'at', now(), 'error', o.error, 'trace', o.trace))) END
-FROM unnest($3::text[], $4::text[], $5::bigint[], $6::int[], $7::text[], $8::text[])
-    AS o(message_id, status, delay_ms, refund, error, trace)
-WHERE i.consumer = $1 AND i.message_id = o.message_id AND i.claim_token = $2 AND i.status IN (` + tables.InboxRunning + `, ` + tables.InboxDone + `)`
+FROM unnest($3::text[], $4::text[], $5::bigint[], $6::int[], $7::text[], $8::text[], $9::int[])
+    AS o(message_id, status, delay_ms, refund, error, trace, bucket)
+WHERE i.consumer = $1 AND i.message_id = o.message_id AND i.bucket = o.bucket AND i.claim_token = $2 AND i.status IN (` + tables.InboxRunning + `, ` + tables.InboxDone + `)`
 
 // settleSQL records the failures of a batch whose transaction failed as a
 // whole after its handlers ran (a handler broke the connection, the commit

@@ -68,7 +68,7 @@ func ExampleChecker() {
 	//       "status": "ok"
 	//     },
 	//     {
-	//       "detail": "version 8",
+	//       "detail": "version 9",
 	//       "name": "schema",
 	//       "status": "ok"
 	//     },

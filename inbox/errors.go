@@ -36,3 +36,13 @@ func (e *ConflictError) Error() string {
 
 // Is lets errors.Is(err, ErrPayloadConflict) match.
 func (e *ConflictError) Is(target error) bool { return target == ErrPayloadConflict }
+
+// ErrNeedsReadCommitted is matched (errors.Is) by the error of ReceiveTx,
+// ReceiveBatchTx or Process run in a REPEATABLE READ or SERIALIZABLE
+// transaction on a message whose id is not a UUIDv7. Such ids are kept in
+// generations, and a redelivery is looked up in the earlier ones with the
+// statement's own snapshot: a snapshot taken when the transaction began
+// could miss a delivery that a concurrent receive stored meanwhile. Nothing
+// was stored, and the transaction is aborted: roll it back. UUIDv7 ids (as
+// pgbox's outbox makes them) may be received at any isolation level.
+var ErrNeedsReadCommitted = errors.New("undated message id received outside READ COMMITTED")

@@ -5,10 +5,66 @@ import "github.com/pgbox/pgbox/internal/tables"
 // The inbox's SQL. "/* schema */" is replaced by the quoted schema name when
 // an Inbox is created (ident.Render).
 
+// The inbox is partitioned by bucket (migration 9, internal/partition), a
+// function of the message id that every delivery of the id computes alike,
+// so that a redelivery meets its first delivery in one partition's primary
+// key. The Inbox computes each id's day in Go ($days: the day a UUIDv7 id
+// was made, NULL for any other id); the statement reads the inbox's row of
+// the partitioning table (layout), and with it:
+//
+//   - a message whose day is the origin day or later is dated: bucket = its
+//     day, the day's partition (or the default one), where ON CONFLICT is
+//     the whole dedupe;
+//   - any other is undated: bucket = -generation, the current generation,
+//     and it is inserted only if no earlier generation holds its id
+//     (undatedNewSQL). That read is exact because reading the partitioning
+//     table locks it (ACCESS SHARE, until the transaction ends) before the
+//     statement takes its snapshot, and a new generation starts only under
+//     an exclusive lock on it (partition.StartGeneration): a receive sees
+//     either the old generation and every earlier receive's rows, or the
+//     new one after every receive into the old one has committed. So two
+//     deliveries of one id can never be stored in two generations.
+//
+// That argument needs a fresh snapshot per statement: READ COMMITTED. In a
+// transaction with a snapshot of its own (REPEATABLE READ, SERIALIZABLE)
+// an undated message is refused with readCommittedError's text.
+
+// layoutSQL is a WITH item, layout(origin_day, generation): the inbox's row
+// of the partitioning table.
+const layoutSQL = `
+layout AS (
+    SELECT p.origin_day, p.generation
+    FROM /* schema */partitioning AS p
+    WHERE p.table_name = 'inbox'
+)`
+
+// readCommittedError is the text of the error an undated message received
+// in a REPEATABLE READ or SERIALIZABLE transaction fails with.
+const readCommittedError = "pgbox: an inbox receive of a message id that is no UUIDv7 must run in a READ COMMITTED transaction"
+
+// bucketSQL is the bucket of message m (with columns day) under layout l.
+const bucketSQL = `CASE WHEN m.day >= l.origin_day THEN m.day ELSE -l.generation END`
+
+// undatedNewSQL is true for message m (with columns day, message_id and
+// bucket) unless it is undated and an earlier generation of consumer $1
+// holds its id. Earlier generations have the higher buckets, up to 0; the
+// range lets PostgreSQL read only their partitions. An undated message
+// received in a transaction that is not READ COMMITTED makes the statement
+// fail with readCommittedError: a cast of its text to boolean, which costs
+// the common case nothing, unlike a function that raises (the setting in
+// the text keeps the planner from folding the cast, and failing, at once).
+const undatedNewSQL = `(m.day >= l.origin_day OR (
+        CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN true
+             ELSE ('` + readCommittedError + ` (this one is ' || current_setting('transaction_isolation') || ')')::boolean END
+        AND NOT EXISTS (SELECT 1 FROM /* schema */inbox AS e
+                        WHERE e.consumer = $1 AND e.message_id = m.message_id AND e.bucket > m.bucket AND e.bucket <= 0)))`
+
 // receiveSQL stores a batch of messages in one round trip and reports, per
 // message, whether it was inserted and, if not, the payload hash already
 // stored under its id.
 //
+//   - placed, judged: each message with its bucket, and whether it is new
+//     to the earlier generations (see above).
 //   - key_locks: receivers of the same ordering key take turns, through a
 //     transaction-scoped advisory lock per key taken in a fixed order (so
 //     two batches cannot deadlock on them).
@@ -17,11 +73,12 @@ import "github.com/pgbox/pgbox/internal/tables"
 //     one-row aggregate of key_locks). So per key, seq order is commit order,
 //     and the dispatcher, which runs a key's messages in seq order, can never
 //     see a later message commit before an earlier one.
-//   - inserted: ON CONFLICT DO NOTHING is the dedupe. When a concurrent
-//     transaction is inserting the same id, PostgreSQL waits for it to end
-//     and then skips (if it committed) or inserts (if it rolled back). Rows
-//     go in in message id order, so two batches that share ids wait for each
-//     other in the same order and cannot deadlock.
+//   - inserted: ON CONFLICT DO NOTHING is the dedupe, with undatedNewSQL
+//     for undated messages. When a concurrent transaction is inserting the
+//     same id, PostgreSQL waits for it to end and then skips (if it
+//     committed) or inserts (if it rolled back). Rows go in in message id
+//     order, so two batches that share ids wait for each other in the same
+//     order and cannot deadlock.
 //   - notified: one NOTIFY for the statement, only if something new is
 //     pending and the caller passed a channel (the Inbox folds its
 //     notifications, see Config.NotifyInterval); it is delivered when the
@@ -30,18 +87,26 @@ import "github.com/pgbox/pgbox/internal/tables"
 //     them), and for each other one its position in the batch and the
 //     stored row's payload hash, so the caller can tell a redelivery from
 //     a conflicting reuse of an id. The hash comes from a correlated
-//     subquery on purpose: one primary-key probe per duplicate. (As a LEFT
-//     JOIN, the planner hashed every stored row of the consumer, once per
-//     batch: a scan of the whole dedupe memory per receive.) A row
-//     committed by a concurrent transaction during this statement is not
-//     visible to its snapshot; its hash comes back NULL and the caller
-//     looks it up with hashSQL. A first row, position 0, is always there,
-//     so that the notified CTE is always run.
+//     subquery on purpose: one primary-key probe per duplicate, in the
+//     partitions its bucket allows (its own for a dated message, the
+//     generations for an undated one). A row committed by a concurrent
+//     transaction during this statement is not visible to its snapshot;
+//     its hash comes back NULL and the caller looks it up with hashSQL. A
+//     first row, position 0, is always there, so that the notified CTE is
+//     always run.
 const receiveSQL = `
 WITH input AS (
     SELECT *
-    FROM unnest($2::text[], $3::text[], $4::bytea[], $5::bytea[], $6::text[], $7::text[], $8::int[])
-        WITH ORDINALITY AS m(message_id, event_type, payload, payload_hash, metadata, ordering_key, max_attempts, ord)
+    FROM unnest($2::text[], $3::text[], $4::bytea[], $5::bytea[], $6::text[], $7::text[], $8::int[], $12::int[])
+        WITH ORDINALITY AS m(message_id, event_type, payload, payload_hash, metadata, ordering_key, max_attempts, day, ord)
+),` + layoutSQL + `,
+placed AS (
+    SELECT m.*, ` + bucketSQL + ` AS bucket
+    FROM input AS m CROSS JOIN layout AS l
+),
+judged AS (
+    SELECT m.*, ` + undatedNewSQL + ` AS new
+    FROM placed AS m CROSS JOIN layout AS l
 ),
 key_locks AS (
     SELECT count(*) AS n
@@ -56,19 +121,19 @@ sequence AS (
 ),
 numbered AS (
     SELECT m.*, nextval(s.oid) AS seq
-    FROM input AS m CROSS JOIN key_locks CROSS JOIN sequence AS s
+    FROM judged AS m CROSS JOIN key_locks CROSS JOIN sequence AS s
+    WHERE m.new
     ORDER BY m.ord
 ),
 inserted AS (
     INSERT INTO /* schema */inbox AS i
         (seq, consumer, message_id, event_type, payload, payload_hash, metadata, ordering_key, max_attempts,
-         status, attempts, processed_at)
-    OVERRIDING SYSTEM VALUE
+         status, attempts, processed_at, bucket)
     SELECT n.seq, $1, n.message_id, n.event_type, n.payload, n.payload_hash, n.metadata::jsonb, n.ordering_key, n.max_attempts,
-           $9, CASE WHEN $9 = ` + tables.InboxDone + ` THEN 1 ELSE 0 END, CASE WHEN $9 = ` + tables.InboxDone + ` THEN now() END
+           $9, CASE WHEN $9 = ` + tables.InboxDone + ` THEN 1 ELSE 0 END, CASE WHEN $9 = ` + tables.InboxDone + ` THEN now() END, n.bucket
     FROM numbered AS n
     ORDER BY n.message_id
-    ON CONFLICT (consumer, message_id) DO NOTHING
+    ON CONFLICT (consumer, message_id, bucket) DO NOTHING
     RETURNING i.message_id
 ),
 notified AS (
@@ -80,24 +145,33 @@ SELECT 0 AS ord, NULL::bytea AS payload_hash FROM (SELECT count(*) FROM notified
 UNION ALL
 -- ...then only the messages that were not inserted.
 SELECT m.ord, (SELECT e.payload_hash FROM /* schema */inbox AS e
-               WHERE e.consumer = $1 AND e.message_id = m.message_id)
-FROM input AS m
+               WHERE e.consumer = $1 AND e.message_id = m.message_id
+                 AND e.bucket BETWEEN m.bucket AND CASE WHEN m.bucket > 0 THEN m.bucket ELSE 0 END)
+FROM judged AS m
 WHERE NOT EXISTS (SELECT 1 FROM inserted AS ins WHERE ins.message_id = m.message_id)`
 
 // receiveOneSQL stores a single message without an ordering key, and
-// without a NOTIFY: a plain INSERT whose row count says whether it was new.
-// The arrival number comes from the column's default: with no key there is
-// no order to keep but arrival's, and nothing to lock. For a duplicate, the
+// without a NOTIFY: an INSERT whose row count says whether it was new. The
+// arrival number comes from the column's default: with no key there is no
+// order to keep but arrival's, and nothing to lock. For a duplicate, the
 // caller reads the stored hash with hashSQL.
 const receiveOneSQL = `
+WITH` + layoutSQL + `,
+placed AS (
+    SELECT m.*, ` + bucketSQL + ` AS bucket
+    FROM (SELECT $2::text AS message_id, $9::int AS day) AS m CROSS JOIN layout AS l
+)
 INSERT INTO /* schema */inbox
-    (consumer, message_id, event_type, payload, payload_hash, metadata, max_attempts, status, attempts, processed_at)
-VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8,
-        CASE WHEN $8 = ` + tables.InboxDone + ` THEN 1 ELSE 0 END, CASE WHEN $8 = ` + tables.InboxDone + ` THEN now() END)
-ON CONFLICT (consumer, message_id) DO NOTHING`
+    (consumer, message_id, event_type, payload, payload_hash, metadata, max_attempts, status, attempts, processed_at, bucket)
+SELECT $1, m.message_id, $3, $4, $5, $6::jsonb, $7, $8,
+       CASE WHEN $8 = ` + tables.InboxDone + ` THEN 1 ELSE 0 END, CASE WHEN $8 = ` + tables.InboxDone + ` THEN now() END, m.bucket
+FROM placed AS m CROSS JOIN layout AS l
+WHERE ` + undatedNewSQL + `
+ON CONFLICT (consumer, message_id, bucket) DO NOTHING`
 
 // hashSQL reads the stored payload hashes of ids: for duplicates whose row
 // committed while receiveSQL ran, and for receiveOneSQL's duplicates.
+// Every partition may be read: it runs for duplicates only.
 const hashSQL = `
 SELECT message_id, payload_hash FROM /* schema */inbox
 WHERE consumer = $1 AND message_id = ANY($2::text[])`

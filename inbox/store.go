@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/partition"
 	"github.com/pgbox/pgbox/internal/schemaerr"
 )
 
@@ -16,7 +21,8 @@ type batch struct {
 	keys                      []*string
 	payloads, hashes          [][]byte
 	maxAttempts               []int32
-	index                     []int // position of each entry in the caller's slice
+	days                      []*int32 // the day of a UUIDv7 id, nil for any other (partition.IDDay)
+	index                     []int    // position of each entry in the caller's slice
 }
 
 // add appends m, whose payload hash is hash, to the batch; index is its
@@ -38,6 +44,11 @@ func (b *batch) add(m *Message, hash []byte, defaultMaxAttempts, index int) {
 	b.metadata = append(b.metadata, encodeMetadata(m.Metadata))
 	b.keys = append(b.keys, key)
 	b.maxAttempts = append(b.maxAttempts, int32(min(maxAttempts, 1<<31-1)))
+	var day *int32
+	if d, ok := partition.IDDay(m.ID); ok {
+		day = (*int32)(&d)
+	}
+	b.days = append(b.days, day)
 	b.index = append(b.index, index)
 }
 
@@ -60,7 +71,7 @@ func (in *Inbox) store(ctx context.Context, db dbtx, b *batch, status pgbox.Inbo
 // a second one to read its stored hash.
 func (in *Inbox) storeOne(ctx context.Context, db dbtx, b *batch, status pgbox.InboxStatus, results []Result) ([]string, error) {
 	tag, err := db.Exec(ctx, in.q.receiveOne, in.cfg.Consumer, b.ids[0], b.eventTypes[0], b.payloads[0], b.hashes[0],
-		b.metadata[0], b.maxAttempts[0], string(status))
+		b.metadata[0], b.maxAttempts[0], string(status), b.days[0])
 	if err != nil {
 		return nil, in.dbError(ctx, "receive", err)
 	}
@@ -76,7 +87,7 @@ func (in *Inbox) storeOne(ctx context.Context, db dbtx, b *batch, status pgbox.I
 // id, NULL if the stored row committed while the statement ran.
 func (in *Inbox) storeMany(ctx context.Context, db dbtx, b *batch, status pgbox.InboxStatus, channel *string, results []Result) ([]string, error) {
 	rows, err := db.Query(ctx, in.q.receive, in.cfg.Consumer, b.ids, b.eventTypes, b.payloads, b.hashes,
-		b.metadata, b.keys, b.maxAttempts, string(status), channel, in.q.seqName)
+		b.metadata, b.keys, b.maxAttempts, string(status), channel, in.q.seqName, b.days)
 	if err != nil {
 		return nil, in.dbError(ctx, "receive", err)
 	}
@@ -186,7 +197,13 @@ func nonNil(p []byte) []byte {
 }
 
 // dbError wraps a database error of op, explaining a missing or outdated
-// schema (schemaerr.Explain).
+// schema (schemaerr.Explain) and an undated message received in a
+// transaction that is not READ COMMITTED (see receiveSQL).
 func (in *Inbox) dbError(ctx context.Context, op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.Contains(pgErr.Message, readCommittedError) {
+		return fmt.Errorf("inbox: %s for consumer %q: %w: a message whose id is no UUIDv7 is deduped across the inbox's generations only with a fresh snapshot per statement; "+
+			"receive it in a READ COMMITTED transaction (the default) or with Receive (%v)", op, in.cfg.Consumer, ErrNeedsReadCommitted, err)
+	}
 	return fmt.Errorf("inbox: %s for consumer %q: %w", op, in.cfg.Consumer, schemaerr.Explain(ctx, in.pool, in.cfg.Schema, err))
 }

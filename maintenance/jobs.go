@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river"
 
 	"github.com/pgbox/pgbox/admin"
+	"github.com/pgbox/pgbox/internal/partition"
 )
 
 const (
@@ -44,8 +46,11 @@ func (m *Maintainer) periodicJobs() []*river.PeriodicJob {
 			return pruneArgs{
 				BatchSize:          m.cfg.BatchSize,
 				EnqueuedBy:         m.client.ID(),
+				GenerationPeriodMS: retentionMS(m.cfg.GenerationPeriod),
 				InboxRetentionMS:   retentionMS(m.cfg.InboxRetention),
+				LockTimeoutMS:      m.cfg.PartitionLockTimeout.Milliseconds(),
 				OutboxRetentionMS:  retentionMS(m.cfg.OutboxRetention),
+				PartitionsAhead:    m.cfg.PartitionsAhead,
 				ProcessRetentionMS: retentionMS(m.cfg.ProcessRetention),
 			}, m.insertOpts(m.cfg.PruneInterval)
 		}, &river.PeriodicJobOpts{ID: pruneArgs{}.Kind(), RunOnStart: true}),
@@ -80,10 +85,15 @@ func retentionMS(d time.Duration) int64 {
 // pruneArgs is a retention run. The leader's configuration travels in the
 // args, so every run is done, and recorded, as the leader asked.
 type pruneArgs struct {
-	BatchSize         int    `json:"batch_size"`
-	EnqueuedBy        string `json:"enqueued_by"`
-	InboxRetentionMS  int64  `json:"inbox_retention_ms"`  // -1: keep
-	OutboxRetentionMS int64  `json:"outbox_retention_ms"` // -1: keep
+	BatchSize          int    `json:"batch_size"`
+	EnqueuedBy         string `json:"enqueued_by"`
+	GenerationPeriodMS int64  `json:"generation_period_ms,omitzero"` // -1: one generation
+	InboxRetentionMS   int64  `json:"inbox_retention_ms"`            // -1: keep
+	LockTimeoutMS      int64  `json:"lock_timeout_ms,omitzero"`
+	OutboxRetentionMS  int64  `json:"outbox_retention_ms"` // -1: keep
+	// PartitionsAhead is 0 in the args of a leader too old to know of
+	// partitions: that leader's run leaves them alone.
+	PartitionsAhead int `json:"partitions_ahead,omitzero"`
 	// ProcessRetentionMS is -1 to keep, and 0 in the args of a leader too
 	// old to know of the processes table: that leader's run leaves it alone.
 	ProcessRetentionMS int64 `json:"process_retention_ms,omitzero"`
@@ -95,9 +105,10 @@ func (pruneArgs) Kind() string { return "pgbox.prune" }
 // pruneOutput is what a retention run did, stored in its job's
 // metadata.output.
 type pruneOutput struct {
-	Deleted    map[string]int64 `json:"deleted"`
-	Partial    bool             `json:"partial,omitzero"` // stopped before the end: the next run goes on
-	Statements int              `json:"statements"`
+	Deleted    map[string]int64  `json:"deleted"`
+	Partial    bool              `json:"partial,omitzero"` // stopped before the end: the next run goes on
+	Partitions *partition.Report `json:"partitions,omitempty"`
+	Statements int               `json:"statements"`
 }
 
 type pruneWorker struct {
@@ -112,19 +123,28 @@ func (w *pruneWorker) Timeout(*river.Job[pruneArgs]) time.Duration { return runB
 func (w *pruneWorker) Work(ctx context.Context, job *river.Job[pruneArgs]) error {
 	m, a := w.m, job.Args
 	out := pruneOutput{Deleted: map[string]int64{}}
+	var err error
+	if a.PartitionsAhead > 0 {
+		out.Partitions, err = m.maintainPartitions(ctx, a)
+	}
 	steps := []struct {
 		table     string
 		query     string
 		retention int64
 	}{
-		{"inbox", m.q.pruneInbox, a.InboxRetentionMS},
+		// The partitions dropped take the rows of their day or generation;
+		// these are the rows that no partition's drop ever takes.
+		{"inbox_default", m.q.pruneInboxDefault, a.InboxRetentionMS},
 		{"inbox_conflicts", m.q.pruneConflicts, a.InboxRetentionMS},
-		{"outbox", m.q.pruneOutbox, a.OutboxRetentionMS},
+		{"outbox_undated", m.q.pruneOutboxUndated, a.OutboxRetentionMS},
+		{"outbox_default", m.q.pruneOutboxDefault, a.OutboxRetentionMS},
 		{"idempotency_keys", m.q.pruneKeys, 0}, // as soon as they expire
 		{"processes", m.q.pruneProcesses, cmp.Or(a.ProcessRetentionMS, -1)},
 	}
-	var err error
 	for _, s := range steps {
+		if err != nil {
+			break
+		}
 		if s.retention < 0 {
 			continue
 		}
@@ -136,7 +156,8 @@ func (w *pruneWorker) Work(ctx context.Context, job *river.Job[pruneArgs]) error
 		out.Partial, err = true, nil
 	}
 	m.cfg.Logger.DebugContext(ctx, "maintenance: retention run",
-		slog.Any("deleted", out.Deleted), slog.Int("statements", out.Statements), slog.Bool("partial", out.Partial))
+		slog.Any("deleted", out.Deleted), slog.Int("statements", out.Statements), slog.Bool("partial", out.Partial),
+		slog.Any("partitions", out.Partitions))
 	if recErr := river.RecordOutput(ctx, out); recErr != nil {
 		err = errors.Join(err, recErr)
 	}
@@ -145,6 +166,44 @@ func (w *pruneWorker) Work(ctx context.Context, job *river.Job[pruneArgs]) error
 	}
 	return err
 }
+
+// maintainPartitions brings the partitions up to date (partition.Maintain)
+// as the leader's args ask: days created ahead, a generation started when
+// due, expired partitions dropped (unless their table's retention is
+// -1). Each change is counted, and what it postponed is logged: a drop
+// that keeps being postponed means the table holds on to expired rows.
+func (m *Maintainer) maintainPartitions(ctx context.Context, a pruneArgs) (*partition.Report, error) {
+	r, err := partition.Maintain(ctx, m.pool, m.cfg.Schema, partition.Options{
+		Ahead:            a.PartitionsAhead,
+		GenerationPeriod: time.Duration(a.GenerationPeriodMS) * time.Millisecond,
+		InboxRetention:   time.Duration(a.InboxRetentionMS) * time.Millisecond,
+		OutboxRetention:  time.Duration(a.OutboxRetentionMS) * time.Millisecond,
+		LockTimeout:      time.Duration(cmp.Or(a.LockTimeoutMS, PartitionLockTimeoutDefault.Milliseconds())) * time.Millisecond,
+		MaxKept:          maxKeptRows,
+	})
+	for change, names := range map[string][]string{"created": r.Created, "dropped": r.Dropped, "postponed": r.Postponed} {
+		for _, name := range names {
+			table, _, _ := strings.Cut(name, "_") // inbox_d20261124, outbox_undated, …
+			m.tel.Partition(ctx, table, change)
+		}
+	}
+	if err != nil {
+		return &r, err
+	}
+	for _, p := range r.Dropped {
+		m.cfg.Logger.InfoContext(ctx, "maintenance: dropped an expired partition", slog.String("partition", p))
+	}
+	if len(r.Postponed) > 0 {
+		m.cfg.Logger.WarnContext(ctx, "maintenance: partition changes postponed to the next run (their locks were not granted in time, or a partition to drop still holds many unfinished rows)",
+			slog.Any("partitions", r.Postponed))
+	}
+	return &r, nil
+}
+
+// maxKeptRows is the most unfinished rows (pending, running, dead) the
+// drop of an expired partition moves out while it holds its table
+// exclusively: a partition with more waits for them to be handled.
+const maxKeptRows = 10_000
 
 // deleteInBatches runs query (a prune statement: up to batch rows older
 // than retention milliseconds, from a cursor on) until a batch comes back
@@ -162,9 +221,6 @@ func (m *Maintainer) deleteInBatches(ctx context.Context, table, query string, r
 		out.Statements++
 		out.Deleted[table] += n
 		m.tel.Deleted(ctx, table, n)
-		if hook := m.hooks.afterBatch; hook != nil {
-			hook(table, n)
-		}
 		if n < int64(batch) {
 			return nil
 		}

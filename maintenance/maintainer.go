@@ -22,6 +22,7 @@ import (
 	"github.com/pgbox/pgbox/admin"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/liveness"
+	"github.com/pgbox/pgbox/internal/partition"
 	"github.com/pgbox/pgbox/internal/telemetry"
 )
 
@@ -37,6 +38,10 @@ const (
 	IntervalMin = time.Second
 	// OutboxRetentionDefault is the default Config.OutboxRetention.
 	OutboxRetentionDefault = 7 * 24 * time.Hour
+	// PartitionLockTimeoutDefault is the default Config.PartitionLockTimeout.
+	PartitionLockTimeoutDefault = time.Second
+	// PartitionsAheadDefault is the default Config.PartitionsAhead.
+	PartitionsAheadDefault = partition.AheadDefault
 	// ProcessRetentionDefault is the default Config.ProcessRetention.
 	ProcessRetentionDefault = 24 * time.Hour
 	// ProcessRetentionMin is the shortest Config.ProcessRetention: a
@@ -63,11 +68,24 @@ type Config struct {
 	// created.
 	ID string
 
+	// GenerationPeriod is how long one inbox generation takes new messages
+	// whose ids are no UUIDv7 (see docs/design.md, "Partitions"): each
+	// generation is dropped whole once its done messages are all past
+	// InboxRetention, and a receive of such an id looks it up in the
+	// generations before the current one. A shorter period keeps less past
+	// the window (the last generation's rows wait for its newest) at the
+	// cost of one more lookup per generation. Defaults to InboxRetention,
+	// and to never when that is -1 (keep for ever: one generation).
+	GenerationPeriod time.Duration
+
 	// InboxRetention is how long done messages are kept after they were
 	// processed: the window in which a redelivery is still recognised as a
 	// duplicate. Keep it longer than any producer's retry window. Conflict
-	// records are kept as long. Defaults to InboxRetentionDefault (7 days);
-	// -1 keeps them for ever.
+	// records are kept as long. Done messages go when their partition
+	// goes, a day's (or a generation's) at a time, once every done message
+	// in it is older: kept at least this long, at most about a day more
+	// (GenerationPeriod more for ids that are no UUIDv7). Defaults to
+	// InboxRetentionDefault (7 days); -1 keeps them for ever.
 	InboxRetention time.Duration
 
 	// Logger receives the jobs' failures at warn and error, and a summary
@@ -81,9 +99,25 @@ type Config struct {
 	// installed.
 	MeterProvider metric.MeterProvider
 
-	// OutboxRetention is how long published outbox rows are kept. Defaults
-	// to OutboxRetentionDefault (7 days); -1 keeps them for ever.
+	// OutboxRetention is how long published outbox rows are kept, a day's
+	// partition at a time as InboxRetention. Defaults to
+	// OutboxRetentionDefault (7 days); -1 keeps them for ever.
 	OutboxRetention time.Duration
+
+	// PartitionLockTimeout bounds how long each change to the partitions
+	// (a day's partition created ahead, a generation started, an expired
+	// partition dropped) waits for its locks, and so how long receives,
+	// claims and reads of the inbox or outbox can wait behind it: a drop
+	// takes the table exclusively while it moves the partition's few
+	// unfinished rows out. A change not granted its locks in time is tried
+	// again at the next run. Defaults to PartitionLockTimeoutDefault (1s).
+	PartitionLockTimeout time.Duration
+
+	// PartitionsAhead is how many days after today get their inbox and
+	// outbox partitions in advance. Until a day has its partition, its
+	// messages wait in the default partition and are moved when it is
+	// made. Defaults to PartitionsAheadDefault (2); at least 1.
+	PartitionsAhead int
 
 	// PollOnly puts River's client in poll-only mode (river.Config.PollOnly):
 	// it opens no LISTEN connection, and learns of leadership changes and
@@ -137,10 +171,13 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.InboxRetention = cmp.Or(c.InboxRetention, InboxRetentionDefault)
+	c.GenerationPeriod = cmp.Or(c.GenerationPeriod, c.InboxRetention)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	c.OutboxRetention = cmp.Or(c.OutboxRetention, OutboxRetentionDefault)
+	c.PartitionLockTimeout = cmp.Or(c.PartitionLockTimeout, PartitionLockTimeoutDefault)
+	c.PartitionsAhead = cmp.Or(c.PartitionsAhead, PartitionsAheadDefault)
 	c.ProcessHeartbeat = cmp.Or(c.ProcessHeartbeat, pgbox.ProcessHeartbeatDefault)
 	c.ProcessRetention = cmp.Or(c.ProcessRetention, ProcessRetentionDefault)
 	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
@@ -167,6 +204,15 @@ func (c Config) validate() error {
 	}
 	if c.OutboxRetention < 0 && c.OutboxRetention != -1 {
 		add("Config.OutboxRetention is %s: use a positive duration, 0 for the default or -1 to keep published rows", c.OutboxRetention)
+	}
+	if c.GenerationPeriod < time.Minute && c.GenerationPeriod != -1 {
+		add("Config.GenerationPeriod is %s: use at least a minute, 0 for the default or -1 for one generation for ever", c.GenerationPeriod)
+	}
+	if c.PartitionLockTimeout < time.Millisecond {
+		add("Config.PartitionLockTimeout is %s: it must be at least a millisecond", c.PartitionLockTimeout)
+	}
+	if c.PartitionsAhead < 1 {
+		add("Config.PartitionsAhead is %d: it must be at least 1 (0 for the default, %d)", c.PartitionsAhead, PartitionsAheadDefault)
 	}
 	if c.ProcessHeartbeat < pgbox.ProcessHeartbeatMin {
 		add("Config.ProcessHeartbeat is %s: it must be at least %s", c.ProcessHeartbeat, pgbox.ProcessHeartbeatMin)
@@ -197,7 +243,6 @@ type Maintainer struct {
 	admin  *admin.Admin
 	cfg    Config
 	client *river.Client[pgx.Tx]
-	hooks  testHooks
 	pool   *pgxpool.Pool
 	proc   *liveness.Process // its row in the processes table
 	q      queries
@@ -211,12 +256,7 @@ type Maintainer struct {
 }
 
 type queries struct {
-	pruneConflicts, pruneInbox, pruneKeys, pruneOutbox, pruneProcesses string
-}
-
-// testHooks let tests watch a run from the inside.
-type testHooks struct {
-	afterBatch func(table string, deleted int64) // after each delete statement
+	pruneConflicts, pruneInboxDefault, pruneKeys, pruneOutboxDefault, pruneOutboxUndated, pruneProcesses string
 }
 
 // New returns a Maintainer. It checks the configuration but does not touch
@@ -238,11 +278,12 @@ func New(pool *pgxpool.Pool, cfg Config) (*Maintainer, error) {
 		cfg:   cfg,
 		pool:  pool,
 		q: queries{
-			pruneConflicts: ident.Render(pruneConflictsSQL, cfg.Schema),
-			pruneInbox:     ident.Render(pruneInboxSQL, cfg.Schema),
-			pruneKeys:      ident.Render(pruneKeysSQL, cfg.Schema),
-			pruneOutbox:    ident.Render(pruneOutboxSQL, cfg.Schema),
-			pruneProcesses: ident.Render(pruneProcessesSQL, cfg.Schema),
+			pruneConflicts:     ident.Render(pruneConflictsSQL, cfg.Schema),
+			pruneInboxDefault:  ident.Render(pruneInboxSQL(partition.Inbox.Default().Name), cfg.Schema),
+			pruneKeys:          ident.Render(pruneKeysSQL, cfg.Schema),
+			pruneOutboxDefault: ident.Render(pruneOutboxSQL(partition.Outbox.Default().Name), cfg.Schema),
+			pruneOutboxUndated: ident.Render(pruneOutboxSQL(partition.Outbox.Undated().Name), cfg.Schema),
+			pruneProcesses:     ident.Render(pruneProcessesSQL, cfg.Schema),
 		},
 		stopped: make(chan struct{}),
 		tel:     telemetry.NewMaintenance(cfg.MeterProvider),

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
@@ -18,43 +19,63 @@ import (
 	"github.com/pgbox/pgbox/admin"
 	"github.com/pgbox/pgbox/dispatcher"
 	"github.com/pgbox/pgbox/inbox"
+	"github.com/pgbox/pgbox/internal/partition"
 	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/internal/telemetry/telemetrytest"
 	"github.com/pgbox/pgbox/maintenance"
 )
 
-// Retention deletes done messages, conflict records and published outbox
-// rows past their window, expired idempotency keys, and the rows of
-// processes long gone, in batches; it
-// never deletes dead, discarded, pending or running messages, nor dead or
-// unpublished outbox rows.
+// A retention run drops the expired partitions (a day's, a generation's)
+// whole, and deletes in batches what no partition's drop takes: done
+// messages and published rows past their window in the default partitions
+// and the outbox's undated one, conflict records, expired idempotency keys,
+// and the rows of processes long gone. It never deletes dead, discarded,
+// pending or running messages, nor dead or unpublished outbox rows: those
+// of a dropped partition move to where their bucket now goes. The run
+// records what it did, and counts the deleted rows in a metric.
 func TestRetentionDeletesOnlyWhatItShould(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	b := setup(t)
+	pool := pgtest.Pool(t)
+	var now time.Time
+	require.NoError(t, pool.QueryRow(ctx, "SELECT now()").Scan(&now))
+	today := partition.DayOf(now)
+	old := today - 9
+	require.NoError(t, partition.CreateDay(ctx, pool, b.schema, partition.Inbox, old, time.Second))
+	require.NoError(t, partition.CreateDay(ctx, pool, b.schema, partition.Outbox, old, time.Second))
+	at := func(d partition.Day, k int) string {
+		return partition.IDAt(d.Time().Add(time.Duration(k) * time.Millisecond)).String()
+	}
+
+	// The expired day: 2,500 done messages and one of each unfinished
+	// status; yesterday (no partition: the default one), one done 8 days
+	// ago and one done a day ago.
 	b.exec(t, `
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, processed_at, received_at)
-		SELECT 'a', 'old-' || g, 'T', 'done', 1, 3, '\x00'::bytea, ''::bytea, now() - interval '8 days', now() - interval '9 days'
-		FROM generate_series(1, 2500) AS g`)
-	b.exec(t, `
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, processed_at, received_at)
-		VALUES ('a', 'recent', 'T', 'done', 1, 3, '\x00', '', now() - interval '1 day', now() - interval '1 day'),
-		       ('a', 'dead', 'T', 'dead', 3, 3, '\x00', '', NULL, now() - interval '30 days'),
-		       ('a', 'discarded', 'T', 'discarded', 3, 3, '\x00', '', NULL, now() - interval '30 days'),
-		       ('a', 'pending', 'T', 'pending', 0, 3, '\x00', '', NULL, now() - interval '30 days'),
-		       ('a', 'running', 'T', 'running', 1, 3, '\x00', '', NULL, now() - interval '30 days')`)
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, processed_at, bucket)
+		SELECT 'a', m.id, 'T', m.status, 1, 3, '\x00'::bytea, ''::bytea,
+		       CASE WHEN m.status = 'done' THEN now() - m.days * interval '1 day' END, /* schema */inbox_bucket(m.id)
+		FROM unnest($1::text[], $2::text[], $3::int[]) AS m(id, status, days)`,
+		append(idsOf(2500, func(k int) string { return at(old, k) }), at(old, 3000), at(old, 3001), at(old, 3002), at(old, 3003),
+			at(today-1, 1), at(today-1, 2)),
+		append(repeat("done", 2500), "dead", "discarded", "pending", "running", "done", "done"),
+		append(repeat(int32(8), 2500), 0, 0, 0, 0, 8, 1))
 	b.exec(t, `
 		INSERT INTO /* schema */inbox_conflicts (consumer, message_id, received_at, payload_hash, payload)
 		VALUES ('a', 'x', now() - interval '8 days', '\x00', ''), ('a', 'y', now() - interval '8 days', '\x00', ''),
 		       ('a', 'z', now() - interval '8 days', '\x00', ''), ('a', 'x', now(), '\x00', '')`)
+	// The outbox: the expired day's 1,200 published rows, and a dead and a
+	// pending one; an id of the producer's (no UUIDv7, so undated)
+	// published 8 days ago and one published a day ago.
 	b.exec(t, `
-		INSERT INTO /* schema */outbox (id, topic, event_type, payload, status, published_at, created_at)
-		SELECT gen_random_uuid(), 'old', 'T', '', 'published', now() - interval '8 days', now() - interval '8 days'
-		FROM generate_series(1, 1200)`)
-	b.exec(t, `
-		INSERT INTO /* schema */outbox (id, topic, event_type, payload, status, published_at, created_at)
-		VALUES (gen_random_uuid(), 'recent', 'T', '', 'published', now() - interval '1 day', now()),
-		       (gen_random_uuid(), 'dead', 'T', '', 'dead', NULL, now() - interval '30 days'),
-		       (gen_random_uuid(), 'pending', 'T', '', 'pending', NULL, now() - interval '30 days')`)
+		INSERT INTO /* schema */outbox (id, topic, event_type, payload, status, published_at, bucket)
+		SELECT r.id, r.topic, 'T', '', r.status, CASE WHEN r.status = 'published' THEN now() - r.days * interval '1 day' END,
+		       /* schema */outbox_bucket(r.id)
+		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[]) AS r(id, topic, status, days)`,
+		append(idsOf(1200, func(k int) string { return at(old, k) }), at(old, 2000), at(old, 2001), uuid.NewString(), uuid.NewString()),
+		append(repeat("old", 1200), "dead", "pending", "undated-old", "recent"),
+		append(repeat("published", 1200), "dead", "pending", "published", "published"),
+		append(repeat(int32(8), 1200), 0, 0, 8, 1))
 	b.exec(t, `
 		INSERT INTO /* schema */idempotency_keys (route, key, fingerprint, state, lock_token, locked_until, status, headers, body, expires_at)
 		VALUES ('r', 'expired-1', '\x00', 'done', NULL, NULL, 200, '{}', '', now() - interval '1 hour'),
@@ -75,18 +96,18 @@ func TestRetentionDeletesOnlyWhatItShould(t *testing.T) {
 	})
 	b.waitFor(t, "SELECT EXISTS (SELECT 1 FROM /* schema */river_job WHERE kind = 'pgbox.prune' AND state = 'completed')")
 
-	rows, err := pgtest.Pool(t).Query(context.Background(), b.sql("SELECT message_id FROM /* schema */inbox ORDER BY 1"))
+	rows, err := pool.Query(ctx, b.sql("SELECT status FROM /* schema */inbox ORDER BY 1"))
 	require.NoError(t, err)
 	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Equal(t, []string{"dead", "discarded", "pending", "recent", "running"}, left)
+	require.Equal(t, []string{"dead", "discarded", "done", "pending", "running"}, left, "the done one is a day old")
 	require.EqualValues(t, 1, b.count(t, "SELECT count(*) FROM /* schema */inbox_conflicts"))
-	rows, err = pgtest.Pool(t).Query(context.Background(), b.sql("SELECT topic FROM /* schema */outbox ORDER BY 1"))
+	rows, err = pool.Query(ctx, b.sql("SELECT topic FROM /* schema */outbox ORDER BY 1"))
 	require.NoError(t, err)
 	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Equal(t, []string{"dead", "pending", "recent"}, left)
-	rows, err = pgtest.Pool(t).Query(context.Background(), b.sql("SELECT key FROM /* schema */idempotency_keys ORDER BY 1"))
+	rows, err = pool.Query(ctx, b.sql("SELECT key FROM /* schema */idempotency_keys ORDER BY 1"))
 	require.NoError(t, err)
 	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
@@ -94,47 +115,75 @@ func TestRetentionDeletesOnlyWhatItShould(t *testing.T) {
 	require.Zero(t, b.count(t, "SELECT count(*) FROM /* schema */processes WHERE name = 'gone-long-ago'"))
 	require.EqualValues(t, 1, b.count(t, "SELECT count(*) FROM /* schema */processes WHERE name = 'gone-lately'"))
 
-	// The run recorded what it did: 3 + 1 + 2 + 1 + 1 statements of at
-	// most 1000 rows (inbox, conflicts, outbox, idempotency keys,
-	// processes), and 5 tables' counts.
+	// The run recorded what it did: the two expired partitions dropped,
+	// the 4 + 2 unfinished rows moved out of them, and a statement of at
+	// most 1000 rows for each of the other tables (the inbox's and the
+	// outbox's default partitions, the outbox's undated rows, conflicts,
+	// idempotency keys, processes).
 	jobs := b.completedJobs(t, "pgbox.prune")
 	require.Len(t, jobs, 1)
 	var out struct {
 		Deleted    map[string]int64 `json:"deleted"`
 		Partial    bool             `json:"partial"`
+		Partitions partition.Report `json:"partitions"`
 		Statements int              `json:"statements"`
 	}
 	require.NoError(t, json.Unmarshal(jobs[0].Output, &out))
-	require.Equal(t, map[string]int64{"inbox": 2500, "inbox_conflicts": 3, "outbox": 1200, "idempotency_keys": 2, "processes": 1}, out.Deleted)
-	require.Equal(t, 8, out.Statements)
+	deleted := map[string]int64{
+		"inbox_default": 1, "inbox_conflicts": 3, "outbox_undated": 1, "outbox_default": 0, "idempotency_keys": 2, "processes": 1,
+	}
+	require.Equal(t, deleted, out.Deleted)
+	require.ElementsMatch(t, []string{"inbox_d" + old.String(), "outbox_d" + old.String()}, out.Partitions.Dropped)
+	require.EqualValues(t, 6, out.Partitions.Kept)
+	require.Equal(t, 6, out.Statements)
 	require.False(t, out.Partial)
 	require.Equal(t, m.ID(), jobs[0].EnqueuedBy)
-
-	require.Equal(t, map[string]int64{"inbox": 2500, "inbox_conflicts": 3, "outbox": 1200, "idempotency_keys": 2, "processes": 1},
-		telemetrytest.Sums(t, reader, "pgbox.maintenance.deleted", "pgbox.table"))
+	delete(deleted, "outbox_default") // nothing deleted, nothing counted
+	require.Equal(t, deleted, telemetrytest.Sums(t, reader, "pgbox.maintenance.deleted", "pgbox.table"))
+	require.EqualValues(t, 2, telemetrytest.Sums(t, reader, "pgbox.maintenance.partitions", "pgbox.change")["dropped"])
 }
 
-// Pruning 200,000 done messages, in 1,000-row statements, does not hold up
-// the dispatcher: messages received while the prune runs are handled
-// while it runs. Progress is read from the database between the prune's
-// statements, never from a clock.
-func TestLargePruneDoesNotBlockWorkers(t *testing.T) {
+// idsOf returns n ids made by id.
+func idsOf(n int, id func(int) string) []string {
+	out := make([]string, n)
+	for k := range out {
+		out[k] = id(k)
+	}
+	return out
+}
+
+// repeat returns n copies of v.
+func repeat[T any](v T, n int) []T {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// A day of 200,000 done messages past the window goes in one DROP TABLE
+// while a dispatcher works: the run deletes none of them row by row, and
+// every message received meanwhile is handled once.
+func TestDroppingADayOfMessagesWhileWorkersRun(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("inserts 200,000 rows")
 	}
 	ctx := context.Background()
 	b := setup(t)
+	pool := pgtest.Pool(t)
+	var now time.Time
+	require.NoError(t, pool.QueryRow(ctx, "SELECT now()").Scan(&now))
+	old := partition.DayOf(now) - 30
+	require.NoError(t, partition.CreateDay(ctx, pool, b.schema, partition.Inbox, old, time.Second))
 	const history = 200_000
 	b.exec(t, `
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, processed_at, received_at)
-		SELECT 'history', 'h-' || g, 'Old', 'done', 1, 3, '\x00'::bytea, ''::bytea,
-		       now() - interval '30 days' + g * interval '1 millisecond', now() - interval '30 days'
-		FROM generate_series(1, $1::int) AS g`, history)
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, processed_at, bucket)
+		SELECT 'history', m.id, 'Old', 'done', 1, 3, '\x00'::bytea, ''::bytea, now() - interval '29 days', $2
+		FROM (SELECT `+partition.IDSQL("$1::bigint + g", "g")+` AS id FROM generate_series(1, $3::int) AS g) AS m`,
+		old.Time().UnixMilli(), int32(old), history)
 	b.exec(t, "CREATE TABLE /* schema */effects (id text PRIMARY KEY)")
-	b.exec(t, "ANALYZE /* schema */inbox")
 
-	pool := pgtest.Pool(t)
 	live, err := inbox.New(pool, inbox.Config{Consumer: "live", Schema: b.schema})
 	require.NoError(t, err)
 	d, err := dispatcher.New(pool, dispatcher.Config{
@@ -151,67 +200,38 @@ func TestLargePruneDoesNotBlockWorkers(t *testing.T) {
 
 	stop := make(chan struct{})
 	var producer sync.WaitGroup
+	var sent int
 	producer.Go(func() {
-		for i := 0; ; i++ {
+		for ; ; sent++ {
 			select {
 			case <-stop:
 				return
 			case <-time.After(2 * time.Millisecond):
 			}
-			_, err := live.Receive(ctx, inbox.Message{ID: fmt.Sprintf("live-%d", i), EventType: "Live"})
-			if err != nil {
+			if _, err := live.Receive(ctx, inbox.Message{ID: fmt.Sprintf("live-%d", sent), EventType: "Live"}); err != nil {
 				t.Error(err)
 				return
 			}
 		}
 	})
-	defer func() { close(stop); producer.Wait() }()
 
-	// Between the prune's statements, read how far the prune and the
-	// workers have got.
-	type sample struct{ historyLeft, effects int64 }
-	var (
-		mu      sync.Mutex
-		samples []sample
-		largest int64
-		batches int
-	)
-	m, err := maintenance.New(pool, maintenance.Config{BatchSize: 1000, PruneInterval: time.Hour, ReplayInterval: -1, Schema: b.schema})
-	require.NoError(t, err)
-	maintenance.SetAfterBatch(m, func(table string, n int64) {
-		if table != "inbox" {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		largest = max(largest, n)
-		batches++
-		if batches%20 != 0 {
-			return
-		}
-		var s sample
-		err := pool.QueryRow(ctx, b.sql(`SELECT (SELECT count(*) FROM /* schema */inbox WHERE consumer = 'history'),
-		                                        (SELECT count(*) FROM /* schema */effects)`)).Scan(&s.historyLeft, &s.effects)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		samples = append(samples, s)
-	})
-	require.NoError(t, m.Start(ctx))
-	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
+	b.start(t, maintenance.Config{BatchSize: 1000, PruneInterval: time.Hour, ReplayInterval: -1})
 	b.waitFor(t, "SELECT EXISTS (SELECT 1 FROM /* schema */river_job WHERE kind = 'pgbox.prune' AND state = 'completed')")
+	close(stop)
+	producer.Wait()
 
-	mu.Lock()
-	defer mu.Unlock()
-	require.EqualValues(t, 1000, largest, "no statement deleted more than a batch")
-	require.Equal(t, history/1000+1, batches, "200 full batches and a short last one")
-	require.EqualValues(t, 0, b.count(t, "SELECT count(*) FROM /* schema */inbox WHERE consumer = 'history'"))
-	require.GreaterOrEqual(t, len(samples), 5)
-	first, last := samples[0], samples[len(samples)-2] // both taken mid-prune
-	require.Positive(t, last.historyLeft, "the later sample is still mid-prune")
-	require.Less(t, last.historyLeft, first.historyLeft)
-	require.Greater(t, last.effects, first.effects, "workers completed messages while the prune ran")
+	jobs := b.completedJobs(t, "pgbox.prune")
+	require.Len(t, jobs, 1)
+	var out struct {
+		Deleted    map[string]int64 `json:"deleted"`
+		Partitions partition.Report `json:"partitions"`
+	}
+	require.NoError(t, json.Unmarshal(jobs[0].Output, &out))
+	require.Equal(t, []string{"inbox_d" + old.String()}, out.Partitions.Dropped)
+	require.Zero(t, out.Deleted["inbox_default"], "none deleted row by row")
+	require.Zero(t, b.count(t, "SELECT count(*) FROM /* schema */inbox WHERE consumer = 'history'"))
+	b.waitFor(t, "SELECT count(*) = $1 FROM /* schema */effects", sent)
+	require.EqualValues(t, sent, b.count(t, "SELECT count(*) FROM /* schema */inbox WHERE consumer = 'live' AND status = 'done'"))
 }
 
 // A replay scheduled for a time already past is run by the maintenance
@@ -221,8 +241,8 @@ func TestScheduledReplaysRunFromTheMaintainer(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	b.exec(t, `
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
-		SELECT 'payments', 'order-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea, 'gateway timeout'
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error, bucket)
+		SELECT 'payments', 'order-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea, 'gateway timeout', /* schema */inbox_bucket('order-' || g)
 		FROM generate_series(1, 30) AS g`)
 	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: b.schema})
 	require.NoError(t, err)
@@ -307,8 +327,8 @@ func TestThrottledReplayFromTheMaintainer(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	b.exec(t, `
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
-		SELECT 'payments', 'order-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea, 'gateway timeout'
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error, bucket)
+		SELECT 'payments', 'order-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea, 'gateway timeout', /* schema */inbox_bucket('order-' || g)
 		FROM generate_series(1, 25) AS g`)
 	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: b.schema})
 	require.NoError(t, err)

@@ -16,23 +16,27 @@ import "github.com/pgbox/pgbox/internal/tables"
 // (and the few that share the cursor's time). SKIP LOCKED leaves a row that
 // someone holds to the next run.
 
-// pruneInboxSQL deletes done messages by processed_at, through
-// inbox_done_idx. Only done rows: pending, running, dead and discarded
-// ones are never deleted here.
-const pruneInboxSQL = `
+// pruneInboxSQL deletes done messages of the inbox's partition part by
+// processed_at, through its inbox_done_idx. Only done rows: pending,
+// running, dead and discarded ones are never deleted here. Only the
+// default partition is pruned so: the others go whole when they expire
+// (internal/partition).
+func pruneInboxSQL(part string) string {
+	return `
 WITH batch AS (
-    SELECT consumer, message_id, processed_at FROM /* schema */inbox
+    SELECT consumer, message_id, processed_at FROM /* schema */` + part + `
     WHERE status = ` + tables.InboxDone + ` AND processed_at < now() - $1 * interval '1 millisecond' AND processed_at >= $3
     ORDER BY processed_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ),
 deleted AS (
-    DELETE FROM /* schema */inbox AS i USING batch AS b
+    DELETE FROM /* schema */` + part + ` AS i USING batch AS b
     WHERE i.consumer = b.consumer AND i.message_id = b.message_id
     RETURNING b.processed_at AS at
 )
 SELECT count(*), coalesce(max(at), $3) FROM deleted`
+}
 
 // pruneConflictsSQL deletes conflict records by received_at, through
 // inbox_conflicts_received_idx. The table has no key: ctid names the rows.
@@ -51,22 +55,27 @@ deleted AS (
 )
 SELECT count(*), coalesce(max(at), $3) FROM deleted`
 
-// pruneOutboxSQL deletes published outbox rows by published_at, through
-// outbox_published_idx. Dead and unpublished rows are never deleted.
-const pruneOutboxSQL = `
+// pruneOutboxSQL deletes published rows of the outbox's partition part
+// by published_at, through its outbox_published_idx. Dead and unpublished
+// rows are never deleted. Only the partitions no drop takes are pruned so:
+// the undated rows (ids of the producer's that are no UUIDv7, and every
+// row older than migration 9) and the default partition.
+func pruneOutboxSQL(part string) string {
+	return `
 WITH batch AS (
-    SELECT id, published_at FROM /* schema */outbox
+    SELECT id, published_at FROM /* schema */` + part + `
     WHERE status = ` + tables.OutboxPublished + ` AND published_at < now() - $1 * interval '1 millisecond' AND published_at >= $3
     ORDER BY published_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ),
 deleted AS (
-    DELETE FROM /* schema */outbox AS o USING batch AS b
+    DELETE FROM /* schema */` + part + ` AS o USING batch AS b
     WHERE o.id = b.id
     RETURNING b.published_at AS at
 )
 SELECT count(*), coalesce(max(at), $3) FROM deleted`
+}
 
 // pruneKeysSQL deletes idempotency keys that expired more than $1
 // milliseconds ago (0: expired at all) and that no request holds, by

@@ -43,8 +43,8 @@ func TestThrottledReplaySurvivesKill9(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	b.exec(t, `
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
-		SELECT 'payments', 'order-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea, 'gateway timeout'
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error, bucket)
+		SELECT 'payments', 'order-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea, 'gateway timeout', /* schema */inbox_bucket('order-' || g)
 		FROM generate_series(1, 60) AS g`)
 	adm, err := admin.New(pgtest.Pool(t), admin.Config{Schema: b.schema})
 	require.NoError(t, err)

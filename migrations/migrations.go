@@ -55,6 +55,7 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/partition"
 )
 
 //go:embed sql/*.sql
@@ -234,10 +235,40 @@ func (m *Migrator) Up(ctx context.Context) ([]Result, error) {
 		if err := m.riverUp(ctx); err != nil {
 			return err
 		}
-		return m.verify(ctx)
+		if err := m.verify(ctx); err != nil {
+			return err
+		}
+		return m.partitionsUp(ctx)
 	})
 	return out, err
 }
+
+// PartitionsSince is the migration from which the inbox and outbox are
+// partitioned (internal/partition).
+const PartitionsSince = 9
+
+// partitionsUp creates the day partitions from today to
+// partition.AheadDefault days ahead, once the schema has reached
+// PartitionsSince, so that a new schema does not wait for the maintenance
+// job to have them. Rows of a day without a partition would go to the
+// default partition meanwhile, so a lock not granted in time is no error.
+func (m *Migrator) partitionsUp(ctx context.Context) error {
+	v, err := m.Version(ctx)
+	if err != nil || v < PartitionsSince {
+		return err
+	}
+	_, err = partition.Maintain(ctx, m.pool, m.schema, partition.Options{
+		Ahead: partition.AheadDefault, CreateOnly: true, LockTimeout: partitionsLockTimeout,
+	})
+	if err != nil {
+		return m.explain(fmt.Errorf("partitions: %w", err))
+	}
+	return nil
+}
+
+// partitionsLockTimeout bounds the wait of each partition the migrator
+// creates for its locks.
+const partitionsLockTimeout = 5 * time.Second
 
 // Down rolls back the newest applied migration. It is an error when none is
 // applied.

@@ -17,11 +17,12 @@ import (
 	"github.com/pgbox/pgbox/migrations"
 )
 
-// tablesIn lists the tables of schema.
+// tablesIn lists the tables of schema, partitions left out.
 func tablesIn(t *testing.T, pool *pgxpool.Pool, schema string) []string {
 	t.Helper()
-	rows, err := pool.Query(context.Background(),
-		"SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = $1 ORDER BY 1", schema)
+	rows, err := pool.Query(context.Background(), `
+SELECT c.relname::text FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY 1`, schema)
 	require.NoError(t, err)
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)

@@ -15,11 +15,14 @@ package outbox
 //   - notified: one NOTIFY for the statement when the caller passed a
 //     channel (the Outbox folds its notifications, see
 //     Config.NotifyInterval), delivered at commit, waking an idle relay.
+//
+// Each row's bucket ($9) is its partition (migration 9): the day its
+// UUIDv7 id was made, 0 for an id of the producer's that is no UUIDv7.
 const writeSQL = `
 WITH input AS (
     SELECT *
-    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[])
-        WITH ORDINALITY AS m(id, topic, event_type, ordering_key, payload, metadata, ord)
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $9::int[])
+        WITH ORDINALITY AS m(id, topic, event_type, ordering_key, payload, metadata, bucket, ord)
 ),
 key_locks AS (
     SELECT count(*) AS n
@@ -35,9 +38,8 @@ numbered AS (
     ORDER BY m.ord
 ),
 inserted AS (
-    INSERT INTO /* schema */outbox (id, seq, topic, event_type, ordering_key, payload, metadata)
-    OVERRIDING SYSTEM VALUE
-    SELECT n.id, n.seq, n.topic, n.event_type, n.ordering_key, n.payload, n.metadata::jsonb
+    INSERT INTO /* schema */outbox (id, seq, topic, event_type, ordering_key, payload, metadata, bucket)
+    SELECT n.id, n.seq, n.topic, n.event_type, n.ordering_key, n.payload, n.metadata::jsonb, n.bucket
     FROM numbered AS n
     ORDER BY n.id
     RETURNING 1
@@ -53,5 +55,5 @@ SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM notified)`
 // a NOTIFY: a plain INSERT. Its seq comes from the column's default: with
 // no key there is no order to keep but arrival's, and nothing to lock.
 const writeOneSQL = `
-INSERT INTO /* schema */outbox (id, topic, event_type, payload, metadata)
-VALUES ($1, $2, $3, $4, $5::jsonb)`
+INSERT INTO /* schema */outbox (id, topic, event_type, payload, metadata, bucket)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6)`

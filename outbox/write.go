@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/pgbox/pgbox/internal/partition"
 	"github.com/pgbox/pgbox/internal/schemaerr"
 )
 
@@ -29,6 +30,7 @@ func (o *Outbox) Write(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]uuid.
 	n := len(msgs)
 	var (
 		ids                          = make([]uuid.UUID, n)
+		buckets                      = make([]int32, n)
 		topics, eventTypes, metadata = make([]string, n), make([]string, n), make([]string, n)
 		keys                         = make([]*string, n)
 		payloads                     = make([][]byte, n)
@@ -44,6 +46,9 @@ func (o *Outbox) Write(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]uuid.
 			if ids[i], err = uuid.NewV7(); err != nil {
 				return nil, fmt.Errorf("outbox: new message id: %w", err)
 			}
+		}
+		if day, ok := partition.UUIDDay(ids[i]); ok {
+			buckets[i] = int32(day)
 		}
 		topics[i] = m.Topic
 		eventTypes[i] = m.EventType
@@ -70,7 +75,7 @@ func (o *Outbox) Write(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]uuid.
 		// One message without an ordering key or a NOTIFY, the common
 		// case: a plain INSERT, without arrays, key locks or sorting.
 		var tag pgconn.CommandTag
-		tag, err = tx.Exec(ctx, o.writeOne, ids[0], topics[0], eventTypes[0], payloads[0], metadata[0])
+		tag, err = tx.Exec(ctx, o.writeOne, ids[0], topics[0], eventTypes[0], payloads[0], metadata[0], buckets[0])
 		inserted = int(tag.RowsAffected())
 	} else {
 		// The ids go as text, cast to uuid[] in SQL: pgx encodes a
@@ -80,7 +85,7 @@ func (o *Outbox) Write(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]uuid.
 		for i, id := range ids {
 			idText[i] = id.String()
 		}
-		err = tx.QueryRow(ctx, o.write, idText, topics, eventTypes, keys, payloads, metadata, o.seqName, channel).Scan(&inserted, nil)
+		err = tx.QueryRow(ctx, o.write, idText, topics, eventTypes, keys, payloads, metadata, o.seqName, channel, buckets).Scan(&inserted, nil)
 	}
 	if err != nil {
 		var pgErr *pgconn.PgError

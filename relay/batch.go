@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/partition"
 	"github.com/pgbox/pgbox/internal/pgtext"
 )
 
@@ -395,8 +396,12 @@ func (r *Relay) complete(token int64, outcomes []outcome) {
 	// and simple_protocol query modes never tell it.
 	ids, statuses := make([]string, n), make([]string, n)
 	delays, refunds, errs := make([]int64, n), make([]int32, n), make([]*string, n)
+	days := make([]int32, n) // the partition a row's id puts it in (completeSQL)
 	for i, o := range outcomes {
 		ids[i], statuses[i], delays[i] = o.id.String(), string(o.status), o.delay.Milliseconds()
+		if d, ok := partition.UUIDDay(o.id); ok {
+			days[i] = int32(d)
+		}
 		if o.refund {
 			refunds[i] = 1
 		}
@@ -409,7 +414,7 @@ func (r *Relay) complete(token int64, outcomes []outcome) {
 		ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
 		defer cancel()
 		var err error
-		recorded, err = r.recordOutcomes(ctx, token, ids, statuses, delays, refunds, errs)
+		recorded, err = r.recordOutcomes(ctx, token, ids, statuses, delays, refunds, errs, days)
 		return err
 	})
 	if err == nil && recorded < n {

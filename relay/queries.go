@@ -17,6 +17,10 @@ import "github.com/pgbox/pgbox/internal/tables"
 // key in flight across every relay process, in commit order. With $5 > 0, a row whose lease
 // expired on attempt $5 is marked dead instead of claimed.
 //
+// The update finds each claimed row again by its key, bucket included, so
+// that only its own partition is read (the outbox is partitioned, see
+// migration 9).
+//
 // The claim commits asynchronously (synchronous_commit off for its own
 // transaction only): visible at once and safe from this process's death,
 // and made durable by the synchronous commit that records the publish. A
@@ -24,7 +28,7 @@ import "github.com/pgbox/pgbox/internal/tables"
 // the row is published again, which consumers dedupe.
 const claimSQL = `
 WITH expired AS (
-    SELECT o.id
+    SELECT o.id, o.bucket
     FROM /* schema */outbox AS o
     WHERE o.status = ` + tables.OutboxRunning + ` AND o.available_at <= now()
     ORDER BY o.available_at
@@ -32,7 +36,7 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 ),
 fresh AS (
-    SELECT o.id
+    SELECT o.id, o.bucket
     FROM /* schema */outbox AS o
     WHERE o.status = ` + tables.OutboxPending + `
       AND o.available_at <= now()
@@ -42,9 +46,9 @@ fresh AS (
     FOR UPDATE SKIP LOCKED
 ),
 claimable AS (
-    SELECT id FROM expired
+    SELECT id, bucket FROM expired
     UNION ALL
-    SELECT id FROM fresh
+    SELECT id, bucket FROM fresh
     LIMIT $1
 ),
 async AS (
@@ -62,14 +66,17 @@ UPDATE /* schema */outbox AS o SET
                         THEN o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts, 'at', now(), 'error', $4::text))
                         ELSE o.errors END
 FROM claimable AS c CROSS JOIN async
-WHERE o.id = c.id
+WHERE o.id = c.id AND o.bucket = c.bucket
 RETURNING o.id, o.status, o.topic, o.event_type, coalesce(o.ordering_key, ''), o.payload, o.metadata, o.attempts, o.seq`
 
 // completeSQL records what became of each claimed row, fenced by the claim
 // token: published; pending again after a backoff (a failed publish); dead;
 // or released (pending now, the attempt refunded) when the relay stopped
 // before publishing it. It returns each recorded row's new status and its
-// topic, for the dead rows' metric.
+// topic, for the dead rows' metric. $7 holds each id's day (0 for an id
+// that is no UUIDv7), so that only the row's partition is read: its day's
+// (or the default one), or bucket 0, where ids that are no UUIDv7 and every
+// row older than migration 9 are.
 const completeSQL = `
 UPDATE /* schema */outbox AS o SET
     status       = r.status,
@@ -80,6 +87,6 @@ UPDATE /* schema */outbox AS o SET
     last_error   = coalesce(r.error, o.last_error),
     errors       = CASE WHEN r.error IS NULL THEN o.errors
                         ELSE o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts, 'at', now(), 'error', r.error)) END
-FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::int[], $6::text[]) AS r(id, status, delay_ms, refund, error)
-WHERE o.id = r.id AND o.claim_token = $1 AND o.status = ` + tables.OutboxRunning + `
+FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::int[], $6::text[], $7::int[]) AS r(id, status, delay_ms, refund, error, day)
+WHERE o.id = r.id AND o.bucket IN (0, r.day) AND o.claim_token = $1 AND o.status = ` + tables.OutboxRunning + `
 RETURNING o.status, o.topic`

@@ -133,8 +133,8 @@ func deadMessages(t *testing.T, n int) string {
 	t.Helper()
 	schema := pgtest.Schema(t)
 	_, err := pgtest.Pool(t).Exec(context.Background(), ident.Render(`
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
-		SELECT 'payments', 'm-' || i, 'OrderPlaced', 'dead', 5, 5, '\x00', '', 'timeout'
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error, bucket)
+		SELECT 'payments', 'm-' || i, 'OrderPlaced', 'dead', 5, 5, '\x00', '', 'timeout', /* schema */inbox_bucket('m-' || i)
 		FROM generate_series(1, $1::int) AS i ORDER BY i`, schema), n)
 	require.NoError(t, err)
 	return schema

@@ -53,6 +53,8 @@ func run() error {
 		only   = flag.String("only", "", "comma-separated scenarios to run (default all); scenario/word runs that scenario's cases whose setting contains word, e.g. pooler/poll-only")
 		prof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		render = flag.Bool("render", false, "measure nothing: write the report and chart again from -out's .json")
+		kept   = flag.String("retained", "50M,10M", "the retained scenario's inboxes of UUIDv7 ids, by done messages kept (filled once, then reused)")
+		random = flag.String("retained-random", "10M", "the retained scenario's inboxes of random ids")
 	)
 	flag.IntVar(&cfg.Runs, "runs", 3, "timed runs per case")
 	flag.IntVar(&cfg.Backlog, "backlog", 200_000, "messages in the drain cases' backlog")
@@ -64,6 +66,13 @@ func run() error {
 	flag.Parse()
 	if *only != "" {
 		cfg.Only = strings.Split(*only, ",")
+	}
+	var err error
+	if cfg.RetainedRows, err = bench.ParseSizes(*kept); err != nil {
+		return fmt.Errorf("-retained: %w", err)
+	}
+	if cfg.RetainedRandomRows, err = bench.ParseSizes(*random); err != nil {
+		return fmt.Errorf("-retained-random: %w", err)
 	}
 	if *prof != "" {
 		f, err := os.Create(*prof)

@@ -48,17 +48,18 @@ func TestBacklogGauges(t *testing.T) {
 	pool := pgtest.Pool(t)
 	schema := pgtest.Schema(t)
 	_, err := pool.Exec(ctx, ident.Render(`
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, max_attempts, payload_hash, payload, ordering_key, available_at)
-		VALUES ('c', 'due-1h', 'T', 'pending', 3, '\x00', '', NULL, now() - interval '1 hour'),
-		       ('c', 'due-now', 'T', 'pending', 3, '\x00', '', NULL, now()),
-		       ('c', 'backoff', 'T', 'pending', 3, '\x00', '', NULL, now() + interval '1 hour'),
-		       ('c', 'head', 'T', 'dead', 3, '\x00', '', 'k', now() - interval '3 hours'),
-		       ('c', 'behind-dead', 'T', 'pending', 3, '\x00', '', 'k', now() - interval '2 hours'),
-		       ('other', 'x', 'T', 'pending', 3, '\x00', '', NULL, now() - interval '5 hours');
-		INSERT INTO /* schema */outbox (id, topic, event_type, payload, status, available_at)
-		VALUES (gen_random_uuid(), 't', 'T', '', 'pending', now() - interval '10 minutes'),
-		       (gen_random_uuid(), 't', 'T', '', 'running', now() + interval '1 minute'),
-		       (gen_random_uuid(), 't', 'T', '', 'published', now() - interval '1 day')`, schema))
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, max_attempts, payload_hash, payload, ordering_key, available_at, bucket)
+		VALUES ('c', 'due-1h', 'T', 'pending', 3, '\x00', '', NULL, now() - interval '1 hour', /* schema */inbox_bucket('due-1h')),
+		       ('c', 'due-now', 'T', 'pending', 3, '\x00', '', NULL, now(), /* schema */inbox_bucket('due-now')),
+		       ('c', 'backoff', 'T', 'pending', 3, '\x00', '', NULL, now() + interval '1 hour', /* schema */inbox_bucket('backoff')),
+		       ('c', 'head', 'T', 'dead', 3, '\x00', '', 'k', now() - interval '3 hours', /* schema */inbox_bucket('head')),
+		       ('c', 'behind-dead', 'T', 'pending', 3, '\x00', '', 'k', now() - interval '2 hours', /* schema */inbox_bucket('behind-dead')),
+		       ('other', 'x', 'T', 'pending', 3, '\x00', '', NULL, now() - interval '5 hours', /* schema */inbox_bucket('x'));
+		INSERT INTO /* schema */outbox (id, topic, event_type, payload, status, available_at, bucket)
+		SELECT r.id, 't', 'T', '', r.status, r.available_at, /* schema */outbox_bucket(r.id)
+		FROM (SELECT gen_random_uuid() AS id, s AS status, a AS available_at
+		      FROM (VALUES ('pending', now() - interval '10 minutes'), ('running', now() + interval '1 minute'),
+		                   ('published', now() - interval '1 day')) AS v(s, a)) AS r`, schema))
 	require.NoError(t, err)
 
 	reader := sdkmetric.NewManualReader()

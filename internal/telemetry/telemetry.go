@@ -29,8 +29,12 @@ const (
 	AttrEventType = attribute.Key("pgbox.event_type")
 	// AttrOutcome is a handler's outcome: "ok" or "error".
 	AttrOutcome = attribute.Key("pgbox.outcome")
-	// AttrTable is the table a maintenance job deleted from.
+	// AttrTable is the table a maintenance job deleted from or changed
+	// the partitions of.
 	AttrTable = attribute.Key("pgbox.table")
+	// AttrChange is what a maintenance job did to a partition: created,
+	// dropped or postponed.
+	AttrChange = attribute.Key("pgbox.change")
 	// AttrTopic is the topic the relay published to.
 	AttrTopic = attribute.Key("pgbox.topic")
 	// AttrAttempt is the attempt's number, on a handler's span.
@@ -70,6 +74,7 @@ const (
 	OutboxBacklog         = "pgbox.outbox.backlog"
 	MaintenanceDeleted    = "pgbox.maintenance.deleted"
 	MaintenanceReplayed   = "pgbox.maintenance.replayed"
+	MaintenancePartitions = "pgbox.maintenance.partitions"
 	NotificationsArriving = "pgbox.notifications.arriving"
 	ClaimingPaused        = "pgbox.claiming.paused"
 )

@@ -75,8 +75,9 @@ func TestChaosBacklogDrainsWithFlatMemory(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, migrations.Migrate(ctx, pool, migrations.Options{Schema: backlogSchema}))
 	_, err = pool.Exec(ctx, ident.Render(`
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, max_attempts, payload_hash, payload)
-		SELECT 'drain', 'm-' || i, 'E', 5, '\x00', convert_to(repeat('x', 200), 'UTF8') FROM generate_series(1, $1) AS i`, backlogSchema), *flagBacklog)
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, max_attempts, payload_hash, payload, bucket)
+		SELECT 'drain', 'm-' || i, 'E', 5, '\x00', convert_to(repeat('x', 200), 'UTF8'), /* schema */inbox_bucket('m-' || i)
+		FROM generate_series(1, $1) AS i`, backlogSchema), *flagBacklog)
 	require.NoError(t, err)
 
 	child := pgtest.StartChild(t, "TestChildProcess", "drain", "DATABASE_URL="+cl.url)

@@ -256,8 +256,8 @@ func TestBulkReplayOf100kDeadMessagesRunsInBatches(t *testing.T) {
 	schema := pgtest.Schema(t)
 	pool := pgtest.Pool(t)
 	_, err := pool.Exec(context.Background(), ident.Render(`
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
-		SELECT 'payments', 'm-' || i, 'OrderPlaced', 'dead', 5, 5, '\x00', '', 'timeout'
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error, bucket)
+		SELECT 'payments', 'm-' || i, 'OrderPlaced', 'dead', 5, 5, '\x00', '', 'timeout', /* schema */inbox_bucket('m-' || i)
 		FROM generate_series(1, 100000) AS i`, schema))
 	require.NoError(t, err)
 
@@ -472,9 +472,10 @@ func groupsFixture(t *testing.T) string {
 	schema := pgtest.Schema(t)
 	_, err := pgtest.Pool(t).Exec(context.Background(), ident.Render(`
 		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
-		                               last_error, errors)
+		                               last_error, errors, bucket)
 		SELECT c, c || '-' || g, 'ChargeCard', 'dead', 1, 1, '\x00'::bytea, ''::bytea, 'gateway timeout after ' || g || 's',
-		       jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - make_interval(mins => g), 'error', 'gateway timeout'))
+		       jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - make_interval(mins => g), 'error', 'gateway timeout')),
+		       /* schema */inbox_bucket(c || '-' || g)
 		FROM (VALUES ('payments', 5), ('refunds', 3)) AS x(c, n), generate_series(1, x.n) AS g`, schema))
 	require.NoError(t, err)
 	return schema

@@ -127,10 +127,19 @@ func (a *app) printStats(st *admin.Stats) {
 	o := st.Outbox
 	t = newTable(a.out)
 	fmt.Fprintln(t, "OUTBOX\tPENDING\tRUNNING\tDEAD\tPUBLISHED\tOLDEST UNPUBLISHED")
-	fmt.Fprintf(t, "\t%s\t%s\t%s\t%s\t%s\n", count(o.Pending), count(o.Running), count(o.Dead), count(o.Published), ageOf(o.OldestUnpublished))
+	published := count(o.Published)
+	if o.PublishedEstimated {
+		published = "≈" + published
+	}
+	fmt.Fprintf(t, "\t%s\t%s\t%s\t%s\t%s\n", count(o.Pending), count(o.Running), count(o.Dead), published, ageOf(o.OldestUnpublished))
 	_ = t.Flush()
-	if sum.estimated {
+	switch {
+	case sum.estimated && o.PublishedEstimated:
+		fmt.Fprintf(a.out, "\n≈ DONE and PUBLISHED are estimated from PostgreSQL's statistics: '%s' counts every row.\n", a.hint("stats", "--exact"))
+	case sum.estimated:
 		fmt.Fprintf(a.out, "\n≈ DONE is estimated from PostgreSQL's statistics of the inbox: '%s' counts every done row.\n", a.hint("stats", "--exact"))
+	case o.PublishedEstimated:
+		fmt.Fprintf(a.out, "\n≈ PUBLISHED is estimated from PostgreSQL's statistics of the outbox: '%s' counts every published row.\n", a.hint("stats", "--exact"))
 	}
 	if sum.dead > 0 || sum.retrying > 0 {
 		fmt.Fprintln(a.out)

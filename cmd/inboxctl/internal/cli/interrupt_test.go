@@ -94,8 +94,8 @@ func TestInterruptedBulkReplayPrintsExactCount(t *testing.T) {
 	pool := pgtest.Pool(t)
 	bg := context.Background()
 	_, err := pool.Exec(bg, ident.Render(`
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
-		SELECT 'payments', 'm-' || i, 'OrderPlaced', 'dead', 5, 5, '\x00', '', 'timeout'
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error, bucket)
+		SELECT 'payments', 'm-' || i, 'OrderPlaced', 'dead', 5, 5, '\x00', '', 'timeout', /* schema */inbox_bucket('m-' || i)
 		FROM generate_series(1, 50) AS i ORDER BY i`, schema))
 	require.NoError(t, err)
 

@@ -91,8 +91,8 @@ func TestDryRunOutput(t *testing.T) {
 	t.Parallel()
 	schema := pgtest.Schema(t)
 	_, err := pgtest.Pool(t).Exec(context.Background(), ident.Render(`
-		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error)
-		SELECT 'payments', 'm-' || i, 'OrderPlaced', 'dead', 5, 5, '\x00', '', 'timeout'
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error, bucket)
+		SELECT 'payments', 'm-' || i, 'OrderPlaced', 'dead', 5, 5, '\x00', '', 'timeout', /* schema */inbox_bucket('m-' || i)
 		FROM generate_series(1, 25) AS i`, schema))
 	require.NoError(t, err)
 

@@ -36,16 +36,17 @@ VALUES ('node_a_2026_01_01T09_00_00', '2026-01-01 09:00:01Z', '2999-01-01 00:00:
 // dispatcher, one whose lease ended in 2026, one held by the live relay,
 // and one running message of a process that no longer exists.
 const claimsSQL = `
-INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, available_at, claim_token, payload_hash, payload)
+INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, available_at, claim_token, payload_hash, payload, bucket)
 VALUES
-('payments', 'charge-1', 'ChargeCard', 'running', 1, 25, '2030-01-01 00:00:00Z', (2::bigint << 32) | 7, '\x00', ''),
-('payments', 'charge-2', 'ChargeCard', 'running', 1, 25, '2030-01-01 00:05:00Z', (2::bigint << 32) | 7, '\x00', ''),
-('payments', 'charge-3', 'ChargeCard', 'running', 1, 25, '2026-01-01 10:00:30Z', (2::bigint << 32) | 8, '\x00', ''),
-('payments', 'charge-4', 'ChargeCard', 'running', 1, 25, '2030-01-01 00:00:00Z', (9::bigint << 32) | 1, '\x00', ''),
-('shipping', 'charge-5', 'ChargeCard', 'running', 1, 25, '2030-01-01 00:00:00Z', (2::bigint << 32) | 7, '\x00', '');
+('payments', 'charge-1', 'ChargeCard', 'running', 1, 25, '2030-01-01 00:00:00Z', (2::bigint << 32) | 7, '\x00', '', /* schema */inbox_bucket('charge-1')),
+('payments', 'charge-2', 'ChargeCard', 'running', 1, 25, '2030-01-01 00:05:00Z', (2::bigint << 32) | 7, '\x00', '', /* schema */inbox_bucket('charge-2')),
+('payments', 'charge-3', 'ChargeCard', 'running', 1, 25, '2026-01-01 10:00:30Z', (2::bigint << 32) | 8, '\x00', '', /* schema */inbox_bucket('charge-3')),
+('payments', 'charge-4', 'ChargeCard', 'running', 1, 25, '2030-01-01 00:00:00Z', (9::bigint << 32) | 1, '\x00', '', /* schema */inbox_bucket('charge-4')),
+('shipping', 'charge-5', 'ChargeCard', 'running', 1, 25, '2030-01-01 00:00:00Z', (2::bigint << 32) | 7, '\x00', '', /* schema */inbox_bucket('charge-5'));
 
-INSERT INTO /* schema */outbox (id, topic, event_type, status, available_at, claim_token, payload)
-VALUES ('019a0000-0000-7000-8000-000000000009', 'orders', 'OrderPaid', 'running', '2030-01-01 00:00:00Z', (4::bigint << 32) | 1, '');
+INSERT INTO /* schema */outbox (id, topic, event_type, status, available_at, claim_token, payload, bucket)
+VALUES ('019a0000-0000-7000-8000-000000000009', 'orders', 'OrderPaid', 'running', '2030-01-01 00:00:00Z', (4::bigint << 32) | 1, '',
+        /* schema */outbox_bucket('019a0000-0000-7000-8000-000000000009'));
 `
 
 var sinceSeen = regexp.MustCompile(`("since_seen": )[0-9.]+`)

@@ -32,7 +32,7 @@ const (
 // error, stack and metadata are hostile markup, and a dead outbox row.
 const fixtureSQL = `
 INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
-                               metadata, last_error, errors, received_at, available_at, processed_at)
+                               metadata, last_error, errors, received_at, available_at, processed_at, bucket)
 SELECT 'payments', 'order-' || g, 'ChargeCard', 'dead', 3, 3, '\x00', convert_to('{"order":' || g || ',"cents":999}', 'UTF8'),
        '{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}',
        'payment gateway timeout after ' || (28 + g) || 's',
@@ -40,25 +40,25 @@ SELECT 'payments', 'order-' || g, 'ChargeCard', 'dead', 3, 3, '\x00', convert_to
            jsonb_build_object('attempt', 1, 'at', now() - interval '50 minutes', 'error', 'payment gateway timeout after 30s'),
            jsonb_build_object('attempt', 2, 'at', now() - interval '20 minutes', 'error', 'payment gateway timeout after ' || (28 + g) || 's',
                               'trace', 'goroutine 7 [running]:' || chr(10) || 'main.charge(...)')),
-       now() - interval '1 hour', now(), NULL
+       now() - interval '1 hour', now(), NULL, /* schema */inbox_bucket('order-' || g)
 FROM generate_series(1, 3) AS g;
 INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
-                               last_error, errors, received_at, available_at, processed_at)
+                               last_error, errors, received_at, available_at, processed_at, bucket)
 VALUES
 ('payments', 'declined-1', 'ChargeCard', 'pending', 1, 25, '\x00', '{"order":9}', 'card declined: insufficient funds',
  jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '5 minutes', 'error', 'card declined: insufficient funds')),
- now() - interval '6 minutes', now() + interval '1 hour', NULL),
+ now() - interval '6 minutes', now() + interval '1 hour', NULL, /* schema */inbox_bucket('declined-1')),
 ('payments', 'done-1', 'ChargeCard', 'done', 1, 25, '\x00', '{"order":10}', NULL, '[]', now() - interval '2 minutes', now(),
- now() - interval '1 minute'),
+ now() - interval '1 minute', /* schema */inbox_bucket('done-1')),
 ('shipping', 'evil-1', 'LabelPrinted', 'dead', 1, 1, '\x00', convert_to($1, 'UTF8'), $2,
  jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '3 minutes', 'error', $2::text, 'trace', $1::text)),
- now() - interval '4 minutes', now(), NULL);
+ now() - interval '4 minutes', now(), NULL, /* schema */inbox_bucket('evil-1'));
 UPDATE /* schema */inbox SET metadata = jsonb_build_object($1::text, $2::text) WHERE message_id = 'evil-1';
-INSERT INTO /* schema */outbox (id, topic, event_type, status, attempts, available_at, created_at, payload, metadata, last_error, errors)
+INSERT INTO /* schema */outbox (id, topic, event_type, status, attempts, available_at, created_at, payload, metadata, last_error, errors, bucket)
 VALUES ('019a0000-0000-7000-8000-000000000002', 'orders', 'OrderPaid', 'dead', 3, now(), now() - interval '30 minutes',
         '{"order":2}', '{}', 'publish: nats: no responders available for request',
         jsonb_build_array(jsonb_build_object('attempt', 3, 'at', now() - interval '29 minutes',
-                                             'error', 'publish: nats: no responders available for request')));`
+                                             'error', 'publish: nats: no responders available for request')), /* schema */outbox_bucket('019a0000-0000-7000-8000-000000000002'));`
 
 // testBundle is one test's console, on a schema of its own holding
 // fixtureSQL's rows, served over HTTP on loopback.

@@ -37,7 +37,7 @@ func (c *Console) outbox(w http.ResponseWriter, r *http.Request, t *Target) erro
 	if v.Status == "" {
 		v.Status = string(pgbox.OutboxDead)
 	}
-	st, err := t.Admin.OutboxStats(r.Context())
+	st, err := t.Admin.OutboxStats(r.Context(), admin.StatsOptions{})
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func deadOutboxRows(r *http.Request, t *Target) (outboxSelection, error) {
 	ctx := r.Context()
 	sel := outboxSelection{hidden: []field{{"scope", r.PostFormValue("scope")}}}
 	if r.PostFormValue("scope") == "all" {
-		st, err := t.Admin.OutboxStats(ctx)
+		st, err := t.Admin.OutboxStats(ctx, admin.StatsOptions{})
 		if err != nil {
 			return sel, err
 		}

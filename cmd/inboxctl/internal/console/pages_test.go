@@ -70,8 +70,8 @@ func TestPagesNotFound(t *testing.T) {
 func TestMessagesPages(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	b.exec(t, `INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload)
-		SELECT 'bulk', 'm-' || g, 'Ping', 'pending', 0, 3, '\x00', '' FROM generate_series(1, 60) AS g`)
+	b.exec(t, `INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, bucket)
+		SELECT 'bulk', 'm-' || g, 'Ping', 'pending', 0, 3, '\x00', '', /* schema */inbox_bucket('m-' || g) FROM generate_series(1, 60) AS g`)
 	status, body := b.get(t, "/messages?consumer=bulk&status=pending")
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, ">m-60<")

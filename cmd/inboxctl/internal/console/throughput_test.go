@@ -14,8 +14,9 @@ func TestThroughputReadsOnlyNewMinutes(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t, Config{})
 	done := func(prefix string, n int, ago string) {
-		b.exec(t, `INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, processed_at)
-			SELECT 'refunds', $1 || g, 'Refund', 'done', 1, 3, '\x00', '', now() - $2::interval FROM generate_series(1, $3::int) AS g`, prefix, ago, n)
+		b.exec(t, `INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, processed_at, bucket)
+			SELECT 'refunds', $1 || g, 'Refund', 'done', 1, 3, '\x00', '', now() - $2::interval, /* schema */inbox_bucket($1 || g)
+			FROM generate_series(1, $3::int) AS g`, prefix, ago, n)
 	}
 	done("early-", 3, "30 minutes")
 	done("now-", 2, "0 seconds")

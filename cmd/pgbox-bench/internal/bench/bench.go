@@ -58,8 +58,16 @@ type Config struct {
 	// Rate is the latency cases' steady message rate. Defaults to 1000/s.
 	Rate int
 	// OperatorRows is how many done messages the operator scenario's inbox
-	// holds. Defaults to 50,000,000.
+	// holds: the retained scenario's inbox of as many UUIDv7 ids. Defaults
+	// to 50,000,000.
 	OperatorRows int
+	// RetainedRows are the retained scenario's inboxes of UUIDv7 ids, by
+	// the done messages they keep, largest first; an empty one is measured
+	// beside them. Defaults to 50,000,000 and 10,000,000.
+	RetainedRows []int
+	// RetainedRandomRows are the retained scenario's inboxes of random
+	// ids. Defaults to 10,000,000.
+	RetainedRandomRows []int
 
 	// Progress receives a line per measurement. Defaults to io.Discard.
 	Progress io.Writer
@@ -81,6 +89,14 @@ func (c Config) withDefaults() Config {
 	c.SweepBacklog = cmp.Or(c.SweepBacklog, 50_000)
 	c.Rate = cmp.Or(c.Rate, 1000)
 	c.OperatorRows = cmp.Or(c.OperatorRows, 50_000_000)
+	if len(c.RetainedRows) == 0 {
+		c.RetainedRows = []int{50_000_000, 10_000_000}
+	}
+	if len(c.RetainedRandomRows) == 0 {
+		c.RetainedRandomRows = []int{10_000_000}
+	}
+	slices.SortFunc(c.RetainedRows, func(a, b int) int { return b - a })
+	slices.SortFunc(c.RetainedRandomRows, func(a, b int) int { return b - a })
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
@@ -135,7 +151,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.URL == "" {
 		return nil, fmt.Errorf("bench: no database URL: set DATABASE_URL, or run `make bench`, which starts a local PostgreSQL")
 	}
-	e := &env{cfg: cfg, log: slog.New(slog.DiscardHandler)}
+	e := &env{cfg: cfg, log: slog.New(slog.DiscardHandler), retained: &retainedState{}, operator: &operatorState{}}
 	rep := &Report{Started: time.Now().UTC(), Runs: cfg.Runs}
 	cases, err := e.cases()
 	if err != nil {

@@ -50,11 +50,21 @@ var describe = map[string]string{
 		"the pooler with `Config.PollOnly` on the dispatcher and relay (no LISTEN anywhere, the default `PollInterval` of 1s): " +
 		"a new message waits for a worker's next poll. Beside it, the same rate through the pooler with LISTEN on a direct " +
 		"connection, and on a direct connection; **ratio** is the poll-only figure over each.",
-	"operator": "What an on-call engineer runs, on an inbox holding a service's dedupe memory (`-operator-rows` done messages " +
-		"over two consumers, processed over 7 days, filled once into schema " + operatorSchema + " and reused by later runs " +
-		"asking for as many) and 3,000 dead, 600 retrying and 3,000 replayed-then-done messages in six failure groups: the " +
+	"operator": "What an on-call engineer runs, on an inbox holding a service's dedupe memory (the retained scenario's inbox " +
+		"of `-operator-rows` done messages with UUIDv7 ids over two consumers, processed over 7 days, kept between runs) and " +
+		"3,000 dead, 600 retrying and 3,000 replayed-then-done messages in six failure groups: the " +
 		"admin call behind each inboxctl read, timed alone (ms, median of runs). `stats` estimates done messages from the " +
 		"planner's statistics; `stats --exact` counts them, for contrast.",
+	"retained": "The hot paths on an inbox that keeps a week of done messages, the dedupe memory of a long-running service, beside " +
+		"an empty one, in the same run: each system is an inbox by the done messages it keeps (filled once into schemas " +
+		"pgbox_bench_retained_*, with a fifth as many published outbox rows, and reused by later runs), and **ratio** is the " +
+		"first one's figure over the others'. *UUIDv7 ids* are messages as pgbox's outbox makes them: kept in the partitions of " +
+		"the last seven days, new ones stored in today's. *Random ids* (UUIDv4, as another producer may send) are kept half in " +
+		"the previous generation and half in the current one, which new ones join after a look in the previous one. " +
+		"ReceiveBatch: batches of 100 new messages from 4 connections for the case's duration. Drain: a backlog of new " +
+		"messages stored, then drained by the dispatcher's workers. *Drop an expired day*: a day's partition as large as a " +
+		"kept day (a seventh of the inbox), made a month old, dropped by the retention code (`partition.Drop`): the database " +
+		"work that expiring a day's messages costs, whatever their number, and the disk the kept days take per message.",
 	"sweep": "Drain throughput against worker count (pgbox workers × batches of 200; River with 200 × as many job workers, the same number of messages in flight).",
 }
 
@@ -109,6 +119,7 @@ func (e *env) cases() ([]benchCase, error) {
 		benchCase{scenario: "memory", setting: fmt.Sprintf("%d messages", cfg.MemoryBacklog), main: "RSS spread %", once: true,
 			systems: []system{{"pgbox", e.memory(cfg.MemoryBacklog)}}},
 	)
+	cs = append(cs, e.retainedCases()...)
 	cs = append(cs, e.operatorCases()...)
 	cs = append(cs, e.consoleCases()...)
 	if cfg.PoolerURL != "" {

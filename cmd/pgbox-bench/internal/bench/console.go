@@ -49,8 +49,9 @@ func (b *consoleBuild) binary(ctx context.Context) (string, error) {
 
 // consolePage is one page the console cases time: a GET of path, or a
 // POST of form (the replay's first step: its dry run, which changes
-// nothing). {group} and {id} in either stand for the operator schema's
-// largest failure group and a done message of payments.
+// nothing). {group}, {consumer} and {id} in either stand for the operator
+// schema's largest failure group, its first consumer and a done message
+// of that consumer.
 type consolePage struct {
 	name, path string
 	form       url.Values
@@ -63,7 +64,7 @@ var consolePages = []consolePage{
 	{name: "group's messages", path: "/messages?consumer=payments&group={group}"},
 	{name: "dead messages", path: "/messages?status=dead"},
 	{name: "failed messages (the default list)", path: "/messages"},
-	{name: "message", path: "/message?consumer=payments&id={id}"},
+	{name: "message", path: "/message?consumer={consumer}&id={id}"},
 	{name: "replay confirmation (dry run)", path: "/replay", form: url.Values{"scope": {"all"}, "consumer": {"payments"}, "group": {"{group}"}}},
 	{name: "outbox", path: "/outbox"},
 	{name: "scheduled", path: "/scheduled"},
@@ -76,7 +77,7 @@ var consolePages = []consolePage{
 // the figure is the page and not the first connections of the console's
 // pool.
 func (e *env) consoleCases() []benchCase {
-	st, build := &operatorState{}, &consoleBuild{}
+	st, build := e.operator, &consoleBuild{}
 	var cs []benchCase
 	for _, p := range consolePages {
 		method := "GET " + p.path
@@ -101,7 +102,7 @@ func (e *env) consolePage(st *operatorState, build *consoleBuild, p consolePage)
 		if err != nil {
 			return nil, err
 		}
-		st.once.Do(func() { st.group, st.err = e.operatorFill(ctx, pool) })
+		st.once.Do(func() { st.err = e.operatorFill(ctx, pool, st) })
 		pool.Close()
 		if st.err != nil {
 			return nil, st.err
@@ -115,7 +116,7 @@ func (e *env) consolePage(st *operatorState, build *consoleBuild, p consolePage)
 			return nil, err
 		}
 		defer stop()
-		fill := strings.NewReplacer("{group}", st.group, "{id}", "m-"+strconv.Itoa(e.cfg.OperatorRows/2*2))
+		fill := strings.NewReplacer("{group}", st.group, "{id}", st.id, "{consumer}", retainedConsumers[0])
 		var form url.Values
 		if p.form != nil { // the replay's first step, with the CSRF token of the page it comes from
 			page, err := get(ctx, base+"/failures")
@@ -151,7 +152,7 @@ func (e *env) consolePage(st *operatorState, build *consoleBuild, p consolePage)
 // serveConsole starts inboxctl serve on the operator schema, on a free
 // loopback port, and returns its base URL and how to stop it.
 func (e *env) serveConsole(ctx context.Context, bin string) (string, func(), error) {
-	cmd := exec.CommandContext(ctx, bin, "serve", "--addr", "127.0.0.1:0", "--schema", operatorSchema)
+	cmd := exec.CommandContext(ctx, bin, "serve", "--addr", "127.0.0.1:0", "--schema", e.operatorSchema())
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+e.cfg.URL)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

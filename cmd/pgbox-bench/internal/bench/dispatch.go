@@ -45,6 +45,12 @@ type env struct {
 	// Config.PollOnly): no LISTEN at all, as behind a transaction pooler
 	// without a direct connection.
 	pollOnly bool
+	// retained fills the retained scenario's schemas, which the operator
+	// scenario shares, once a run.
+	retained *retainedState
+	// operator is the operator scenario's filled schema, which the
+	// console's cases share.
+	operator *operatorState
 }
 
 // loadInbox stores n new messages in batches of 1000, four batches at once.

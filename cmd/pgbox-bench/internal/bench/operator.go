@@ -14,32 +14,14 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
+	"github.com/pgbox/pgbox/internal/partition"
 )
 
-// operatorSchema holds the operator scenario's inbox. It is kept between
-// runs of the bench: filling 50 million rows takes minutes, so a later run
-// that asks for as many reuses it.
-const operatorSchema = "pgbox_bench_operator"
-
-// operatorChunk is how many done rows one INSERT of the fill stores.
-const operatorChunk = 1_000_000
-
-// operatorMark is the schema's comment once it holds rows done messages,
-// at this build's schema version: what a later run checks to reuse it.
-func operatorMark(rows int) string {
-	return fmt.Sprintf("pgbox-bench operator: %d done rows, schema version %d", rows, pgbox.SchemaVersion)
-}
-
-// operatorFillSQL stores the done messages $1 to $2 of $3, alternating
-// between two consumers, processed over the last 7 days in arrival order:
-// the dedupe memory of a service at about 80 messages/s per 50 million.
-const operatorFillSQL = `
-INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts,
-                               received_at, processed_at, available_at, payload_hash, payload)
-SELECT CASE WHEN g % 2 = 0 THEN 'payments' ELSE 'shipping' END, 'm-' || g, 'OrderPlaced', 'done', 1, 25,
-       t, t + interval '20 milliseconds', t, '\x00'::bytea, '{"order":1}'::bytea
-FROM generate_series($1::bigint, $2::bigint) AS g,
-     LATERAL (SELECT now() - (($3::bigint - g) * interval '7 days') / $3::bigint AS t) AS x`
+// operatorSchema holds the operator scenario's inbox: the retained
+// scenario's inbox of OperatorRows UUIDv7 messages, kept between runs of
+// the bench (filling 50 million rows takes minutes), with the failures
+// below added once.
+func (e *env) operatorSchema() string { return retainedSchema(e.cfg.OperatorRows, v7IDs) }
 
 // operatorFailuresSQL stores what an on-call engineer comes for: in each
 // of two consumers, three causes of 500 dead messages and 100 retrying
@@ -48,14 +30,15 @@ FROM generate_series($1::bigint, $2::bigint) AS g,
 // failed, were replayed and are done.
 const operatorFailuresSQL = `
 INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts,
-                               received_at, processed_at, available_at, payload_hash, payload, last_error, errors)
+                               received_at, processed_at, available_at, payload_hash, payload, last_error, errors, bucket)
 SELECT c.consumer, c.consumer || '-' || k.cause || '-' || s.state || '-' || g, 'ChargeCard', s.state, 3, 3,
        now() - g * interval '30 seconds', CASE WHEN s.state = 'done' THEN now() END,
        CASE WHEN s.state = 'pending' THEN now() + interval '2 hours' ELSE now() END,
        '\x00'::bytea, '{"order":2}'::bytea, e.text,
        jsonb_build_array(
            jsonb_build_object('attempt', 1, 'at', now() - g * interval '30 seconds', 'error', e.text),
-           jsonb_build_object('attempt', 2, 'at', now() - g * interval '20 seconds', 'error', e.text))
+           jsonb_build_object('attempt', 2, 'at', now() - g * interval '20 seconds', 'error', e.text)),
+       /* schema */inbox_bucket(c.consumer || '-' || k.cause || '-' || s.state || '-' || g)
 FROM (VALUES ('payments'), ('refunds')) AS c(consumer),
      (VALUES (1), (2), (3)) AS k(cause),
      (VALUES ('dead', 500), ('pending', 100), ('done', 500)) AS s(state, n),
@@ -65,18 +48,20 @@ FROM (VALUES ('payments'), ('refunds')) AS c(consumer),
          WHEN 2 THEN 'card declined: insufficient funds on order ''order-' || g || ''''
          ELSE 'panic: runtime error: index out of range [' || (g % 9) || '] with length 3' END AS text) AS e`
 
-// operatorState is the filled schema the operator cases share: filled
-// once per bench run (or found filled by an earlier one).
+// operatorState is the filled schema the operator cases (and the
+// console's) share: filled once per bench run (or found filled by an
+// earlier one).
 type operatorState struct {
 	once  sync.Once
 	err   error
 	group string // the fingerprint of one dead group
+	id    string // a done message of the first retained consumer
 }
 
 // operatorCases times each admin call behind an inboxctl read on an inbox
 // of e.cfg.OperatorRows done messages: one case per call, median of runs.
 func (e *env) operatorCases() []benchCase {
-	st := &operatorState{}
+	st := e.operator
 	rows := e.cfg.OperatorRows
 	setting := func(call string) string { return fmt.Sprintf("%s, %s done", call, millions(rows)) }
 	call := func(what string, do func(ctx context.Context, adm *admin.Admin, group string) error) benchCase {
@@ -124,13 +109,13 @@ func (e *env) operatorCases() []benchCase {
 			return err
 		}),
 		call("show", func(ctx context.Context, adm *admin.Admin, _ string) error {
-			_, err := adm.Show(ctx, "payments", "m-"+strconv.Itoa(rows/2*2))
+			_, err := adm.Show(ctx, retainedConsumers[0], st.id)
 			return err
 		}),
 		call("show without --consumer", func(ctx context.Context, adm *admin.Admin, _ string) error {
-			consumers, err := adm.ConsumersOf(ctx, "m-"+strconv.Itoa(rows/2*2))
+			consumers, err := adm.ConsumersOf(ctx, st.id)
 			if err == nil && len(consumers) != 1 {
-				err = fmt.Errorf("message held by %v, want payments alone", consumers)
+				err = fmt.Errorf("message held by %v, want %s alone", consumers, retainedConsumers[0])
 			}
 			return err
 		}),
@@ -147,11 +132,11 @@ func (e *env) operatorCall(st *operatorState, do func(ctx context.Context, adm *
 			return nil, err
 		}
 		defer pool.Close()
-		st.once.Do(func() { st.group, st.err = e.operatorFill(ctx, pool) })
+		st.once.Do(func() { st.err = e.operatorFill(ctx, pool, st) })
 		if st.err != nil {
 			return nil, st.err
 		}
-		adm, err := admin.New(pool, admin.Config{Schema: operatorSchema})
+		adm, err := admin.New(pool, admin.Config{Schema: e.operatorSchema()})
 		if err != nil {
 			return nil, err
 		}
@@ -166,63 +151,48 @@ func (e *env) operatorCall(st *operatorState, do func(ctx context.Context, adm *
 	}
 }
 
-// operatorFill makes operatorSchema hold e.cfg.OperatorRows done messages
-// and the failures, unless an earlier run left it so, and returns the
-// fingerprint of its largest dead group.
-func (e *env) operatorFill(ctx context.Context, pool *pgxpool.Pool) (string, error) {
-	rows := e.cfg.OperatorRows
-	var mark *string
-	err := pool.QueryRow(ctx, "SELECT obj_description(oid, 'pg_namespace') FROM pg_catalog.pg_namespace WHERE nspname = $1",
-		operatorSchema).Scan(&mark)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return "", err
+// operatorFill makes the operator schema hold e.cfg.OperatorRows done
+// messages (the retained scenario's fill) and the failures, unless an
+// earlier run left it so, and finds the fingerprint of its largest dead
+// group and a done message.
+func (e *env) operatorFill(ctx context.Context, pool *pgxpool.Pool, st *operatorState) error {
+	if err := e.retained.fill(ctx, e, pool, e.cfg.OperatorRows, v7IDs); err != nil {
+		return err
 	}
-	if mark == nil || *mark != operatorMark(rows) {
-		if err := e.operatorLoad(ctx, pool, rows); err != nil {
-			return "", fmt.Errorf("fill %s: %w", operatorSchema, err)
+	schema := e.operatorSchema()
+	render := func(sql string) string {
+		return strings.ReplaceAll(sql, "/* schema */", pgx.Identifier{schema}.Sanitize()+".")
+	}
+	var failed bool
+	if err := pool.QueryRow(ctx, render("SELECT EXISTS (SELECT 1 FROM /* schema */inbox WHERE last_error IS NOT NULL)")).Scan(&failed); err != nil {
+		return err
+	}
+	if !failed {
+		if _, err := pool.Exec(ctx, render(operatorFailuresSQL)); err != nil {
+			return fmt.Errorf("store the failures in %s: %w", schema, err)
 		}
-	} else {
-		fmt.Fprintf(e.cfg.Progress, "operator: reusing schema %s (%s done rows)\n", operatorSchema, millions(rows))
+		if err := vacuum(ctx, pool, schema, "inbox"); err != nil {
+			return err
+		}
 	}
-	adm, err := admin.New(pool, admin.Config{Schema: operatorSchema})
+	adm, err := admin.New(pool, admin.Config{Schema: schema})
 	if err != nil {
-		return "", err
+		return err
 	}
 	groups, err := adm.Failures(ctx, admin.FailuresOptions{Limit: 1})
 	if err != nil {
-		return "", err
+		return err
 	}
 	if len(groups) == 0 {
-		return "", fmt.Errorf("schema %s holds no failure group: drop it and run again", operatorSchema)
+		return fmt.Errorf("schema %s holds no failure group: drop it and run again", schema)
 	}
-	return groups[0].Fingerprint, nil
-}
-
-// operatorLoad fills a fresh operatorSchema in chunks, then marks it.
-func (e *env) operatorLoad(ctx context.Context, pool *pgxpool.Pool, rows int) error {
-	if err := pgboxSchema(ctx, pool, operatorSchema); err != nil {
+	st.group = groups[0].Fingerprint
+	var now time.Time
+	if err := pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
 		return err
 	}
-	render := func(sql string) string {
-		return strings.ReplaceAll(sql, "/* schema */", pgx.Identifier{operatorSchema}.Sanitize()+".")
-	}
-	start := time.Now()
-	for lo := 1; lo <= rows; lo += operatorChunk {
-		hi := min(lo+operatorChunk-1, rows)
-		if _, err := pool.Exec(ctx, render(operatorFillSQL), lo, hi, rows); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.cfg.Progress, "operator: %s of %s done rows stored (%s)\n", millions(hi), millions(rows), time.Since(start).Round(time.Second))
-	}
-	if _, err := pool.Exec(ctx, render(operatorFailuresSQL)); err != nil {
-		return err
-	}
-	if err := vacuum(ctx, pool, operatorSchema, "inbox"); err != nil {
-		return err
-	}
-	// COMMENT takes no parameter; the mark is plain words and digits.
-	_, err := pool.Exec(ctx, "COMMENT ON SCHEMA "+pgx.Identifier{operatorSchema}.Sanitize()+" IS '"+operatorMark(rows)+"'")
-	return err
+	return pool.QueryRow(ctx, render("SELECT message_id FROM /* schema */inbox WHERE consumer = $1 AND bucket = $2 LIMIT 1"),
+		retainedConsumers[0], int32(partition.DayOf(now)-retainedDays/2)).Scan(&st.id)
 }
 
 // millions writes n for a setting: "50M", "1.5M", "200k".

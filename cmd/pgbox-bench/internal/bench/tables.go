@@ -69,8 +69,8 @@ RETURNING message_id, payload`
 	// The retained memory, messages h1…h$2 handled long ago: in the one
 	// table done rows, with their payload; in two tables dedupe rows.
 	oneTableHistory = `
-INSERT INTO bench_pgbox.inbox (consumer, message_id, event_type, status, attempts, max_attempts, processed_at, claim_token, payload, payload_hash)
-SELECT $1, 'h' || i, 'noop', 'done', 1, 25, now(), i, $3, $4 FROM generate_series(1, $2::int) AS i`
+INSERT INTO bench_pgbox.inbox (consumer, message_id, event_type, status, attempts, max_attempts, processed_at, claim_token, payload, payload_hash, bucket)
+SELECT $1, 'h' || i, 'noop', 'done', 1, 25, now(), i, $3, $4, 0 FROM generate_series(1, $2::int) AS i`
 	twoTablesHistory = `
 INSERT INTO bench_pgbox.dedupe (consumer, message_id, payload_hash)
 SELECT $1, 'h' || i, $3 FROM generate_series(1, $2::int) AS i`
