@@ -75,9 +75,11 @@ func TestFailureIsIsolatedWithinTheBatchTransaction(t *testing.T) {
 		}
 		require.Equal(t, 1, effects[id], id)
 		require.Equal(t, "done", b.row(t, id).Status)
+		require.NotNil(t, b.row(t, id).ProcessedAt, id)
 	}
 	r := b.row(t, poison)
 	require.Equal(t, "dead", r.Status)
+	require.Nil(t, r.ProcessedAt, "the claim marked it done in anticipation; the failure takes that back")
 	require.Len(t, r.Errors, 1)
 	require.Equal(t, "permanent: card declined", r.Errors[0].Error)
 }
@@ -129,6 +131,7 @@ func TestAlwaysFailingMessageEndsDeadWithEveryAttemptRecorded(t *testing.T) {
 
 	r := b.row(t, "m")
 	require.Equal(t, "dead", r.Status)
+	require.Nil(t, r.ProcessedAt, "never processed")
 	require.Equal(t, 4, r.Attempts)
 	require.Len(t, r.Errors, 4)
 	for i, e := range r.Errors {

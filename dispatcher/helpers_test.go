@@ -153,6 +153,7 @@ type inboxRow struct {
 	AvailableAt time.Time
 	Errors      []attemptError
 	LastError   *string
+	ProcessedAt *time.Time
 	Status      string
 }
 
@@ -163,8 +164,8 @@ func (b *testBundle) row(t *testing.T, id string) inboxRow {
 		raw []byte
 	)
 	err := b.pool.QueryRow(context.Background(), b.sql(`
-		SELECT attempts, available_at, errors, last_error, status FROM /* schema */inbox
-		WHERE consumer = $1 AND message_id = $2`), consumer, id).Scan(&r.Attempts, &r.AvailableAt, &raw, &r.LastError, &r.Status)
+		SELECT attempts, available_at, errors, last_error, processed_at, status FROM /* schema */inbox
+		WHERE consumer = $1 AND message_id = $2`), consumer, id).Scan(&r.Attempts, &r.AvailableAt, &raw, &r.LastError, &r.ProcessedAt, &r.Status)
 	require.NoError(t, err, id)
 	require.NoError(t, json.Unmarshal(raw, &r.Errors))
 	return r

@@ -206,7 +206,9 @@ WHERE i.consumer = $1 AND i.message_id = m.message_id AND i.bucket = m.bucket
 // in-transaction messages that failed or were given back; afterwards, for
 // leased messages. An outcome is done; pending again after a backoff (a
 // failure) or a snooze; dead; or released (pending now, the attempt
-// refunded) when the dispatcher stopped before finishing it. Each failure
+// refunded) when the dispatcher stopped before finishing it. An
+// in-transaction message that the claim marked done, with its processed_at,
+// and that did not end done has that processed_at taken back. Each failure
 // appends {attempt, at, error, trace} to the row's history. Due times are
 // the database's now() plus a delay, never a worker's clock.
 const completeSQL = `
@@ -214,7 +216,9 @@ UPDATE /* schema */inbox AS i SET
     status       = o.status,
     attempts     = i.attempts - o.refund,
     available_at = CASE WHEN o.status = ` + tables.InboxPending + ` THEN now() + o.delay_ms * interval '1 millisecond' ELSE i.available_at END,
-    processed_at = CASE WHEN o.status = ` + tables.InboxDone + ` THEN now() ELSE i.processed_at END,
+    processed_at = CASE WHEN o.status = ` + tables.InboxDone + ` THEN now()
+                        WHEN i.status = ` + tables.InboxDone + ` THEN NULL -- the claim's anticipation, taken back
+                        ELSE i.processed_at END,
     claim_token  = CASE WHEN o.status = ` + tables.InboxPending + ` THEN NULL ELSE i.claim_token END,
     last_error   = coalesce(o.error, i.last_error),
     errors       = CASE WHEN o.error IS NULL THEN i.errors
