@@ -109,9 +109,16 @@ func runUpgrade(t *testing.T, prepare []string) {
 	require.EqualValues(t, 1, generation, "generation 0, the old table, takes nothing new")
 	if prepare != nil {
 		var pkeys int
+		// The index's columns by name, from the catalogs of this table only:
+		// pg_indexes would print every index of the database, and fail on one
+		// a parallel test drops meanwhile ("could not open relation").
 		require.NoError(t, pool.QueryRow(ctx, `
-			SELECT count(*) FROM pg_catalog.pg_indexes WHERE schemaname = $1 AND tablename = 'inbox_g0' AND indexdef LIKE '%(consumer, message_id, bucket)'`,
-			schema).Scan(&pkeys))
+			SELECT count(*) FROM pg_catalog.pg_index AS x
+			WHERE x.indrelid = $1::regclass
+			  AND ARRAY(SELECT a.attname::text FROM unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)
+			            JOIN pg_catalog.pg_attribute AS a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
+			            ORDER BY k.n) = ARRAY['consumer', 'message_id', 'bucket']`,
+			ident.Quote(schema)+".inbox_g0").Scan(&pkeys))
 		require.Equal(t, 1, pkeys, "the migration made the prepared index the primary key, and no other")
 	}
 
