@@ -32,3 +32,33 @@ func TestMarkdownHeadsEachUnitsTable(t *testing.T) {
 	require.Greater(t, latency, strings.Index(md, "| drain 200000 messages |"), "the latency table follows the throughput rows")
 	require.Less(t, latency, strings.Index(md, "| latency, inbox, 50/s, poll-only |"), md)
 }
+
+// The console's target is judged on its slowest page, and names it: a
+// fast first page must not hide a slow one.
+func TestSlowestTargetJudgesTheSlowestCase(t *testing.T) {
+	t.Parallel()
+	page := func(setting string, ms float64) Result {
+		return Result{Scenario: "operator", Setting: setting, Unit: "ms", Systems: []SystemResult{
+			{System: "pgbox", Figures: map[string]Stats{"ms": stats([]float64{ms})}},
+		}}
+	}
+	goal := slowestTarget("pages under 200 ms", "operator", "console:", "ms", 200)
+	rep := &Report{Results: []Result{
+		page("stats, 50M done", 900), // not a console page
+		page("console: overview (GET /)", 12),
+		page("console: failures (GET /failures)", 250),
+		page("console: audit (GET /audit)", 30),
+	}}
+	figure, met, ok := goal.check(rep)
+	require.True(t, ok)
+	require.False(t, met, figure)
+	require.Contains(t, figure, "failures", "the figure names the slowest page")
+
+	rep.Results[2] = page("console: failures (GET /failures)", 150)
+	figure, met, ok = goal.check(rep)
+	require.True(t, ok)
+	require.True(t, met, figure)
+
+	_, _, ok = goal.check(&Report{})
+	require.False(t, ok, "a report without console cases does not judge the target")
+}
