@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/pgbox/pgbox/admin"
+	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/partition"
 )
 
@@ -123,15 +124,14 @@ func (w *pruneWorker) Timeout(*river.Job[pruneArgs]) time.Duration { return runB
 func (w *pruneWorker) Work(ctx context.Context, job *river.Job[pruneArgs]) error {
 	m, a := w.m, job.Args
 	out := pruneOutput{Deleted: map[string]int64{}}
-	var err error
+	// A partition change that fails (a statement timeout, a lost
+	// connection) stops neither the row-by-row pruning nor the other
+	// tables': the run fails after them, and River retries it.
+	var err, partErr error
 	if a.PartitionsAhead > 0 {
-		out.Partitions, err = m.maintainPartitions(ctx, a)
+		out.Partitions, partErr = m.maintainPartitions(ctx, a)
 	}
-	steps := []struct {
-		table     string
-		query     string
-		retention int64
-	}{
+	steps := []pruneStep{
 		// The partitions dropped take the rows of their day or generation;
 		// these are the rows that no partition's drop ever takes.
 		{"inbox_default", m.q.pruneInboxDefault, a.InboxRetentionMS},
@@ -141,10 +141,12 @@ func (w *pruneWorker) Work(ctx context.Context, job *river.Job[pruneArgs]) error
 		{"idempotency_keys", m.q.pruneKeys, 0}, // as soon as they expire
 		{"processes", m.q.pruneProcesses, cmp.Or(a.ProcessRetentionMS, -1)},
 	}
-	for _, s := range steps {
-		if err != nil {
-			break
+	if out.Partitions != nil {
+		for _, name := range out.Partitions.Crowded {
+			steps = append(steps, m.crowdedStep(name, a))
 		}
+	}
+	for _, s := range steps {
 		if s.retention < 0 {
 			continue
 		}
@@ -152,6 +154,7 @@ func (w *pruneWorker) Work(ctx context.Context, job *river.Job[pruneArgs]) error
 			break
 		}
 	}
+	err = errors.Join(partErr, err)
 	if err != nil && ctx.Err() != nil {
 		out.Partial, err = true, nil
 	}
@@ -194,10 +197,29 @@ func (m *Maintainer) maintainPartitions(ctx context.Context, a pruneArgs) (*part
 		m.cfg.Logger.InfoContext(ctx, "maintenance: dropped an expired partition", slog.String("partition", p))
 	}
 	if len(r.Postponed) > 0 {
-		m.cfg.Logger.WarnContext(ctx, "maintenance: partition changes postponed to the next run (their locks were not granted in time, or a partition to drop still holds many unfinished rows)",
+		m.cfg.Logger.WarnContext(ctx, "maintenance: partition changes postponed to the next run (their locks were not granted in time, a generation to drop holds a message under a lease, or a partition to drop holds over 10,000 unfinished rows: its expired finished rows are deleted row by row meanwhile)",
 			slog.Any("partitions", r.Postponed))
 	}
 	return &r, nil
+}
+
+// pruneStep is one table's row-by-row retention: query deletes a batch of
+// its rows finished more than retention milliseconds ago (-1: skip).
+type pruneStep struct {
+	table     string
+	query     string
+	retention int64
+}
+
+// crowdedStep prunes row by row the expired partition name, which its
+// drop postponed for holding too many unfinished rows (dead messages no
+// one handled): its finished rows go as they did before partitions, so
+// that retention holds until the partition can be dropped.
+func (m *Maintainer) crowdedStep(name string, a pruneArgs) pruneStep {
+	if strings.HasPrefix(name, partition.Outbox.Name+"_") {
+		return pruneStep{name, ident.Render(pruneOutboxSQL(name), m.cfg.Schema), a.OutboxRetentionMS}
+	}
+	return pruneStep{name, ident.Render(pruneInboxSQL(name), m.cfg.Schema), a.InboxRetentionMS}
 }
 
 // maxKeptRows is the most unfinished rows (pending, running, dead) the

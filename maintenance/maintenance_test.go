@@ -143,6 +143,47 @@ func TestRetentionDeletesOnlyWhatItShould(t *testing.T) {
 	require.EqualValues(t, 2, telemetrytest.Sums(t, reader, "pgbox.maintenance.partitions", "pgbox.change")["dropped"])
 }
 
+// An expired day whose partition holds more dead messages than a drop may
+// move (no one replayed or discarded them) is kept, and its expired done
+// messages are deleted row by row meanwhile, as before partitions: a
+// burst of poison never suspends retention.
+func TestACrowdedPartitionIsPrunedRowByRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	pool := pgtest.Pool(t)
+	var now time.Time
+	require.NoError(t, pool.QueryRow(ctx, "SELECT now()").Scan(&now))
+	old := partition.DayOf(now) - 9
+	require.NoError(t, partition.CreateDay(ctx, pool, b.schema, partition.Inbox, old, time.Second))
+	const dead, done = 10_001, 300
+	b.exec(t, `
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, processed_at, bucket)
+		SELECT 'a', m, 'T', CASE WHEN g <= $2 THEN 'dead' ELSE 'done' END, 1, 3, '\x00'::bytea, ''::bytea,
+		       CASE WHEN g > $2 THEN now() - interval '8 days' END, /* schema */inbox_bucket(m)
+		FROM unnest($1::text[]) WITH ORDINALITY AS x(m, g)`,
+		idsOf(dead+done, func(k int) string {
+			return partition.IDAt(old.Time().Add(time.Duration(k) * time.Millisecond)).String()
+		}), dead)
+
+	b.start(t, maintenance.Config{BatchSize: 1000, PruneInterval: time.Hour, ReplayInterval: -1})
+	b.waitFor(t, "SELECT EXISTS (SELECT 1 FROM /* schema */river_job WHERE kind = 'pgbox.prune' AND state = 'completed')")
+
+	name := "inbox_d" + old.String()
+	require.EqualValues(t, dead, b.count(t, "SELECT count(*) FROM /* schema */"+name+" WHERE status = 'dead'"))
+	require.Zero(t, b.count(t, "SELECT count(*) FROM /* schema */"+name+" WHERE status = 'done'"))
+	jobs := b.completedJobs(t, "pgbox.prune")
+	require.Len(t, jobs, 1)
+	var out struct {
+		Deleted    map[string]int64 `json:"deleted"`
+		Partitions partition.Report `json:"partitions"`
+	}
+	require.NoError(t, json.Unmarshal(jobs[0].Output, &out))
+	require.Equal(t, []string{name}, out.Partitions.Crowded)
+	require.Empty(t, out.Partitions.Dropped)
+	require.EqualValues(t, done, out.Deleted[name])
+}
+
 // idsOf returns n ids made by id.
 func idsOf(n int, id func(int) string) []string {
 	out := make([]string, n)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,9 +48,15 @@ type Report struct {
 	// Kept counts the unfinished rows moved out of dropped partitions.
 	Kept int64 `json:"kept,omitempty"`
 	// Postponed lists the changes left to a later run: their locks were
-	// not granted within the lock timeout, or a partition to drop held
-	// more than MaxKept unfinished rows.
+	// not granted within the lock timeout, a partition to drop held more
+	// than MaxKept unfinished rows, or a generation to drop a row under a
+	// lease. A partition whose rows finished within the window is not
+	// due yet, and not listed.
 	Postponed []string `json:"postponed,omitempty"`
+	// Crowded lists the expired partitions kept for holding more than
+	// MaxKept unfinished rows: until those are handled, their expired
+	// finished rows must be deleted row by row.
+	Crowded []string `json:"crowded,omitempty"`
 }
 
 // Maintain brings schema's partitions up to date, by the database's clock:
@@ -111,28 +118,47 @@ func maintain(ctx context.Context, db DB, schema string, t *Table, now time.Time
 			}
 		}
 	}
+	if retention < 0 { // kept for ever: nothing expires
+		return nil
+	}
 	for _, p := range parts {
 		if !expired(p, state, now, retention) {
 			continue
 		}
-		ok, err := droppable(ctx, db, schema, t, p, retention, opts.MaxKept)
+		c, err := droppable(ctx, db, schema, t, p, retention)
 		if err != nil {
 			return err
 		}
-		if !ok {
-			r.Postponed = append(r.Postponed, p.Name)
+		if why := c.keep(p, opts.MaxKept); why != "" {
+			r.keep(p.Name, why)
 			continue
 		}
 		res, err := Drop(ctx, db, schema, t, p, retention, opts.MaxKept, opts.LockTimeout)
 		if err := postponable(err, p.Name, r); err != nil {
 			return err
 		}
-		if res.Dropped {
+		switch {
+		case res.Dropped:
 			r.Dropped = append(r.Dropped, p.Name)
 			r.Kept += res.Kept
+		case res.Why != "":
+			r.keep(p.Name, res.Why)
 		}
 	}
 	return nil
+}
+
+// keep records in r that the expired partition name stays, and why: a
+// partition whose rows finished within the window is not due yet, and not
+// reported.
+func (r *Report) keep(name, why string) {
+	switch why {
+	case KeepRecent:
+		return
+	case KeepCrowded:
+		r.Crowded = append(r.Crowded, name)
+	}
+	r.Postponed = append(r.Postponed, name)
 }
 
 // postponable returns nil for a nil error, and for ErrLockTimeout after
@@ -159,15 +185,15 @@ func expired(p Partition, s State, now time.Time, retention time.Duration) bool 
 	return false
 }
 
-// droppable reads, without locks, whether Drop would drop p now: no row
-// in it finished within the window, and at most maxKept unfinished. Drop
-// checks again under its locks; this saves it taking them in vain.
-func droppable(ctx context.Context, db DB, schema string, t *Table, p Partition, retention time.Duration, maxKept int64) (bool, error) {
-	recent, kept, err := t.finished(ctx, db, ident.Quote(schema)+"."+ident.Quote(p.Name), retention)
+// droppable reads, without locks, whether Drop would drop p now (see
+// contents.keep). Drop checks again under its locks; this saves it taking
+// them in vain.
+func droppable(ctx context.Context, db DB, schema string, t *Table, p Partition, retention time.Duration) (contents, error) {
+	c, err := t.contents(ctx, db, ident.Quote(schema)+"."+ident.Quote(p.Name), retention)
 	if err != nil {
-		return false, fmt.Errorf("read whether %s can be dropped: %w", p.Name, err)
+		return c, fmt.Errorf("read whether %s can be dropped: %w", p.Name, err)
 	}
-	return !recent && kept <= maxKept, nil
+	return c, nil
 }
 
 // rowQuerier is a pool, a connection or a transaction.
@@ -175,13 +201,61 @@ type rowQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// finished reads, of the partition named name (quoted), whether a row in
-// it finished within retention, and how many rows in it are unfinished.
-// Both come from small partial indexes: the finished rows by their time,
-// and the pending, running and failed ones.
-func (t *Table) finished(ctx context.Context, q rowQuerier, name string, retention time.Duration) (recent bool, unfinished int64, err error) {
+// contents is what decides whether an expired partition can be dropped.
+type contents struct {
+	// recent reports whether a row in it finished within the retention
+	// window.
+	recent bool
+	// unfinished counts its rows that a drop would move out (pending,
+	// running, dead, discarded); running, those a worker holds.
+	unfinished, running int64
+}
+
+// keep reports why p, expired, must stay for now, or "" when it can be
+// dropped: a row finished within the window; a generation's row is held
+// under a lease (its worker records the outcome by the row's bucket, which
+// the move to the current generation would change); or more than maxKept
+// rows would move while the drop holds the table (crowded).
+func (c contents) keep(p Partition, maxKept int64) string {
+	switch {
+	case c.recent:
+		return KeepRecent
+	case p.Kind == KindGeneration && c.running > 0:
+		return KeepLeased
+	case c.unfinished > maxKept:
+		return KeepCrowded
+	}
+	return ""
+}
+
+// Why an expired partition stays (DropResult.Why).
+const (
+	// KeepRecent: a row in it finished within the retention window.
+	KeepRecent = "recent"
+	// KeepLeased: a generation holds a message under a lease.
+	KeepLeased = "leased"
+	// KeepCrowded: it holds more unfinished rows than a drop may move.
+	KeepCrowded = "crowded"
+)
+
+// contents reads, of the partition named name (quoted), whether a row in
+// it finished within retention, and how many are unfinished and running.
+func (t *Table) contents(ctx context.Context, q rowQuerier, name string, retention time.Duration) (contents, error) {
+	var c contents
+	err := q.QueryRow(ctx, t.contentsSQL(name, retention)).Scan(&c.recent, &c.unfinished, &c.running)
+	return c, err
+}
+
+// contentsSQL is contents' statement. Each status is counted from its own
+// partial index: a list of statuses matches none of them, and would read
+// the whole partition.
+func (t *Table) contentsSQL(name string, retention time.Duration) string {
 	window := strconv.FormatInt(retention.Milliseconds(), 10) + " * interval '1 millisecond'"
-	err = q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+name+" WHERE status = "+t.done+" AND "+t.doneAt+" >= now() - "+window+"), "+
-		"(SELECT count(*) FROM "+name+" WHERE status IN "+t.kept+")").Scan(&recent, &unfinished)
-	return recent, unfinished, err
+	count := func(status string) string { return "(SELECT count(*) FROM " + name + " WHERE status = " + status + ")" }
+	unfinished := make([]string, len(t.unfinished))
+	for i, s := range t.unfinished {
+		unfinished[i] = count(s)
+	}
+	return "SELECT EXISTS (SELECT 1 FROM " + name + " WHERE status = " + t.done + " AND " + t.doneAt + " >= now() - " + window + "), " +
+		strings.Join(unfinished, " + ") + ", " + count(t.running)
 }

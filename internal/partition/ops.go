@@ -132,9 +132,15 @@ func execAll(ctx context.Context, tx pgx.Tx, statements ...string) error {
 // the rows of that day that the default partition held (ids made on a day
 // that had no partition yet: a producer's clock ahead of the database's).
 //
-// It locks the default partition exclusively, and the parent in SHARE
-// UPDATE EXCLUSIVE mode (ATTACH PARTITION), which lets receives, claims
-// and reads of other partitions go on. A row routed to the default
+// It locks the parent in SHARE UPDATE EXCLUSIVE mode first (ATTACH
+// PARTITION's lock, which receives, claims and reads do not wait for), then
+// the default partition exclusively: every statement that reads or writes
+// the default partition, and most receives and claims do since their plans
+// cannot leave it out, waits from then until the commit, at most the lock
+// timeout for the lock and then the few rows the default partition holds.
+// Taking the parent first is the order Drop's DETACH takes them in, so the
+// two never deadlock (a migrator's run of CreateDay beside the leader's
+// Drop). A row routed to the default
 // partition by a statement that started before the attach waits for the
 // lock, and then PostgreSQL checks it against the default partition's new
 // bound and refuses it with an error (retried, it goes to the new
@@ -146,6 +152,7 @@ func CreateDay(ctx context.Context, db DB, schema string, t *Table, d Day, lockT
 	b := strconv.Itoa(int(d))
 	err := inTx(ctx, db, lockTimeout, func(tx pgx.Tx) error {
 		return execAll(ctx, tx,
+			"LOCK TABLE ONLY "+parent+" IN SHARE UPDATE EXCLUSIVE MODE",
 			"LOCK TABLE "+def+" IN ACCESS EXCLUSIVE MODE",
 			"CREATE TABLE "+name+" (LIKE "+parent+" INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)",
 			"ALTER TABLE "+name+" ADD CONSTRAINT "+ident.Quote(p.Name+"_day_check")+" CHECK ("+t.check(p)+")",
@@ -225,18 +232,23 @@ type DropResult struct {
 	// Dropped reports whether the partition was dropped.
 	Dropped bool
 	// Kept is how many rows that were not done it moved out (Dropped), or
-	// would have had to (not Dropped: more than maxKept).
+	// would have had to (not Dropped).
 	Kept int64
+	// Why says why a partition found still needed was not dropped (see
+	// contents.keep); "" when it was, or when its locks were not granted.
+	Why string
 }
 
 // Drop drops partition p of t if every finished (done, published) row in
 // it finished before now() - retention, moving its other rows (pending,
 // running, dead, discarded) to the partition that now holds their bucket:
 // the default partition for a day's rows, the current generation for a
-// generation's. It leaves p alone, with Dropped false, when a row finished
-// within the window or more than maxKept rows would have to move (they
-// would hold every receive and worker up while moving; a later run drops
-// it once they are done).
+// generation's. It leaves p alone, with Dropped false and Why saying why,
+// when a row finished within the window, more than maxKept rows would
+// have to move (they would hold every receive and worker up while moving;
+// a later run drops it once they are handled), or a generation's row is
+// under a lease (a later run drops it once its worker has recorded the
+// outcome).
 //
 // The partition is detached first, which takes an exclusive lock on the
 // parent table: receives, claims and reads wait while the partition's
@@ -259,16 +271,16 @@ func Drop(ctx context.Context, db DB, schema string, t *Table, p Partition, rete
 				return err
 			}
 		}
-		recent, kept, err := t.finished(ctx, tx, name, retention)
-		res.Kept = kept
+		c, err := t.contents(ctx, tx, name, retention)
+		res.Kept = c.unfinished
 		if err != nil {
 			return err
 		}
-		if recent || res.Kept > maxKept {
+		if res.Why = c.keep(p, maxKept); res.Why != "" {
 			return errKeep
 		}
 		return execAll(ctx, tx,
-			"INSERT INTO "+parent+" ("+t.columns+", bucket) SELECT "+t.columns+", "+bucket+" FROM "+name+" WHERE status IN "+t.kept,
+			"INSERT INTO "+parent+" ("+t.columns+", bucket) "+t.selectUnfinished(name, bucket),
 			"DROP TABLE "+name,
 		)
 	})

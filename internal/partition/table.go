@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/pgbox/pgbox/internal/tables"
 )
@@ -24,9 +25,11 @@ type Table struct {
 	generations bool
 	// id is the message id column: the one bucket is a function of.
 	id string
-	// kept is the SQL list of the statuses of rows that a drop moves out
-	// rather than drops.
-	kept string
+	// unfinished lists the statuses (SQL literals) of rows that a drop
+	// moves out rather than drops, each with a partial index of its own.
+	unfinished []string
+	// running is the status of a row a worker holds under a lease.
+	running string
 }
 
 // The two tables.
@@ -39,18 +42,33 @@ var (
 		done:        tables.InboxDone,
 		generations: true,
 		id:          "message_id",
-		kept:        "(" + tables.InboxPending + ", " + tables.InboxRunning + ", " + tables.InboxDead + ", " + tables.InboxDiscarded + ")",
+		unfinished:  []string{tables.InboxPending, tables.InboxRunning, tables.InboxDead, tables.InboxDiscarded},
+		running:     tables.InboxRunning,
 	}
 	Outbox = &Table{
 		Name: "outbox",
 		columns: "id, seq, topic, event_type, ordering_key, status, attempts, replays, available_at, created_at, " +
 			"published_at, claim_token, payload, metadata, last_error, errors",
-		doneAt: "published_at",
-		done:   tables.OutboxPublished,
-		id:     "id",
-		kept:   "(" + tables.OutboxPending + ", " + tables.OutboxRunning + ", " + tables.OutboxDead + ")",
+		doneAt:     "published_at",
+		done:       tables.OutboxPublished,
+		id:         "id",
+		unfinished: []string{tables.OutboxPending, tables.OutboxRunning, tables.OutboxDead},
+		running:    tables.OutboxRunning,
 	}
 )
+
+// selectUnfinished is the SQL that reads every column but bucket of the
+// unfinished rows of the partition named name (quoted), and bucket as the
+// SQL expression bucket: a SELECT per status, each through its partial
+// index, so that moving a few rows out of a large partition reads those
+// rows only.
+func (t *Table) selectUnfinished(name, bucket string) string {
+	selects := make([]string, len(t.unfinished))
+	for i, s := range t.unfinished {
+		selects[i] = "SELECT " + t.columns + ", " + bucket + " FROM " + name + " WHERE status = " + s
+	}
+	return strings.Join(selects, " UNION ALL ")
+}
 
 // Kind says what a partition holds.
 type Kind int
