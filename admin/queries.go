@@ -366,15 +366,16 @@ LEFT JOIN pg_catalog.pg_stats AS s
 WHERE i.inhparent = ($1 || '.' || $2)::regclass`
 
 // outboxStatsSQL counts the outbox's unfinished rows by status, each from
-// its partial index, with the age of the oldest unpublished row; the
+// its partial index, with the age of the oldest unpublished row (a status
+// at a time too: no partial index holds a list of statuses); the
 // published rows are counted by publishedExactSQL or estimated
 // (estimateSQL).
 const outboxStatsSQL = `
 SELECT (SELECT count(*) FROM /* schema */outbox WHERE status = ` + tables.OutboxPending + `),
        (SELECT count(*) FROM /* schema */outbox WHERE status = ` + tables.OutboxRunning + `),
        (SELECT count(*) FROM /* schema */outbox WHERE status = ` + tables.OutboxDead + `),
-       extract(epoch FROM now() - (SELECT min(created_at) FROM /* schema */outbox
-                                   WHERE status IN (` + tables.OutboxPending + `, ` + tables.OutboxRunning + `))),
+       extract(epoch FROM now() - least((SELECT min(created_at) FROM /* schema */outbox WHERE status = ` + tables.OutboxPending + `),
+                                        (SELECT min(created_at) FROM /* schema */outbox WHERE status = ` + tables.OutboxRunning + `))),
        now()`
 
 // publishedExactSQL counts the published rows the outbox keeps: every one
