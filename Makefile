@@ -109,7 +109,8 @@ chaos:
 
 # pgbox against River and plain SQL on the same database, in one run, and
 # the hot paths again through a transaction-pooling PgBouncer: writes docs/benchmarks.md, .json and .png. BENCHFLAGS passes flags on
-# (go run ./cmd/pgbox-bench -h lists them), e.g. BENCHFLAGS="-runs 5".
+# (go run ./cmd/pgbox-bench -h lists them), e.g. BENCHFLAGS="-runs 5"; after a fix,
+# BENCHFLAGS="-only operator -update" measures that scenario again into the report, which says so.
 bench:
 	@url=$(DB); nats=$(BROKER); rabbit=$(RABBIT); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
 	DATABASE_URL="$$url" NATS_URL="$$nats" RABBITMQ_URL="$$rabbit" PGBOUNCER_URL="$$pooler" go run ./cmd/pgbox-bench $(BENCHFLAGS)

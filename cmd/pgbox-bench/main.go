@@ -53,6 +53,7 @@ func run() error {
 		only   = flag.String("only", "", "comma-separated scenarios to run (default all); scenario/word runs that scenario's cases whose setting contains word, e.g. pooler/poll-only")
 		prof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		render = flag.Bool("render", false, "measure nothing: write the report and chart again from -out's .json")
+		update = flag.Bool("update", false, "replace the cases this run measures (see -only) in -out's .json report, and say so in it, instead of writing a report of this run alone")
 		kept   = flag.String("retained", "50M,10M", "the retained scenario's inboxes of UUIDv7 ids, by done messages kept (filled once, then reused)")
 		random = flag.String("retained-random", "10M", "the retained scenario's inboxes of random ids")
 	)
@@ -92,6 +93,12 @@ func run() error {
 		}
 		return write(rep, *out, false)
 	}
+	var first *bench.Report // the report -update changes, read before measuring
+	if *update {
+		if first, err = readReport(*out + ".json"); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	rep, err := bench.Run(ctx, cfg)
@@ -102,17 +109,21 @@ func run() error {
 	if rep.Machine, err = bench.ReadMachine(ctx, cfg.URL); err != nil {
 		return err
 	}
+	if first != nil {
+		first.Update(rep)
+		rep = first
+	}
 	return write(rep, *out, true)
 }
 
 func readReport(path string) (*bench.Report, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("-render: %w", err)
+		return nil, fmt.Errorf("read the report to render or update: %w", err)
 	}
 	var rep bench.Report
 	if err := json.Unmarshal(data, &rep); err != nil {
-		return nil, fmt.Errorf("-render: %s: %w", path, err)
+		return nil, fmt.Errorf("read the report to render or update: %s: %w", path, err)
 	}
 	return &rep, nil
 }

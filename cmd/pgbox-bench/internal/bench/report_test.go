@@ -62,3 +62,28 @@ func TestSlowestTargetJudgesTheSlowestCase(t *testing.T) {
 	_, _, ok = goal.check(&Report{})
 	require.False(t, ok, "a report without console cases does not judge the target")
 }
+
+// An update replaces the cases it measured, whole, keeps the others, adds
+// what the report lacked, and the report says what was measured again.
+func TestUpdateReplacesOnlyWhatItMeasured(t *testing.T) {
+	t.Parallel()
+	result := func(scenario, setting string, v float64) Result {
+		return Result{Scenario: scenario, Setting: setting, Unit: "ms", Systems: []SystemResult{
+			{System: "pgbox", Figures: map[string]Stats{"ms": stats([]float64{v})}},
+		}}
+	}
+	rep := &Report{Command: "make bench", Results: []Result{
+		result("operator", "stats, 50M done", 1700), result("operator", "failures, 50M done", 90),
+	}}
+	rep.Update(&Report{Command: "make bench -only operator/stats -update", Results: []Result{
+		result("operator", "stats, 50M done", 40), result("operator", "stats --exact, 50M done", 9000),
+	}})
+	require.Equal(t, []Result{
+		result("operator", "stats, 50M done", 40), result("operator", "failures, 50M done", 90),
+		result("operator", "stats --exact, 50M done", 9000),
+	}, rep.Results)
+	var b strings.Builder
+	require.NoError(t, rep.WriteMarkdown(&b, ""))
+	require.Contains(t, b.String(), "Measured again by `make bench -only operator/stats -update`")
+	require.Contains(t, b.String(), "operator: stats, 50M done; operator: stats --exact, 50M done")
+}
