@@ -32,6 +32,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pgbox/pgbox/examples/orders/ddl"
 )
 
 // Defaults.
@@ -270,13 +272,10 @@ func (b *Broker) openSQL(ctx context.Context, topics []string) error {
 	schema, offsets := b.sqlAdapters()
 	// Every process of the example opens the broker at start-up. The
 	// CREATE … IF NOT EXISTS statements are not safe to run concurrently
-	// (two creators can collide in the catalog), so they take turns on an
-	// advisory lock. watermill-sql's own AutoInitializeSchema would run them
+	// (two creators can collide in the catalog), so they take turns
+	// (ddl.InTurn). watermill-sql's own AutoInitializeSchema would run them
 	// unguarded, from each publisher and subscriber.
-	err := inTx(ctx, b.cfg.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('pgbox-example-broker:' || $1))", b.cfg.Namespace); err != nil {
-			return err
-		}
+	err := ddl.InTurn(ctx, b.cfg.Pool, "pgbox-example-broker:"+b.cfg.Namespace, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{b.cfg.Namespace}.Sanitize()); err != nil {
 			return err
 		}
@@ -376,15 +375,3 @@ func (b *Broker) groupConsumer(group string) wmnats.ResourceInitializer {
 }
 
 func consumerName(group, stream string) string { return "pgbox__" + group + "__" + stream }
-
-func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
-}
