@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"regexp"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -60,9 +59,9 @@ func TestOperatorReadsUseIndexes(t *testing.T) {
 		"show without --consumer":    {adm.q["consumersOf"], []any{"m-17"}},
 		"show":                       {adm.q["show"], []any{"payments", "m-18"}},
 	} {
-		requireNoScanOfRows(t, pool, schema, explain(t, pool, q.sql, q.args...), name)
+		requireNoScanOfRows(t, pool, schema, pgtest.Plan(t, pool, q.sql, q.args...), name)
 	}
-	require.Regexp(t, `(failure_group|failed)_idx on inbox_g0`, explain(t, pool, adm.q["list"], append(group.args(), nil, 50)...),
+	require.Regexp(t, `(failure_group|failed)_idx on inbox_g0`, pgtest.Plan(t, pool, adm.q["list"], append(group.args(), nil, 50)...),
 		"a group is read through the partition's inbox_failure_group_idx or inbox_failed_idx")
 }
 
@@ -85,7 +84,7 @@ func TestOutboxReadsUseIndexes(t *testing.T) {
 	require.NoError(t, err)
 	adm, err := New(pool, Config{Schema: schema})
 	require.NoError(t, err)
-	requireNoScanOfRows(t, pool, schema, explain(t, pool, adm.q["outboxStats"]), "outbox stats")
+	requireNoScanOfRows(t, pool, schema, pgtest.Plan(t, pool, adm.q["outboxStats"]), "outbox stats")
 	st, err := adm.OutboxStats(ctx, StatsOptions{})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Pending)
@@ -108,16 +107,3 @@ func requireNoScanOfRows(t *testing.T, pool *pgxpool.Pool, schema, plan, name st
 
 // seqScan finds the inbox and outbox partitions a plan reads whole.
 var seqScan = regexp.MustCompile(`Seq Scan on ((?:in|out)box\w*)`)
-
-// explain returns query's plan with args bound, as the server makes it
-// for a first execution.
-func explain(t *testing.T, pool interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, query string, args ...any) string {
-	t.Helper()
-	rows, err := pool.Query(context.Background(), "EXPLAIN "+query, args...)
-	require.NoError(t, err)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return strings.Join(lines, "\n")
-}

@@ -27,7 +27,7 @@ func TestThroughputUsesDoneIndex(t *testing.T) {
 	_, err = pool.Exec(ctx, ident.Render("ANALYZE /* schema */inbox", schema))
 	require.NoError(t, err)
 
-	plan := explain(t, pool, ident.Render(throughputSQL, schema), nil, 60)
+	plan := pgtest.Plan(t, pool, ident.Render(throughputSQL, schema), nil, 60)
 	requireNoScanOfRows(t, pool, schema, plan, "throughput")
 	require.Contains(t, plan, "_done_idx on inbox_g0", "the partition holding the rows is read through its inbox_done_idx")
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox/internal/ident"
@@ -42,38 +41,9 @@ func TestClaimReadsOnlyTheClaimedRowsPartitions(t *testing.T) {
 	_, err = pool.Exec(ctx, sql("ANALYZE /* schema */inbox"))
 	require.NoError(t, err)
 
-	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
-	require.NoError(t, err)
-	defer conn.Close(ctx)
 	claim := strings.Replace(sql(claimSQL), batchPlaceholder, "200", 1)
-	plan := explainGeneric(t, conn, claim, `'payments', 1, '{}'::text[], 60000, true, 'lost'`)
+	plan := pgtest.GenericPlan(t, pool, claim, `'payments', 1, '{}'::text[], 60000, true, 'lost'`)
 	require.NotContains(t, plan, "Hash Join", plan)
 	require.Contains(t, plan, "rows=3 loops=1", "the three pending messages are claimed:\n%s", plan)
-	big := "inbox_d" + old.String()
-	for _, line := range strings.Split(plan, "\n") {
-		if strings.Contains(line, " on "+big+" ") && !strings.Contains(line, "never executed") {
-			require.NotContains(t, line, "Seq Scan", plan)
-			require.NotContains(t, line, "_pkey", "the claim probed the old day's key:\n%s", plan)
-		}
-	}
-}
-
-// explainGeneric returns the plan of query's generic plan, run once with
-// args (SQL literals) in a transaction rolled back, on conn, which it
-// leaves as it found it.
-func explainGeneric(t *testing.T, conn *pgx.Conn, query, args string) string {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := conn.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	for _, s := range []string{"SET LOCAL plan_cache_mode = force_generic_plan", "PREPARE generic AS " + query} {
-		_, err := tx.Exec(ctx, s)
-		require.NoError(t, err, s)
-	}
-	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE generic("+args+")")
-	require.NoError(t, err)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return strings.Join(lines, "\n")
+	pgtest.RequireNotProbed(t, plan, "inbox_d"+old.String())
 }

@@ -2,11 +2,9 @@ package relay
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox/internal/ident"
@@ -42,28 +40,8 @@ func TestClaimReadsOnlyTheClaimedRowsPartitions(t *testing.T) {
 	_, err = pool.Exec(ctx, sql("ANALYZE /* schema */outbox"))
 	require.NoError(t, err)
 
-	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	tx, err := conn.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	for _, s := range []string{"SET LOCAL plan_cache_mode = force_generic_plan", "PREPARE generic AS " + sql(claimSQL)} {
-		_, err := tx.Exec(ctx, s)
-		require.NoError(t, err, s)
-	}
-	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE generic(100, 1, 60000, 'lost', 0)")
-	require.NoError(t, err)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	plan := strings.Join(lines, "\n")
+	plan := pgtest.GenericPlan(t, pool, sql(claimSQL), "100, 1, 60000, 'lost', 0")
 	require.NotContains(t, plan, "Hash Join", plan)
 	require.Contains(t, plan, "Update on outbox o (actual rows=2 loops=1)", plan)
-	big := "outbox_d" + old.String()
-	for _, line := range lines {
-		if strings.Contains(line, " on "+big+" ") && !strings.Contains(line, "never executed") {
-			require.NotContains(t, line, "Seq Scan", plan)
-			require.NotContains(t, line, "_pkey", "the claim probed the old day's key:\n%s", plan)
-		}
-	}
+	pgtest.RequireNotProbed(t, plan, "outbox_d"+old.String())
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox/internal/ident"
@@ -65,11 +64,8 @@ func TestDropReadsOnlyUnfinishedRows(t *testing.T) {
 			"whether it can go":       tbl.ContentsSQL(name, 7*24*time.Hour),
 			"its unfinished rows out": tbl.SelectUnfinished(name, "bucket"),
 		} {
-			rows, err := pool.Query(ctx, "EXPLAIN "+q)
-			require.NoError(t, err)
-			plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			require.NoError(t, err)
-			require.NotContains(t, strings.Join(plan, "\n"), "Seq Scan on "+part, "%s reads %s whole:\n%s", what, part, strings.Join(plan, "\n"))
+			plan := pgtest.Plan(t, pool, q)
+			require.NotContains(t, plan, "Seq Scan on "+part, "%s reads %s whole:\n%s", what, part, plan)
 		}
 		recent, unfinished, running, err := tbl.Contents(ctx, pool, name, 7*24*time.Hour)
 		require.NoError(t, err)

@@ -1,0 +1,64 @@
+package pgtest
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+)
+
+// Querier is a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Plan returns query's plan (EXPLAIN) with args bound, as the server
+// makes it for a first execution.
+func Plan(tb testing.TB, q Querier, query string, args ...any) string {
+	tb.Helper()
+	rows, err := q.Query(context.Background(), "EXPLAIN "+query, args...)
+	require.NoError(tb, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(tb, err)
+	return strings.Join(lines, "\n")
+}
+
+// GenericPlan returns the plan of query's generic plan (the one a
+// prepared statement ends up with, made once for every execution), run
+// once with args (SQL literals, comma-separated) in a transaction rolled
+// back, on a connection of its own to pool's server.
+func GenericPlan(tb testing.TB, pool *pgxpool.Pool, query, args string) string {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	require.NoError(tb, err)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	require.NoError(tb, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, s := range []string{"SET LOCAL plan_cache_mode = force_generic_plan", "PREPARE generic AS " + query} {
+		_, err := tx.Exec(ctx, s)
+		require.NoError(tb, err, s)
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE generic("+args+")")
+	require.NoError(tb, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(tb, err)
+	return strings.Join(lines, "\n")
+}
+
+// RequireNotProbed fails if plan (EXPLAIN ANALYZE's) read the partition
+// named part whole or probed its primary key in a node that ran: a claim
+// must find its rows again in their own partitions only.
+func RequireNotProbed(tb testing.TB, plan, part string) {
+	tb.Helper()
+	for _, line := range strings.Split(plan, "\n") {
+		if strings.Contains(line, " on "+part+" ") && !strings.Contains(line, "never executed") {
+			require.NotContains(tb, line, "Seq Scan", plan)
+			require.NotContains(tb, line, "_pkey", "the plan probed %s's key:\n%s", part, plan)
+		}
+	}
+}
