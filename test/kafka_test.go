@@ -34,26 +34,10 @@ func init() { gometrics.UseNilMetrics = true }
 func TestKafka(t *testing.T) {
 	t.Parallel()
 	const topic, partitions, customers, orders = "orders", 4, 12, 360
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic))
-	require.NoError(t, err)
-	t.Cleanup(cluster.Close)
-	brokers := cluster.ListenAddrs()
-
-	logger := watermillLogger(t)
-	pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{Brokers: brokers, Marshaler: kafka.Marshaler()}, logger)
-	require.NoError(t, err)
-	saramaCfg := wmkafka.DefaultSaramaSubscriberConfig()
-	saramaCfg.Consumer.Offsets.Initial = sarama.OffsetOldest
-	sub, err := wmkafka.NewSubscriber(wmkafka.SubscriberConfig{
-		Brokers:               brokers,
-		ConsumerGroup:         "payments",
-		OverwriteSaramaConfig: saramaCfg,
-		Unmarshaler:           kafka.Marshaler(),
-	}, logger)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close(); _ = sub.Close() })
+	kb, brokers := kafkaBroker(t, topic, partitions)
+	pub := kb.publisher
 	p := newProducer(t, topic)
-	c := startConsumer(t, broker{publisher: pub, subscriber: sub, topic: topic})
+	c := startConsumer(t, kb)
 
 	quiet := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	customer := func(i int) string { return fmt.Sprintf("customer-%02d", i%customers) }
@@ -167,32 +151,15 @@ func (p *ackLost) Publish(topic string, msgs ...*message.Message) error {
 func TestKafkaRepublishIsDedupedByOutboxID(t *testing.T) {
 	t.Parallel()
 	const topic, orders = "orders", 30
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic))
-	require.NoError(t, err)
-	t.Cleanup(cluster.Close)
-	brokers := cluster.ListenAddrs()
-
-	logger := watermillLogger(t)
-	wpub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{Brokers: brokers, Marshaler: kafka.Marshaler()}, logger)
-	require.NoError(t, err)
-	saramaCfg := wmkafka.DefaultSaramaSubscriberConfig()
-	saramaCfg.Consumer.Offsets.Initial = sarama.OffsetOldest
-	sub, err := wmkafka.NewSubscriber(wmkafka.SubscriberConfig{
-		Brokers:               brokers,
-		ConsumerGroup:         "payments",
-		OverwriteSaramaConfig: saramaCfg,
-		Unmarshaler:           kafka.Marshaler(),
-	}, logger)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = wpub.Close(); _ = sub.Close() })
+	kb, brokers := kafkaBroker(t, topic, 2)
 	p := newProducer(t, topic)
-	c := startConsumer(t, broker{publisher: wpub, subscriber: sub, topic: topic})
+	c := startConsumer(t, kb)
 
 	var ids []string
 	for i := range orders {
 		ids = append(ids, p.place(t, order{ID: orderID(i), Cents: i}, fmt.Sprintf("customer-%d", i%4), true).String())
 	}
-	pub := &ackLost{Publisher: wpub, lose: map[string]bool{}}
+	pub := &ackLost{Publisher: kb.publisher, lose: map[string]bool{}}
 	again := map[string]bool{}
 	for i := 0; i < orders; i += 3 {
 		pub.lose[ids[i]], again[ids[i]] = true, true
@@ -240,4 +207,32 @@ func TestKafkaRepublishIsDedupedByOutboxID(t *testing.T) {
 	for id, n := range payments {
 		require.Equal(t, 1, n, "order %s must be paid exactly once", id)
 	}
+}
+
+// kafkaBroker starts an in-process Kafka (kfake) holding topic in
+// partitions partitions, and returns watermill-kafka's publisher and
+// subscriber on it (keyed by pgbox's kafka.Marshaler, the "payments"
+// group reading from the oldest offset), closed with the test, and the
+// cluster's addresses.
+func kafkaBroker(t *testing.T, topic string, partitions int32) (broker, []string) {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	brokers := cluster.ListenAddrs()
+
+	logger := watermillLogger(t)
+	pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{Brokers: brokers, Marshaler: kafka.Marshaler()}, logger)
+	require.NoError(t, err)
+	saramaCfg := wmkafka.DefaultSaramaSubscriberConfig()
+	saramaCfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sub, err := wmkafka.NewSubscriber(wmkafka.SubscriberConfig{
+		Brokers:               brokers,
+		ConsumerGroup:         "payments",
+		OverwriteSaramaConfig: saramaCfg,
+		Unmarshaler:           kafka.Marshaler(),
+	}, logger)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close(); _ = sub.Close() })
+	return broker{publisher: pub, subscriber: sub, topic: topic}, brokers
 }
