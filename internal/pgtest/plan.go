@@ -2,6 +2,8 @@ package pgtest
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -39,11 +41,17 @@ func GenericPlan(tb testing.TB, pool *pgxpool.Pool, query, args string) string {
 	tx, err := conn.Begin(ctx)
 	require.NoError(tb, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	for _, s := range []string{"SET LOCAL plan_cache_mode = force_generic_plan", "PREPARE generic AS " + query} {
+	// A prepared statement outlives a rollback: behind a transaction
+	// pooler, the server connection goes on to other clients, so the
+	// statement gets a name of its own and is deallocated within the
+	// transaction.
+	name := fmt.Sprintf("pgtest_generic_%d", rand.Int64())
+	for _, s := range []string{"SET LOCAL plan_cache_mode = force_generic_plan", "PREPARE " + name + " AS " + query} {
 		_, err := tx.Exec(ctx, s)
 		require.NoError(tb, err, s)
 	}
-	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE generic("+args+")")
+	defer func() { _, _ = tx.Exec(ctx, "DEALLOCATE "+name) }()
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE "+name+"("+args+")")
 	require.NoError(tb, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(tb, err)
