@@ -71,7 +71,8 @@ QUERY_MODE_PKGS := ./migrations ./inbox ./internal/partition ./dispatcher ./outb
 # with the end of its log in the error (its log folder is the test's, and
 # goes with it). The RabbitMQ end-to-end test runs in this pass only:
 # it is built without -race, since watermill-amqp races on its own
-# connection state when the broker goes (ThreeDotsLabs/watermill#693).
+# connection state when the broker goes, in the subscriber it uses
+# (ThreeDotsLabs/watermill#693).
 POOLER_MODE := cache_describe
 POOLER_PKGS := ./migrations ./inbox ./internal/partition ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance ./internal/liveness \
 	./health ./pgboxtest ./watermillinbox ./test ./examples/quickstart

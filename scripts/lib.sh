@@ -4,11 +4,20 @@
 # die prints the calling script's name and a message, and exits 1.
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 
-# free_port prints a loopback port nothing listens on.
+# free_port prints a loopback port nothing listens on, below the kernel's
+# range of ephemeral ports: tests kill servers and start them again on the
+# same port, and a client that reconnects in a loop to a port inside that
+# range meanwhile can connect to itself (TCP simultaneous open, when the
+# kernel picks the destination port as its source port), holding the port
+# so that the server cannot listen on it again. (Where that range starts
+# below 11000, any port from 20000 will do.)
 free_port() {
-  local port tries
+  local port tries low base=10000 span
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null) || low=32768
+  span=$((low - base))
+  if [ "$span" -lt 1000 ]; then base=20000 span=32767; fi
   for tries in $(seq 100); do
-    port=$((20000 + RANDOM % 40000))
+    port=$((base + RANDOM % span))
     if ! ss -Hltn "sport = :$port" 2>/dev/null | grep -q .; then
       echo "$port"
       return

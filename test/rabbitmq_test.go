@@ -1,8 +1,9 @@
 // watermill-amqp v3.0.2 races on its own connection state when RabbitMQ
 // goes away (ConnectionWrapper.connected, written by handleConnectionClose
-// and read by IsConnected unlocked; ThreeDotsLabs/watermill#693, open), in
-// its subscriber as in its publisher, so these tests run only without
-// -race: make test runs them in its PgBouncer pass.
+// and read by IsConnected unlocked; ThreeDotsLabs/watermill#693, open) in
+// the subscriber these tests use, so they run only without -race: make
+// test runs them in its PgBouncer pass. Package rabbitmq tests its own
+// publisher, under -race.
 
 //go:build !race
 

@@ -1,0 +1,304 @@
+package rabbitmq
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/pgbox/pgbox/relay"
+)
+
+// dialTimeout bounds connecting to RabbitMQ, TCP and AMQP handshake; a
+// connection that stops answering afterwards is closed by AMQP heartbeats
+// (10 s by default, or the URL's heartbeat parameter), which ends every
+// Publish call waiting on it.
+const dialTimeout = 10 * time.Second
+
+// redialAfter is how long after a failed attempt to connect the publisher
+// tries again; calls meanwhile fail with that attempt's error at once, so
+// that callers retrying during an outage do not storm RabbitMQ, or its
+// port, with connection attempts.
+const redialAfter = time.Second
+
+// Publisher publishes to RabbitMQ with publisher confirms, on channels it
+// reuses, after declaring each topic's exchange and its consumers' queues.
+// It is safe for concurrent use. While RabbitMQ cannot be reached its
+// errors wrap relay.ErrBrokerUnreachable, so that a relay pauses instead of
+// charging its rows attempts; the next call after an outage connects
+// again.
+//
+// It is written on amqp091-go rather than being watermill-amqp's
+// publisher: that one's pool of channels loses a channel for good each
+// time reopening it fails during an outage, until every Publish call
+// blocks for ever, and its Close then panics on the channel it could not
+// open (watermill-amqp v3.0.2; ThreeDotsLabs/watermill-amqp#37). Without
+// the pool, one channel opened per call halved the relay's throughput.
+// Messages are marshaled by watermill-amqp's DefaultMarshaler, as its
+// subscriber expects.
+type Publisher struct {
+	url       string
+	consumers []string
+	logger    watermill.LoggerAdapter
+	cfg       amqp.Config // exchange, queue and marshaler settings, as the subscriber's
+
+	// idle holds channels that confirmed their last publish; a channel of
+	// a connection that has closed since is thrown away when taken.
+	idle chan *channel
+
+	mu       sync.Mutex
+	conn     *amqp091.Connection
+	declared map[string]bool // topics declared on conn
+	closed   bool
+	dialErr  error     // the last failed attempt to connect...
+	redialAt time.Time // ...and when to try again
+}
+
+// channel is a channel in confirm mode and the connection it belongs to.
+type channel struct {
+	*amqp091.Channel
+	conn *amqp091.Connection
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// NewPublisher connects to RabbitMQ at url and returns a publisher to
+// topics that consumers consume. Before its first publish to a topic on a
+// connection, it declares the topic's exchange and each consumer's queue,
+// Queue(topic, consumer), bound to it, as SubscriberConfig declares them.
+// It fails when consumers is empty or names a consumer twice, when url is
+// not an AMQP URL, or when RabbitMQ cannot be reached or refuses the
+// credentials.
+func NewPublisher(url string, consumers []string, logger watermill.LoggerAdapter) (*Publisher, error) {
+	if len(consumers) == 0 {
+		return nil, errors.New("rabbitmq: no consumers: name every consumer of the topics, whose queues must exist before the first publish or RabbitMQ confirms and drops the messages")
+	}
+	seen := map[string]bool{}
+	for _, c := range consumers {
+		if c == "" || seen[c] {
+			return nil, fmt.Errorf("rabbitmq: consumers %q: each must be named, once", consumers)
+		}
+		seen[c] = true
+	}
+	if _, err := amqp091.ParseURI(url); err != nil {
+		return nil, fmt.Errorf("rabbitmq: the URL is not an AMQP URL (amqp://user:password@host:port/vhost): %w", err)
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	p := &Publisher{
+		url:       url,
+		consumers: consumers,
+		logger:    logger,
+		cfg:       config(url, nil),
+		idle:      make(chan *channel, PublisherChannels),
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, err := p.connection(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Publish publishes msgs to topic's exchange and returns once RabbitMQ has
+// confirmed each of them, that is once each is safe in every queue bound
+// to the exchange. A message's context bounds the wait for its confirm.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	ch, err := p.channel(topic)
+	if err != nil {
+		return err
+	}
+	if err := publish(ch, topic, msgs, p.cfg.Marshaler); err != nil {
+		_ = ch.Close()
+		return p.failed(ch.conn, fmt.Errorf("rabbitmq: publish to %q: %w", topic, err))
+	}
+	select {
+	case p.idle <- ch:
+	default:
+		_ = ch.Close()
+	}
+	return nil
+}
+
+// publish publishes msgs on ch, then waits for their confirms.
+func publish(ch *channel, topic string, msgs []*message.Message, m amqp.Marshaler) error {
+	confirms := make([]*amqp091.DeferredConfirmation, len(msgs))
+	for i, msg := range msgs {
+		pub, err := m.Marshal(msg)
+		if err != nil {
+			return fmt.Errorf("message %s: %w", msg.UUID, err)
+		}
+		if confirms[i], err = ch.PublishWithDeferredConfirmWithContext(msg.Context(), topic, "", false, false, pub); err != nil {
+			return fmt.Errorf("message %s: %w", msg.UUID, err)
+		}
+	}
+	for i, c := range confirms {
+		ack, err := c.WaitContext(msgs[i].Context())
+		if err != nil {
+			return fmt.Errorf("message %s: waiting for its confirm: %w", msgs[i].UUID, err)
+		}
+		if !ack {
+			return fmt.Errorf("message %s: not confirmed: RabbitMQ refused it, or the channel closed before it confirmed", msgs[i].UUID)
+		}
+	}
+	return nil
+}
+
+// channel returns a channel in confirm mode on which topic is declared:
+// an idle one, or a new one, on a new connection if the last one closed.
+func (p *Publisher) channel(topic string) (*channel, error) {
+	if ch := p.takeIdle(); ch != nil {
+		if err := p.declare(ch, topic); err != nil {
+			return nil, err
+		}
+		return ch, nil
+	}
+	p.mu.Lock()
+	conn, err := p.connection()
+	p.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	c, err := conn.Channel()
+	if err != nil {
+		return nil, p.failed(conn, fmt.Errorf("rabbitmq: open a channel: %w", err))
+	}
+	ch := &channel{Channel: c, conn: conn}
+	if err := c.Confirm(false); err != nil {
+		_ = c.Close()
+		return nil, p.failed(conn, fmt.Errorf("rabbitmq: put a channel in confirm mode: %w", err))
+	}
+	if err := p.declare(ch, topic); err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
+// takeIdle returns an idle channel that is still open, or nil.
+func (p *Publisher) takeIdle() *channel {
+	for {
+		select {
+		case ch := <-p.idle:
+			if !ch.IsClosed() && !ch.conn.IsClosed() {
+				return ch
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// connection returns the open connection, connecting first if there is
+// none or the last one closed. p.mu must be held.
+func (p *Publisher) connection() (*amqp091.Connection, error) {
+	if p.closed {
+		return nil, errors.New("rabbitmq: the publisher is closed")
+	}
+	if p.conn != nil && !p.conn.IsClosed() {
+		return p.conn, nil
+	}
+	if time.Now().Before(p.redialAt) {
+		return nil, p.dialErr
+	}
+	props := amqp091.NewConnectionProperties()
+	props.SetClientConnectionName("pgbox publisher")
+	conn, err := amqp091.DialConfig(p.url, amqp091.Config{
+		Dial:       amqp091.DefaultDial(dialTimeout),
+		Locale:     "en_US",
+		Properties: props,
+	})
+	if err != nil {
+		// Refused credentials or vhost count as unreachable too: no row
+		// is at fault, and charging attempts would kill them all.
+		p.dialErr = fmt.Errorf("%w: rabbitmq: connect: %w", relay.ErrBrokerUnreachable, err)
+		p.redialAt = time.Now().Add(redialAfter)
+		return nil, p.dialErr
+	}
+	if p.conn != nil {
+		p.logger.Info("Connected to RabbitMQ again", nil)
+	}
+	p.conn, p.declared = conn, map[string]bool{}
+	return conn, nil
+}
+
+// declare declares topic's exchange and its consumers' queues, bound to
+// it, once per connection.
+func (p *Publisher) declare(ch *channel, topic string) error {
+	p.mu.Lock()
+	done := ch.conn == p.conn && p.declared[topic]
+	p.mu.Unlock()
+	if done {
+		return nil
+	}
+	err := p.declareOn(ch.Channel, topic)
+	if err != nil {
+		_ = ch.Close()
+		return p.failed(ch.conn, err)
+	}
+	p.mu.Lock()
+	if ch.conn == p.conn {
+		p.declared[topic] = true
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// declareOn declares topic's exchange and its consumers' queues, bound to
+// it, on ch. Declarations are idempotent; one that differs from what
+// exists (a queue declared with other arguments) fails.
+func (p *Publisher) declareOn(ch *amqp091.Channel, topic string) error {
+	c := p.cfg
+	if err := c.TopologyBuilder.ExchangeDeclare(ch, topic, c); err != nil {
+		return fmt.Errorf("rabbitmq: declare exchange %q: %w", topic, err)
+	}
+	for _, consumer := range p.consumers {
+		q := Queue(topic, consumer)
+		if _, err := ch.QueueDeclare(q, c.Queue.Durable, c.Queue.AutoDelete, c.Queue.Exclusive, c.Queue.NoWait, c.Queue.Arguments); err != nil {
+			return fmt.Errorf("rabbitmq: declare queue %q: %w", q, err)
+		}
+		if err := ch.QueueBind(q, "", topic, c.QueueBind.NoWait, c.QueueBind.Arguments); err != nil {
+			return fmt.Errorf("rabbitmq: bind queue %q to exchange %q: %w", q, topic, err)
+		}
+	}
+	return nil
+}
+
+// failed returns err, marked as an outage when the connection it happened
+// on has closed: a channel error (a refused declaration, a nack) leaves
+// the connection open and is the call's own failure.
+func (p *Publisher) failed(conn *amqp091.Connection, err error) error {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return fmt.Errorf("rabbitmq: the publisher is closed: %w", err)
+	}
+	if conn.IsClosed() && !relay.IsUnreachable(err) {
+		return fmt.Errorf("%w: %w", relay.ErrBrokerUnreachable, err)
+	}
+	return err
+}
+
+// Close closes the connection, which ends every Publish call in progress
+// with an error. Calls after Close fail.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	if p.conn == nil || p.conn.IsClosed() {
+		return nil
+	}
+	if err := p.conn.Close(); err != nil && !errors.Is(err, amqp091.ErrClosed) {
+		return fmt.Errorf("rabbitmq: close: %w", err)
+	}
+	return nil
+}

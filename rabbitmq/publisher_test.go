@@ -1,0 +1,130 @@
+package rabbitmq_test
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox/internal/brokertest"
+	"github.com/pgbox/pgbox/rabbitmq"
+	"github.com/pgbox/pgbox/relay"
+)
+
+// NewPublisher refuses what would lose messages or cannot work, saying
+// what to change; a broker it cannot reach is an outage, as a relay
+// needs to know.
+func TestNewPublisherRefuses(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url       string
+		consumers []string
+		want      string
+	}{
+		{"amqp://127.0.0.1:1/", nil, "name every consumer"},
+		{"amqp://127.0.0.1:1/", []string{"a", "a"}, "each must be named, once"},
+		{"amqp://127.0.0.1:1/", []string{""}, "each must be named, once"},
+		{"http://127.0.0.1:1/", []string{"a"}, "not an AMQP URL"},
+	} {
+		_, err := rabbitmq.NewPublisher(tc.url, tc.consumers, nil)
+		require.ErrorContains(t, err, tc.want, "%s %q", tc.url, tc.consumers)
+	}
+	// Port 1 on loopback: nothing listens there.
+	_, err := rabbitmq.NewPublisher("amqp://guest:guest@127.0.0.1:1/", []string{"a"}, nil)
+	require.True(t, relay.IsUnreachable(err), "%v", err)
+	require.NotContains(t, err.Error(), "guest:guest", "no credentials in errors")
+}
+
+// TestPublisherOutlivesOutages: publishers keep publishing while RabbitMQ is SIGKILLed and restarted,
+// three times: every call either is confirmed or fails as an outage, none
+// hangs, every confirmed message is in the queue after the restarts, and
+// the publisher then publishes and closes cleanly. watermill-amqp's pooled
+// publisher failed this: each channel it could not reopen mid-outage left
+// its pool for good, until calls blocked for ever, and its Close panicked
+// on the channel it had not reopened.
+func TestPublisherOutlivesOutages(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.Start(t, brokertest.RabbitMQ)
+	const topic, consumer = "outages", "audit"
+	pub, err := rabbitmq.NewPublisher(srv.URL(), []string{consumer}, watermill.NopLogger{})
+	require.NoError(t, err)
+	var confirmed, outages, calls atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 * rabbitmq.PublisherChannels {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				calls.Add(1)
+				switch err := publishWithin(t, pub, topic, time.Minute); {
+				case err == nil:
+					confirmed.Add(1)
+				case relay.IsUnreachable(err):
+					outages.Add(1)
+					// A relay backs off during an outage; so does this.
+					select {
+					case <-stop:
+						return
+					case <-time.After(10 * time.Millisecond):
+					}
+				case errors.Is(err, errHung):
+					return
+				default:
+					t.Errorf("a publish failed, and not as an outage: %v", err)
+				}
+			}
+		})
+	}
+	for range 3 {
+		before := confirmed.Load()
+		require.Eventually(t, func() bool { return confirmed.Load() > before+100 }, time.Minute, time.Millisecond, "publishes go on")
+		srv.Kill(t)
+		before = outages.Load()
+		require.Eventually(t, func() bool { return outages.Load() > before }, time.Minute, time.Millisecond, "publishes fail as outages")
+		srv.Restart(t)
+	}
+	before := confirmed.Load()
+	require.Eventually(t, func() bool { return confirmed.Load() > before+100 }, time.Minute, time.Millisecond, "publishes go on after the last restart")
+	close(stop)
+	wg.Wait()
+
+	conn, err := amqp091.Dial(srv.URL())
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	q, err := ch.QueueDeclarePassive(rabbitmq.Queue(topic, consumer), true, false, false, false, nil)
+	require.NoError(t, err)
+	t.Logf("%d calls: %d confirmed, %d outages; %d messages queued", calls.Load(), confirmed.Load(), outages.Load(), q.Messages)
+	require.GreaterOrEqual(t, int64(q.Messages), confirmed.Load(), "every confirmed message is kept")
+	require.NoError(t, pub.Close())
+	require.ErrorContains(t, pub.Publish(topic, message.NewMessage(uuid.NewString(), nil)), "closed")
+}
+
+// errHung is publishWithin's error for a call that did not return.
+var errHung = errors.New("the publish hung")
+
+// publishWithin publishes a message to topic, or fails the test and
+// returns errHung if the call does not return within d.
+func publishWithin(t *testing.T, pub *rabbitmq.Publisher, topic string, d time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- pub.Publish(topic, message.NewMessage(uuid.NewString(), []byte("{}"))) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		t.Errorf("a publish has not returned after %s", d)
+		return errHung
+	}
+}
