@@ -54,17 +54,19 @@ type outcome struct {
 // records the outcomes. It returns how many rows the claim took. While the
 // broker is unreachable it first waits for its turn to probe it (outage).
 func (r *Relay) runBatch() (int, error) {
-	if !r.outage.await(r.loop.StopSignal()) {
+	epoch, ok := r.outage.await(r.loop.StopSignal())
+	if !ok {
 		return 0, nil
 	}
 	claimed := time.Now() // before the claim: its lease ends after claimed+Lease
 	token := r.proc.Token()
 	rows, n, err := r.claim(token)
 	if err != nil || len(rows) == 0 {
-		r.outage.idle()
+		r.outage.idle(epoch)
 		return n, err
 	}
 	rd := &round{
+		epoch:    epoch,
 		deadline: claimed.Add(r.cfg.Lease * 3 / 4),
 		held:     map[string]bool{},
 		outcomes: make([]outcome, 0, len(rows)),
@@ -83,6 +85,7 @@ type round struct {
 	// lets another relay publish the rows again: no call starts unless its
 	// PublishTimeout ends by then.
 	deadline time.Time
+	epoch    int             // the outage tracker's, when the round began
 	down     error           // a publish found the broker unreachable: publish no more
 	held     map[string]bool // ordering keys with a row not published this round
 	hung     []hungRow       // rows whose call hung, decided on at the end
@@ -269,16 +272,16 @@ func (r *Relay) settle(rd *round) []outcome {
 		for _, h := range rd.hung {
 			rd.outcomes = append(rd.outcomes, r.failed(h.row, h.err))
 		}
-		r.outage.reached()
+		r.outage.reached(rd.epoch)
 	case rd.down != nil || len(rd.hung) > 0:
 		down := rd.down
 		for _, h := range rd.hung {
 			rd.released(h.row)
 			down = cmp.Or(down, h.err)
 		}
-		r.outage.failed(down)
+		r.outage.failed(rd.epoch, down)
 	default:
-		r.outage.idle()
+		r.outage.idle(rd.epoch)
 	}
 	return rd.outcomes
 }

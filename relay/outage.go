@@ -62,6 +62,14 @@ func DefaultOutageBackoff(probe int) time.Duration {
 // wait, and one at a time probes the broker with a real round after each
 // backoff (Config.OutageBackoffFunc). It is logged once per change: down,
 // still down every remindEvery (a minute), reachable again.
+//
+// A round reports on the broker as it was when the round began: a round
+// that began before the broker went down, or before it came back, and
+// ends after, is stale (its epoch is not the current one) and changes
+// nothing. Otherwise a call confirmed just before a crash, returning
+// after another round found the broker gone, would end the outage it
+// predates, and a late failure would start one again or let a second
+// worker probe.
 type outage struct {
 	backoffFunc func(probe int) time.Duration
 	logger      *slog.Logger
@@ -77,28 +85,29 @@ type outage struct {
 	next    time.Time // when the next probe may start
 	probing bool      // a worker is probing
 	since   time.Time // when the outage began
+	epoch   int       // counts the changes between down and reachable
 }
 
 func newOutage(backoffFunc func(int) time.Duration, logger *slog.Logger, tel *telemetry.Relay) *outage {
 	return &outage{backoffFunc: backoffFunc, logger: logger, remindEvery: time.Minute, tel: tel, changed: make(chan struct{})}
 }
 
-// await returns true when the caller may claim a round: the broker is
-// reachable, or it is down and the caller is the one to probe it now (it
-// must then call failed, reached or idle). It returns false if stop closes
-// first.
-func (o *outage) await(stop <-chan struct{}) bool {
+// await returns true when the caller may claim a round, and the epoch to
+// report the round's result with: the broker is reachable, or it is down
+// and the caller is the one to probe it now (it must then call failed,
+// reached or idle). It returns false if stop closes first.
+func (o *outage) await(stop <-chan struct{}) (epoch int, ok bool) {
 	for {
 		o.mu.Lock()
 		if !o.down {
 			o.mu.Unlock()
-			return true
+			return o.epoch, true
 		}
 		wait, probing := time.Until(o.next), o.probing
 		if !probing && wait <= 0 {
 			o.probing = true
 			o.mu.Unlock()
-			return true
+			return o.epoch, true
 		}
 		changed := o.changed
 		o.mu.Unlock()
@@ -110,18 +119,21 @@ func (o *outage) await(stop <-chan struct{}) bool {
 		}
 		select {
 		case <-stop:
-			return false
+			return 0, false
 		case <-changed:
 		case <-due:
 		}
 	}
 }
 
-// failed records a round in which every publish found the broker
+// failed records a round of epoch in which every publish found the broker
 // unreachable: an outage begins, or goes on with a longer wait.
-func (o *outage) failed(err error) {
+func (o *outage) failed(epoch int, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if epoch != o.epoch {
+		return
+	}
 	now := time.Now()
 	o.probes++
 	o.err = err
@@ -130,6 +142,7 @@ func (o *outage) failed(err error) {
 	o.signal()
 	if !o.down {
 		o.down, o.since, o.logged = true, now, now
+		o.epoch++
 		o.tel.Unreachable(true)
 		o.logger.Error("relay: the broker is unreachable; publishing is paused and no row is charged an attempt while it lasts: rows are published once it answers again",
 			slog.Duration("probe_in", o.next.Sub(now).Round(time.Millisecond)), slog.String("error", err.Error()))
@@ -142,26 +155,29 @@ func (o *outage) failed(err error) {
 	}
 }
 
-// reached records a round in which the broker answered (it took a publish,
-// or refused one for a reason of the message's own): an outage is over.
-func (o *outage) reached() {
+// reached records a round of epoch in which the broker answered (it took
+// a publish, or refused one for a reason of the message's own): an outage
+// is over.
+func (o *outage) reached(epoch int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.down {
+	if !o.down || epoch != o.epoch {
 		return
 	}
 	o.tel.Unreachable(false)
 	o.logger.Info("relay: the broker is reachable again; publishing resumed",
 		slog.Duration("down_for", time.Since(o.since).Round(time.Millisecond)), slog.Int("probes", o.probes))
 	o.down, o.err, o.probes, o.probing = false, nil, 0, false
+	o.epoch++
 	o.signal()
 }
 
-// idle ends a probe that found nothing to publish: the next round probes.
-func (o *outage) idle() {
+// idle ends a round of epoch that published nothing: if it was the
+// probe, the next round probes.
+func (o *outage) idle(epoch int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.probing {
+	if o.probing && epoch == o.epoch {
 		o.probing = false
 		o.signal()
 	}
