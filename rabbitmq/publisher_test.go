@@ -2,6 +2,7 @@ package rabbitmq_test
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,6 +57,15 @@ func TestPublisherOutlivesOutages(t *testing.T) {
 	pub, err := rabbitmq.NewPublisher(srv.URL(), []string{consumer}, watermill.NopLogger{})
 	require.NoError(t, err)
 	var confirmed, outages, calls atomic.Int64
+	var lastOutage atomic.Pointer[error]
+	// progress says where the publishers stand, for a failure's message.
+	progress := func() string {
+		last := "none"
+		if e := lastOutage.Load(); e != nil {
+			last = (*e).Error()
+		}
+		return fmt.Sprintf("%d calls: %d confirmed, %d outages (the last: %s)", calls.Load(), confirmed.Load(), outages.Load(), last)
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 2 * rabbitmq.PublisherChannels {
@@ -72,6 +82,7 @@ func TestPublisherOutlivesOutages(t *testing.T) {
 					confirmed.Add(1)
 				case relay.IsUnreachable(err):
 					outages.Add(1)
+					lastOutage.Store(&err)
 					// A relay backs off during an outage; so does this.
 					select {
 					case <-stop:
@@ -86,16 +97,23 @@ func TestPublisherOutlivesOutages(t *testing.T) {
 			}
 		})
 	}
-	for range 3 {
+	// goOn waits until publishes have been confirmed again.
+	goOn := func(when string) {
 		before := confirmed.Load()
-		require.Eventually(t, func() bool { return confirmed.Load() > before+100 }, time.Minute, time.Millisecond, "publishes go on")
+		require.Eventually(t, func() bool { return confirmed.Load() > before+100 }, time.Minute, time.Millisecond, later(func() string {
+			return "publishes go on " + when + ": " + progress()
+		}))
+	}
+	for i := range 3 {
+		goOn(fmt.Sprintf("before kill %d", i+1))
 		srv.Kill(t)
-		before = outages.Load()
-		require.Eventually(t, func() bool { return outages.Load() > before }, time.Minute, time.Millisecond, "publishes fail as outages")
+		before := outages.Load()
+		require.Eventually(t, func() bool { return outages.Load() > before }, time.Minute, time.Millisecond, later(func() string {
+			return "publishes fail as outages: " + progress()
+		}))
 		srv.Restart(t)
 	}
-	before := confirmed.Load()
-	require.Eventually(t, func() bool { return confirmed.Load() > before+100 }, time.Minute, time.Millisecond, "publishes go on after the last restart")
+	goOn("after the last restart")
 	close(stop)
 	wg.Wait()
 
@@ -106,11 +124,16 @@ func TestPublisherOutlivesOutages(t *testing.T) {
 	require.NoError(t, err)
 	q, err := ch.QueueDeclarePassive(rabbitmq.Queue(topic, consumer), true, false, false, false, nil)
 	require.NoError(t, err)
-	t.Logf("%d calls: %d confirmed, %d outages; %d messages queued", calls.Load(), confirmed.Load(), outages.Load(), q.Messages)
+	t.Logf("%s; %d messages queued", progress(), q.Messages)
 	require.GreaterOrEqual(t, int64(q.Messages), confirmed.Load(), "every confirmed message is kept")
 	require.NoError(t, pub.Close())
 	require.ErrorContains(t, pub.Publish(topic, message.NewMessage(uuid.NewString(), nil)), "closed")
 }
+
+// later is a failure message made when it is printed.
+type later func() string
+
+func (l later) String() string { return l() }
 
 // errHung is publishWithin's error for a call that did not return.
 var errHung = errors.New("the publish hung")

@@ -93,7 +93,8 @@ down() {
   local _
   stop_pid "$dir/pid"
   for _ in $(seq 250); do running || break; sleep 0.1; done # a graceful stop may take a while
-  running && kill -9 "$(cat "$dir/pid")"
+  # It may end between the check and the kill.
+  if running; then kill -9 "$(cat "$dir/pid")" 2>/dev/null || true; fi
   rm -rf "$dir"
 }
 

@@ -54,6 +54,9 @@ func Start(tb testing.TB, script Script) *Server {
 	}
 	s := &Server{dir: dir, script: script}
 	tb.Cleanup(func() {
+		if tb.Failed() {
+			s.logTails(tb)
+		}
 		if _, err := s.run("down"); err != nil {
 			tb.Errorf("brokertest: %s down: %v", script.name, err)
 		}
@@ -61,6 +64,20 @@ func Start(tb testing.TB, script Script) *Server {
 	})
 	s.url = s.up(tb)
 	return s
+}
+
+// logTails logs the end of each of the broker's logs, for a failed test.
+func (s *Server) logTails(tb testing.TB) {
+	logs, _ := filepath.Glob(filepath.Join(s.dir, "*.log"))
+	more, _ := filepath.Glob(filepath.Join(s.dir, "log", "*.log"))
+	for _, name := range append(logs, more...) {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		tb.Logf("brokertest: the end of %s:\n%s", filepath.Base(name), strings.Join(lines[max(0, len(lines)-30):], "\n"))
+	}
 }
 
 // URL returns the broker's URL; it is the same after Restart.
