@@ -24,13 +24,34 @@ const lostBatchError = "the attempt's batch transaction never committed: the wor
 // claim takes a batch in tx (see claimSQL). Messages the claim marked dead
 // (their lease expired on their last attempt) are only logged.
 func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescue bool) (*batch, error) {
-	rows, err := tx.Query(ctx, d.q.claim, d.consumer, token, d.leasedTypes,
-		d.cfg.Lease.Milliseconds(), mayRescue, leaseExpiredError)
+	// The claim and, in the same round trip, the end of claimPlanning.
+	var q pgx.Batch
+	q.Queue(d.q.claim, d.consumer, token, d.leasedTypes, d.cfg.Lease.Milliseconds(), mayRescue, leaseExpiredError)
+	q.Queue(claimPlanned)
+	results := tx.SendBatch(ctx, &q)
+	defer results.Close()
+	b, err := d.readClaim(ctx, results)
+	if err != nil {
+		return nil, err
+	}
+	b.token = token
+	if _, err := results.Exec(); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	if err := results.Close(); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	return b, nil
+}
+
+// readClaim reads the claim's rows into a batch.
+func (d *Dispatcher) readClaim(ctx context.Context, results pgx.BatchResults) (*batch, error) {
+	rows, err := results.Query()
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
 	defer rows.Close()
-	b := &batch{token: token}
+	b := &batch{}
 	for rows.Next() {
 		b.claimed++
 		var (

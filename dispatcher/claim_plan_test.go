@@ -2,10 +2,13 @@ package dispatcher
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox/internal/ident"
@@ -42,8 +45,60 @@ func TestClaimReadsOnlyTheClaimedRowsPartitions(t *testing.T) {
 	require.NoError(t, err)
 
 	claim := strings.Replace(sql(claimSQL), batchPlaceholder, "200", 1)
-	plan := pgtest.GenericPlan(t, pool, claim, `'payments', 1, '{}'::text[], 60000, true, 'lost'`)
-	require.NotContains(t, plan, "Hash Join", plan)
+	plan := pgtest.GenericPlan(t, pool, claim, `'payments', 1, '{}'::text[], 60000, true, 'lost'`, claimPlanning)
+	require.NotContains(t, plan, "Join", plan)
 	require.Contains(t, plan, "rows=3 loops=1", "the three pending messages are claimed:\n%s", plan)
 	pgtest.RequireNotProbed(t, plan, "inbox_d"+old.String())
+}
+
+// The claim is planned at each execution, with the inbox's sizes of the
+// moment: a plan made while the partition of undated ids held three
+// messages and kept (PostgreSQL's generic plan for a prepared statement)
+// joined the claimed rows to every row of the consumer in it once it held
+// 20,000, and went on doing so until the next ANALYZE. It runs in one
+// transaction, its executions rolled back to a savepoint, so that the
+// statement and its cached plan stay on one server connection behind a
+// transaction pooler too.
+func TestClaimIsPlannedForTheInboxOfTheMoment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	sql := func(q string) string { return ident.Render(q, schema) }
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + claimPlanning})
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	store := func(n int, status string) {
+		_, err := tx.Exec(ctx, sql(`
+			INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, max_attempts, payload_hash, payload, bucket)
+			SELECT 'payments', 'm' || g || '-' || $2, 'E', $2, 3, '\x00', '', 0
+			FROM generate_series(1, $1::int) AS g`), n, status)
+		require.NoError(t, err)
+	}
+	store(3, "pending")
+	name := fmt.Sprintf("claim_%d", rand.Int64())
+	claim := strings.Replace(sql(claimSQL), batchPlaceholder, "200", 1)
+	_, err = tx.Exec(ctx, "PREPARE "+name+" AS "+claim)
+	require.NoError(t, err)
+	explain := func() string {
+		_, err := tx.Exec(ctx, "SAVEPOINT claim")
+		require.NoError(t, err)
+		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE "+name+"('payments', 1, '{}'::text[], 60000, true, 'lost')")
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT claim")
+		require.NoError(t, err)
+		return strings.Join(lines, "\n")
+	}
+	// PostgreSQL settles on a generic plan after five custom ones.
+	for range 6 {
+		require.Contains(t, explain(), "rows=3 loops=1")
+	}
+	store(20_000, "done")
+	plan := explain()
+	require.Contains(t, plan, "rows=3 loops=1", "the three pending messages are claimed:\n%s", plan)
+	require.NotRegexp(t, `rows=\d{4,} |Removed by Filter: \d{4,}`, plan, "the claim read the consumer's done messages:\n%s", plan)
+	_, err = tx.Exec(ctx, "DEALLOCATE "+name)
+	require.NoError(t, err)
 }

@@ -31,8 +31,9 @@ func Plan(tb testing.TB, q Querier, query string, args ...any) string {
 // GenericPlan returns the plan of query's generic plan (the one a
 // prepared statement ends up with, made once for every execution), run
 // once with args (SQL literals, comma-separated) in a transaction rolled
-// back, on a connection of its own to pool's server.
-func GenericPlan(tb testing.TB, pool *pgxpool.Pool, query, args string) string {
+// back, on a connection of its own to pool's server. Each of settings
+// (SET LOCAL statements) is run first, as the query's caller would.
+func GenericPlan(tb testing.TB, pool *pgxpool.Pool, query, args string, settings ...string) string {
 	tb.Helper()
 	ctx := context.Background()
 	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
@@ -46,7 +47,7 @@ func GenericPlan(tb testing.TB, pool *pgxpool.Pool, query, args string) string {
 	// statement gets a name of its own and is deallocated within the
 	// transaction.
 	name := fmt.Sprintf("pgtest_generic_%d", rand.Int64())
-	for _, s := range []string{"SET LOCAL plan_cache_mode = force_generic_plan", "PREPARE " + name + " AS " + query} {
+	for _, s := range append(append([]string{"SET LOCAL plan_cache_mode = force_generic_plan"}, settings...), "PREPARE "+name+" AS "+query) {
 		_, err := tx.Exec(ctx, s)
 		require.NoError(tb, err, s)
 	}
