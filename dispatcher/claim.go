@@ -27,7 +27,9 @@ func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescu
 	// The claim and, in the same round trip, the end of claimPlanning.
 	var q pgx.Batch
 	q.Queue(d.q.claim, d.consumer, token, d.leasedTypes, d.cfg.Lease.Milliseconds(), mayRescue, leaseExpiredError)
-	q.Queue(claimPlanned)
+	for _, reset := range claimPlanned {
+		q.Queue(reset)
+	}
 	results := tx.SendBatch(ctx, &q)
 	defer results.Close()
 	b, err := d.readClaim(ctx, results)
@@ -35,8 +37,10 @@ func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescu
 		return nil, err
 	}
 	b.token = token
-	if _, err := results.Exec(); err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+	for range claimPlanned {
+		if _, err := results.Exec(); err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
 	}
 	if err := results.Close(); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)

@@ -25,10 +25,10 @@ import "github.com/pgbox/pgbox/internal/tables"
 // claimPlanning is how the claim is planned: the batch transaction begins
 // with it, and claimPlanned ends it in the claim's own round trip, so that
 // the handlers' statements are planned as their session says. See claimSQL.
-const (
-	claimPlanning = "SET LOCAL plan_cache_mode = force_custom_plan"
-	claimPlanned  = "SET LOCAL plan_cache_mode TO DEFAULT"
-)
+const claimPlanning = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"
+
+// claimPlanned ends claimPlanning, one statement each, as a pipeline needs.
+var claimPlanned = []string{"SET LOCAL enable_seqscan TO DEFAULT", "SET LOCAL enable_bitmapscan TO DEFAULT"}
 
 // batchPlaceholder is where claimSQL's text holds the batch size, put in
 // as a number when a Dispatcher is made.
@@ -58,22 +58,30 @@ const batchPlaceholder = "/* batch */"
 // each other; rows another worker is locking are simply someone else's.
 //
 // The update finds the locked rows again by where their lock found them
-// (tableoid, ctid: a row locked by this transaction cannot move), and
-// reads nothing else: a TID probe per row, in the partitions between the
-// lowest and highest claimed bucket only (the inbox is partitioned, see
-// migration 9). It joins nothing: whether a claimed row was rescued, and
-// what it becomes, follows from the row itself (a rescued row is running,
-// a fresh one pending). Its plan therefore cannot depend on the planner's
-// idea of the inbox's size, which is often wrong: a plan made once and
-// kept (the generic plan PostgreSQL settles on for a statement pgx
-// prepared) knows each partition at the size it had then, and one made
-// while today's partition, or the one of undated ids, was small joined the
-// claimed rows to every row of the consumer in it, and went on doing so as
-// it grew, until autovacuum next analyzed it. Measured so with the
-// dispatch-continuous bench on a fresh inbox: 48 ms a claim of 200, 0.66x
-// River. claimPlanning closes the last doors, for the claim alone: with
-// sequential and bitmap scans off, a partition is read by TID probes and
-// by the pending index in its order, however small the planner thinks it.
+// (tableoid, ctid: a row locked by this transaction cannot move), with a
+// TID probe per row, in the partitions of the claimed buckets' ranges only
+// (the inbox is partitioned, see migration 9; dated and undated buckets
+// apart, so that a batch holding both does not probe the days between).
+// It joins nothing: whether a claimed row was rescued, and what it
+// becomes, follows from the row itself (a rescued row is running, a fresh
+// one pending).
+//
+// So its plan need not trust the planner's idea of the inbox's size, which
+// is often wrong: pgx prepares the statement, and the generic plan
+// PostgreSQL settles on is made once, with each partition at the size it
+// had then. Made while today's partition, or the one of undated ids, was
+// small, a claim that joined its rows back by key hash-joined them to
+// every row of the consumer in it, and went on doing so as it grew, until
+// autovacuum next analyzed it (48 ms a claim of 200 in the
+// dispatch-continuous bench on a fresh inbox, 0.66x River); a TID probe
+// judged against a small partition loses to a sequential scan of it. With
+// claimPlanning (sequential and bitmap scans off, for the claim alone)
+// every plan left reads a partition by TID probes and by its pending,
+// running and key indexes in their order: none reads a partition whole,
+// however small the planner thinks it. The bucket ranges are ORed so that
+// no plain index scan can use them either (they would need a bitmap scan).
+// Planning afresh at each execution (plan_cache_mode) would serve too, but
+// costs some 3 ms a claim on five partitions, more than a small claim.
 //
 // Messages of the event types in $3 are leased: they become running under
 // the claim token $2 with a lease of $4 ms, and are called after the batch
