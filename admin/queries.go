@@ -295,10 +295,18 @@ LIMIT $2`
 // (never failed, due later: snoozed by their handler), with the age of the
 // oldest pending message and how many messages were done in the last
 // minute and hour. Each status is read from its partial index
-// (inbox_pending_idx, inbox_running_idx, inbox_failed_idx, inbox_done_idx
-// for the recent done ones), so the count costs what those few rows cost,
-// never a read of the dedupe memory. Done messages are counted apart:
-// doneExactSQL, or estimated from doneEstimateSQL.
+// (inbox_pending_idx, inbox_running_idx, inbox_failed_idx), so the count
+// costs what those few rows cost, never a read of the dedupe memory. Done
+// messages are counted apart: doneExactSQL, or estimated from
+// doneEstimateSQL.
+//
+// The recent done messages are read from inbox_done_idx from its newest
+// end, recentDoneCap of them at most: at 1,000 messages a second the last
+// hour holds 3.6 million, seconds of reading. Under the cap the minute's
+// and hour's counts are exact; at the cap, a count whose window reaches
+// past the oldest row read is the rate over the rows read times the
+// window (the last column says which), so stats costs the same whatever
+// the traffic.
 const statsSQL = `
 WITH RECURSIVE ` + distinctConsumersSQL + `,
 open AS (
@@ -324,22 +332,41 @@ counts AS (
     FROM open AS o
     GROUP BY o.consumer
 ),
-recent AS (
-    SELECT i.consumer,
-           count(*) FILTER (WHERE i.processed_at > now() - interval '1 minute') AS minute,
-           count(*) AS hour
+newest AS (
+    SELECT i.consumer, i.processed_at
     FROM /* schema */inbox AS i
     WHERE i.status = ` + tables.InboxDone + ` AND i.processed_at > now() - interval '1 hour'
-    GROUP BY i.consumer
+    ORDER BY i.processed_at DESC
+    LIMIT ` + recentDoneCap + `
+),
+span AS (
+    -- read: the seconds the rows read cover, when the cap cut the hour short.
+    SELECT CASE WHEN count(*) = ` + recentDoneCap + `
+                THEN greatest(extract(epoch FROM now() - min(n.processed_at)), 0.001) END AS read
+    FROM newest AS n
+),
+recent AS (
+    SELECT n.consumer,
+           count(*) FILTER (WHERE n.processed_at > now() - interval '1 minute') AS minute,
+           count(*) AS hour
+    FROM newest AS n
+    GROUP BY n.consumer
 )
 SELECT c.consumer, coalesce(n.fresh, 0), coalesce(n.retrying, 0), coalesce(n.scheduled, 0), coalesce(n.running, 0),
        coalesce(n.dead, 0), coalesce(n.discarded, 0), n.oldest, n.next_retry,
-       coalesce(r.minute, 0), coalesce(r.hour, 0)
+       CASE WHEN s.read < 60 THEN round(coalesce(r.minute, 0) * 60 / s.read)::bigint ELSE coalesce(r.minute, 0) END,
+       CASE WHEN s.read IS NOT NULL THEN round(coalesce(r.hour, 0) * 3600 / s.read)::bigint ELSE coalesce(r.hour, 0) END,
+       s.read IS NOT NULL
 FROM consumers AS c
+CROSS JOIN span AS s
 LEFT JOIN counts AS n ON n.consumer = c.consumer
 LEFT JOIN recent AS r ON r.consumer = c.consumer
 WHERE c.consumer IS NOT NULL
 ORDER BY c.consumer`
+
+// recentDoneCap is how many of the newest done messages statsSQL reads at
+// most: about 10 ms of reading.
+const recentDoneCap = "20000"
 
 // doneExactSQL counts each consumer's done messages: every one of them,
 // which on a large inbox takes a while (stats --exact).

@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -69,4 +70,45 @@ func TestStatsEstimatesDone(t *testing.T) {
 	require.False(t, exact.Consumers[1].DoneEstimated)
 	require.EqualValues(t, 600, exact.Consumers[1].Done)
 	require.EqualValues(t, 1, exact.Consumers[2].Done)
+}
+
+// The done counts of the last minute and hour are exact while the inbox
+// completed fewer than 20,000 messages in the hour, and beyond that
+// estimated, and said to be, from the newest 20,000: the rate over the
+// time they cover times the window. Here two consumers complete messages
+// evenly over the last 50 minutes: 12,000, then 30,000, of which the newest
+// 20,000 cover 33 minutes, at 5 a second each: 18,000 an hour. (A minute's
+// count misses the messages that leave it before Stats reads them.)
+func TestStatsEstimatesABusyHour(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, admin.Config{})
+	done := func(n int) {
+		b.exec(t, `
+			INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
+			                               processed_at, bucket)
+			SELECT CASE WHEN g % 2 = 0 THEN 'payments' ELSE 'refunds' END, 'done-' || g, 'E', 'done', 1, 3, '\x00', '',
+			       now() - g * (interval '50 minutes' / `+strconv.Itoa(n)+`), 0
+			FROM generate_series(1, `+strconv.Itoa(n)+`) AS g`)
+	}
+	done(12_000)
+	st, err := b.adm.Stats(ctx, admin.StatsOptions{})
+	require.NoError(t, err)
+	require.Len(t, st.Consumers, 2)
+	for _, c := range st.Consumers {
+		require.False(t, c.ProcessedEstimated, c.Consumer)
+		require.EqualValues(t, 6_000, c.ProcessedLastHour, c.Consumer)
+		require.InDelta(t, 120, c.ProcessedLastMinute, 6, c.Consumer)
+	}
+
+	b.exec(t, "DELETE FROM /* schema */inbox")
+	done(30_000)
+	st, err = b.adm.Stats(ctx, admin.StatsOptions{})
+	require.NoError(t, err)
+	require.Len(t, st.Consumers, 2)
+	for _, c := range st.Consumers {
+		require.True(t, c.ProcessedEstimated, c.Consumer)
+		require.InDelta(t, 18_000, c.ProcessedLastHour, 360, c.Consumer)
+		require.InDelta(t, 300, c.ProcessedLastMinute, 15, "%s: the newest 20,000 cover the minute: counted", c.Consumer)
+	}
 }

@@ -114,9 +114,12 @@ func (a *app) printStats(st *admin.Stats) {
 		if c.DoneEstimated {
 			done = "≈" + done
 		}
+		minute, hour := count(c.ProcessedLastMinute), count(c.ProcessedLastHour)
+		if c.ProcessedEstimated {
+			minute, hour = "≈"+minute, "≈"+hour
+		}
 		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Consumer, count(c.PendingFresh), count(c.Retrying),
-			count(c.Scheduled), count(c.Running), count(c.Dead), count(c.Discarded), done, ageOf(c.OldestPending),
-			count(c.ProcessedLastMinute), count(c.ProcessedLastHour))
+			count(c.Scheduled), count(c.Running), count(c.Dead), count(c.Discarded), done, ageOf(c.OldestPending), minute, hour)
 		sum.add(c)
 	}
 	if len(st.Consumers) == 0 {
@@ -141,6 +144,9 @@ func (a *app) printStats(st *admin.Stats) {
 	case o.PublishedEstimated:
 		fmt.Fprintf(a.out, "\n≈ PUBLISHED is estimated from PostgreSQL's statistics of the outbox: '%s' counts every published row.\n", a.hint("stats", "--exact"))
 	}
+	if sum.rateEstimated {
+		fmt.Fprintln(a.out, "≈ DONE LAST 1M/1H are estimated: the rate over the newest 20,000 done messages, times the window.")
+	}
 	if sum.dead > 0 || sum.retrying > 0 {
 		fmt.Fprintln(a.out)
 	}
@@ -160,6 +166,9 @@ func (a *app) printStats(st *admin.Stats) {
 type inboxSums struct {
 	dead, retrying int64
 	estimated      bool
+	// rateEstimated: a DONE LAST column is estimated (see
+	// admin.ConsumerStats.ProcessedEstimated).
+	rateEstimated bool
 	// failing names the consumers with dead or retrying messages.
 	failing   []string
 	nextRetry *time.Time
@@ -169,6 +178,7 @@ func (s *inboxSums) add(c admin.ConsumerStats) {
 	s.dead += c.Dead
 	s.retrying += c.Retrying
 	s.estimated = s.estimated || c.DoneEstimated
+	s.rateEstimated = s.rateEstimated || c.ProcessedEstimated
 	if c.Dead > 0 || c.Retrying > 0 {
 		s.failing = append(s.failing, c.Consumer)
 	}
