@@ -337,11 +337,11 @@ newest AS (
     FROM /* schema */inbox AS i
     WHERE i.status = ` + tables.InboxDone + ` AND i.processed_at > now() - interval '1 hour'
     ORDER BY i.processed_at DESC
-    LIMIT ` + recentDoneCap + `
+    LIMIT ` + recentDoneCap + ` + 1 -- one more, to tell a full cap from a cut one
 ),
 span AS (
     -- read: the seconds the rows read cover, when the cap cut the hour short.
-    SELECT CASE WHEN count(*) = ` + recentDoneCap + `
+    SELECT CASE WHEN count(*) > ` + recentDoneCap + `
                 THEN greatest(extract(epoch FROM now() - min(n.processed_at)), 0.001) END AS read
     FROM newest AS n
 ),
@@ -356,7 +356,7 @@ SELECT c.consumer, coalesce(n.fresh, 0), coalesce(n.retrying, 0), coalesce(n.sch
        coalesce(n.dead, 0), coalesce(n.discarded, 0), n.oldest, n.next_retry,
        CASE WHEN s.read < 60 THEN round(coalesce(r.minute, 0) * 60 / s.read)::bigint ELSE coalesce(r.minute, 0) END,
        CASE WHEN s.read IS NOT NULL THEN round(coalesce(r.hour, 0) * 3600 / s.read)::bigint ELSE coalesce(r.hour, 0) END,
-       s.read IS NOT NULL
+       coalesce(s.read < 60, false), s.read IS NOT NULL
 FROM consumers AS c
 CROSS JOIN span AS s
 LEFT JOIN counts AS n ON n.consumer = c.consumer

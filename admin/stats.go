@@ -42,20 +42,23 @@ type ConsumerStats struct {
 	// PendingFresh counts its pending messages that never failed and are
 	// due: waiting for a worker.
 	PendingFresh int64 `json:"pending_fresh"`
-	// ProcessedEstimated is true when ProcessedLastHour, and with it
-	// ProcessedLastMinute if the inbox completes more than about 330
-	// messages a second, is estimated: the consumer's share of the newest
-	// 20,000 done messages of the inbox, per second of the time they span,
-	// times the window. Stats reads no more of them, whatever the traffic;
-	// under that, both counts are exact.
-	ProcessedEstimated bool `json:"processed_estimated"`
 	// ProcessedLastHour counts the messages it completed in the last hour:
-	// exactly unless ProcessedEstimated.
+	// exactly unless ProcessedLastHourEstimated.
 	ProcessedLastHour int64 `json:"processed_last_hour"`
+	// ProcessedLastHourEstimated is true when the inbox completed more
+	// than 20,000 messages in the last hour. Stats reads no more than the
+	// newest 20,000 done messages, whatever the traffic, and
+	// ProcessedLastHour is then the consumer's share of them per second of
+	// the time they span, times the hour.
+	ProcessedLastHourEstimated bool `json:"processed_last_hour_estimated"`
 	// ProcessedLastMinute counts the messages it completed in the last
-	// minute: exactly unless ProcessedEstimated and the newest 20,000 done
-	// messages span less than a minute.
+	// minute: exactly unless ProcessedLastMinuteEstimated.
 	ProcessedLastMinute int64 `json:"processed_last_minute"`
+	// ProcessedLastMinuteEstimated is true when the newest 20,000 done
+	// messages span less than a minute (the inbox completes more than
+	// about 330 a second); ProcessedLastMinute is then estimated as
+	// ProcessedLastHour is.
+	ProcessedLastMinuteEstimated bool `json:"processed_last_minute_estimated"`
 	// Retrying counts its pending messages that failed before: waiting
 	// for their backoff to end (or due, once it has, or after a replay).
 	// inboxctl failures shows why they failed.
@@ -137,7 +140,7 @@ func (a *Admin) Stats(ctx context.Context, opts StatsOptions) (*Stats, error) {
 	for rows.Next() {
 		var c ConsumerStats
 		if err := rows.Scan(&c.Consumer, &c.PendingFresh, &c.Retrying, &c.Scheduled, &c.Running, &c.Dead, &c.Discarded,
-			&oldest, &c.NextRetryAt, &c.ProcessedLastMinute, &c.ProcessedLastHour, &c.ProcessedEstimated); err != nil {
+			&oldest, &c.NextRetryAt, &c.ProcessedLastMinute, &c.ProcessedLastHour, &c.ProcessedLastMinuteEstimated, &c.ProcessedLastHourEstimated); err != nil {
 			return nil, a.dbError(ctx, "inbox stats", err)
 		}
 		c.Pending = c.PendingFresh + c.Retrying + c.Scheduled

@@ -2,7 +2,6 @@ package admin_test
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
+	"github.com/pgbox/pgbox/internal/ident"
 )
 
 // Stats splits pending messages into fresh ones, retrying ones (pending
@@ -73,42 +73,69 @@ func TestStatsEstimatesDone(t *testing.T) {
 }
 
 // The done counts of the last minute and hour are exact while the inbox
-// completed fewer than 20,000 messages in the hour, and beyond that
+// completed no more than 20,000 messages in the hour, and beyond that
 // estimated, and said to be, from the newest 20,000: the rate over the
-// time they cover times the window. Here two consumers complete messages
-// evenly over the last 50 minutes: 12,000, then 30,000, of which the newest
-// 20,000 cover 33 minutes, at 5 a second each: 18,000 an hour. (A minute's
-// count misses the messages that leave it before Stats reads them.)
+// time they cover times the window. Two consumers complete messages evenly
+// over the last 50 minutes, none between 50 and 70 seconds ago (so that
+// the minute's count holds still while the test runs): 12,000, then
+// 30,000, of which the newest 20,000 cover 33 minutes, at 5 a second each:
+// 18,000 an hour. Then 21,000 within the last 40 seconds: the minute's
+// count too is estimated.
 func TestStatsEstimatesABusyHour(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, admin.Config{})
-	done := func(n int) {
+	done := func(n int, over string) {
+		b.exec(t, "DELETE FROM /* schema */inbox")
 		b.exec(t, `
 			INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
 			                               processed_at, bucket)
-			SELECT CASE WHEN g % 2 = 0 THEN 'payments' ELSE 'refunds' END, 'done-' || g, 'E', 'done', 1, 3, '\x00', '',
-			       now() - g * (interval '50 minutes' / `+strconv.Itoa(n)+`), 0
-			FROM generate_series(1, `+strconv.Itoa(n)+`) AS g`)
+			SELECT CASE WHEN g % 2 = 0 THEN 'payments' ELSE 'refunds' END, 'done-' || g, 'E', 'done', 1, 3, '\x00', '', t, 0
+			FROM generate_series(1, $1::int) AS g,
+			     LATERAL (SELECT now() - g * $2::interval / $1::int AS t) AS w
+			WHERE t NOT BETWEEN now() - interval '70 seconds' AND now() - interval '50 seconds'`, n, over)
 	}
-	done(12_000)
+	lastMinute := func() map[string]int64 {
+		rows, err := b.pool.Query(ctx, ident.Render(`SELECT consumer, count(*) FROM /* schema */inbox WHERE processed_at > now() - interval '1 minute' GROUP BY 1`, b.schema))
+		require.NoError(t, err)
+		n := map[string]int64{}
+		for rows.Next() {
+			var c string
+			var k int64
+			require.NoError(t, rows.Scan(&c, &k))
+			n[c] = k
+		}
+		require.NoError(t, rows.Err())
+		return n
+	}
+
+	done(12_000, "50 minutes")
 	st, err := b.adm.Stats(ctx, admin.StatsOptions{})
 	require.NoError(t, err)
 	require.Len(t, st.Consumers, 2)
+	minute := lastMinute()
 	for _, c := range st.Consumers {
-		require.False(t, c.ProcessedEstimated, c.Consumer)
-		require.EqualValues(t, 6_000, c.ProcessedLastHour, c.Consumer)
-		require.InDelta(t, 120, c.ProcessedLastMinute, 6, c.Consumer)
+		require.False(t, c.ProcessedLastHourEstimated || c.ProcessedLastMinuteEstimated, c.Consumer)
+		require.InDelta(t, 5_960, c.ProcessedLastHour, 2, "%s: 6,000 but for the 40 of the 20 seconds left out", c.Consumer)
+		require.Equal(t, minute[c.Consumer], c.ProcessedLastMinute, c.Consumer)
 	}
 
-	b.exec(t, "DELETE FROM /* schema */inbox")
-	done(30_000)
+	done(30_000, "50 minutes")
 	st, err = b.adm.Stats(ctx, admin.StatsOptions{})
 	require.NoError(t, err)
-	require.Len(t, st.Consumers, 2)
+	minute = lastMinute()
 	for _, c := range st.Consumers {
-		require.True(t, c.ProcessedEstimated, c.Consumer)
+		require.True(t, c.ProcessedLastHourEstimated, c.Consumer)
 		require.InDelta(t, 18_000, c.ProcessedLastHour, 360, c.Consumer)
-		require.InDelta(t, 300, c.ProcessedLastMinute, 15, "%s: the newest 20,000 cover the minute: counted", c.Consumer)
+		require.False(t, c.ProcessedLastMinuteEstimated, "%s: the newest 20,000 cover the minute", c.Consumer)
+		require.Equal(t, minute[c.Consumer], c.ProcessedLastMinute, c.Consumer)
+	}
+
+	done(21_000, "40 seconds")
+	st, err = b.adm.Stats(ctx, admin.StatsOptions{})
+	require.NoError(t, err)
+	for _, c := range st.Consumers {
+		require.True(t, c.ProcessedLastHourEstimated && c.ProcessedLastMinuteEstimated, c.Consumer)
+		require.Greater(t, c.ProcessedLastMinute, int64(10_000), "%s: more than the 10,000 of the newest 20,000", c.Consumer)
 	}
 }

@@ -82,7 +82,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		pool:     pool,
 		schema:   schema,
 		q: queries{
-			beginBatch:  fmt.Sprintf("BEGIN; %s; SET LOCAL idle_in_transaction_session_timeout = %d", claimPlanning, cfg.Lease.Milliseconds()),
+			beginBatch:  beginBatchSQL(cfg.Lease),
 			claim:       strings.Replace(ident.Render(claimSQL, schema), batchPlaceholder, strconv.Itoa(cfg.BatchSize), 1),
 			complete:    ident.Render(completeSQL, schema),
 			reconcile:   ident.Render(reconcileSQL, schema),

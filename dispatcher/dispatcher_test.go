@@ -84,6 +84,28 @@ func TestFailureIsIsolatedWithinTheBatchTransaction(t *testing.T) {
 	require.Equal(t, "permanent: card declined", r.Errors[0].Error)
 }
 
+// The claim is planned with sequential and bitmap scans off, for its
+// statement alone: the handlers' statements in the batch transaction are
+// planned as their session says, here with the database's settings.
+func TestHandlersArePlannedAsTheirSessionSays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receive(t, "m-1", "m-2")
+	settings := make(chan string, 2)
+	b.start(t, dispatcher.Config{
+		BatchSize: 10,
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+			var s string
+			err := tx.QueryRow(ctx, "SELECT current_setting('enable_seqscan') || ' ' || current_setting('enable_bitmapscan')").Scan(&s)
+			settings <- s
+			return err
+		})},
+	})
+	b.waitSettled(t)
+	require.Equal(t, "on on", <-settings)
+	require.Equal(t, "on on", <-settings)
+}
+
 func TestPanicIsRecordedWithItsStack(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -1,6 +1,11 @@
 package dispatcher
 
-import "github.com/pgbox/pgbox/internal/tables"
+import (
+	"fmt"
+	"time"
+
+	"github.com/pgbox/pgbox/internal/tables"
+)
 
 // The dispatcher's SQL. "/* schema */" is replaced by the quoted schema
 // name when a Dispatcher is created (ident.Render).
@@ -26,6 +31,12 @@ import "github.com/pgbox/pgbox/internal/tables"
 // with it, and claimPlanned ends it in the claim's own round trip, so that
 // the handlers' statements are planned as their session says. See claimSQL.
 const claimPlanning = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"
+
+// beginBatchSQL begins a batch transaction: with claimPlanning, and ended
+// by the server if it stays idle for a lease (see Dispatcher.runBatch).
+func beginBatchSQL(lease time.Duration) string {
+	return fmt.Sprintf("BEGIN; %s; SET LOCAL idle_in_transaction_session_timeout = %d", claimPlanning, lease.Milliseconds())
+}
 
 // claimPlanned ends claimPlanning, one statement each, as a pipeline needs.
 var claimPlanned = []string{"SET LOCAL enable_seqscan TO DEFAULT", "SET LOCAL enable_bitmapscan TO DEFAULT"}
@@ -64,7 +75,11 @@ const batchPlaceholder = "/* batch */"
 // apart, so that a batch holding both does not probe the days between).
 // It joins nothing: whether a claimed row was rescued, and what it
 // becomes, follows from the row itself (a rescued row is running, a fresh
-// one pending).
+// one pending). One row can be locked and not claimed: one that another
+// transaction changed, leaving it due, after this statement's snapshot
+// was taken (a message given back by a stopping dispatcher), whose lock
+// returns the new version, which the update's snapshot does not see. It
+// waits for the batch to commit, and is claimed by the next.
 //
 // So its plan need not trust the planner's idea of the inbox's size, which
 // is often wrong: pgx prepares the statement, and the generic plan
@@ -132,7 +147,7 @@ WHERE i.ctid = ANY (ARRAY(SELECT c.ctid FROM claimed AS c))
                     AND (SELECT max(c.bucket) FROM claimed AS c WHERE c.bucket > 0)
        OR i.bucket BETWEEN (SELECT min(c.bucket) FROM claimed AS c WHERE c.bucket <= 0)
                        AND (SELECT max(c.bucket) FROM claimed AS c WHERE c.bucket <= 0))
-  AND (i.tableoid, i.ctid) = ANY (ARRAY(SELECT (c.tableoid, c.ctid) FROM claimed AS c))
+  AND (i.tableoid, i.ctid) IN (SELECT c.tableoid, c.ctid FROM claimed AS c)
 RETURNING i.message_id, i.status, i.event_type, i.payload, i.metadata, coalesce(i.ordering_key, ''),
           i.attempts, i.max_attempts, i.received_at, i.seq, EXISTS (SELECT 1 FROM rescued), pg_current_xact_id()::text, i.bucket`
 

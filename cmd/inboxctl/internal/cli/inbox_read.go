@@ -115,8 +115,11 @@ func (a *app) printStats(st *admin.Stats) {
 			done = "≈" + done
 		}
 		minute, hour := count(c.ProcessedLastMinute), count(c.ProcessedLastHour)
-		if c.ProcessedEstimated {
-			minute, hour = "≈"+minute, "≈"+hour
+		if c.ProcessedLastMinuteEstimated {
+			minute = "≈" + minute
+		}
+		if c.ProcessedLastHourEstimated {
+			hour = "≈" + hour
 		}
 		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Consumer, count(c.PendingFresh), count(c.Retrying),
 			count(c.Scheduled), count(c.Running), count(c.Dead), count(c.Discarded), done, ageOf(c.OldestPending), minute, hour)
@@ -145,7 +148,10 @@ func (a *app) printStats(st *admin.Stats) {
 		fmt.Fprintf(a.out, "\n≈ PUBLISHED is estimated from PostgreSQL's statistics of the outbox: '%s' counts every published row.\n", a.hint("stats", "--exact"))
 	}
 	if sum.rateEstimated {
-		fmt.Fprintln(a.out, "≈ DONE LAST 1M/1H are estimated: the rate over the newest 20,000 done messages, times the window.")
+		if !sum.estimated && !o.PublishedEstimated { // the first ≈ note
+			fmt.Fprintln(a.out)
+		}
+		fmt.Fprintln(a.out, "≈ DONE LAST 1H (and 1M, past 330 a second) is estimated: the rate over the newest 20,000 done messages, times the window.")
 	}
 	if sum.dead > 0 || sum.retrying > 0 {
 		fmt.Fprintln(a.out)
@@ -167,7 +173,7 @@ type inboxSums struct {
 	dead, retrying int64
 	estimated      bool
 	// rateEstimated: a DONE LAST column is estimated (see
-	// admin.ConsumerStats.ProcessedEstimated).
+	// admin.ConsumerStats.ProcessedLastHourEstimated).
 	rateEstimated bool
 	// failing names the consumers with dead or retrying messages.
 	failing   []string
@@ -178,7 +184,7 @@ func (s *inboxSums) add(c admin.ConsumerStats) {
 	s.dead += c.Dead
 	s.retrying += c.Retrying
 	s.estimated = s.estimated || c.DoneEstimated
-	s.rateEstimated = s.rateEstimated || c.ProcessedEstimated
+	s.rateEstimated = s.rateEstimated || c.ProcessedLastHourEstimated
 	if c.Dead > 0 || c.Retrying > 0 {
 		s.failing = append(s.failing, c.Consumer)
 	}
