@@ -48,6 +48,25 @@ FROM (VALUES ('payments'), ('refunds')) AS c(consumer),
          WHEN 2 THEN 'card declined: insufficient funds on order ''order-' || g || ''''
          ELSE 'panic: runtime error: index out of range [' || (g % 9) || '] with length 3' END AS text) AS e`
 
+// operatorRecentSQL stores the last hour's traffic of the operator's
+// inbox afresh, at its retained days' rate ($1 messages over the hour):
+// what stats' and the console's last-hour counts read. The retained days
+// end at midnight, so without it their hour would be empty. It first
+// deletes the hour an earlier run stored, if it is still the last hour.
+// It is not vacuumed: a live inbox's newest rows are not yet either.
+var operatorRecentSQL = `
+WITH gone AS (
+    DELETE FROM /* schema */inbox
+    WHERE status = 'done' AND processed_at > now() - interval '2 hours' AND event_type = 'RecentTraffic'
+)
+INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts,
+                               received_at, processed_at, available_at, payload_hash, payload, bucket)
+SELECT CASE WHEN g % 2 = 0 THEN '` + retainedConsumers[0] + `' ELSE '` + retainedConsumers[1] + `' END, m.id, 'RecentTraffic',
+       'done', 1, 25, w.t - interval '20 milliseconds', w.t, w.t, '\x00'::bytea, '{"order":1}'::bytea, /* schema */inbox_bucket(m.id)
+FROM generate_series(1, $1::bigint) AS g,
+     LATERAL (SELECT now() - g * interval '1 hour' / $1::bigint AS t) AS w,
+     LATERAL (SELECT ` + partition.IDSQL("extract(epoch FROM w.t) * 1000", "$2::bigint + g") + ` AS id) AS m`
+
 // operatorState is the filled schema the operator cases (and the
 // console's) share: filled once per bench run (or found filled by an
 // earlier one).
@@ -153,7 +172,7 @@ func (e *env) operatorCall(st *operatorState, do func(ctx context.Context, adm *
 
 // operatorFill makes the operator schema hold e.cfg.OperatorRows done
 // messages (the retained scenario's fill) and the failures, unless an
-// earlier run left it so, and finds the fingerprint of its largest dead
+// earlier run left it so, stores the last hour's traffic, and finds the fingerprint of its largest dead
 // group and a done message.
 func (e *env) operatorFill(ctx context.Context, pool *pgxpool.Pool, st *operatorState) error {
 	if err := e.retained.fill(ctx, e, pool, e.cfg.OperatorRows, v7IDs); err != nil {
@@ -174,6 +193,14 @@ func (e *env) operatorFill(ctx context.Context, pool *pgxpool.Pool, st *operator
 		if err := vacuum(ctx, pool, schema, "inbox"); err != nil {
 			return err
 		}
+	}
+	hour := e.cfg.OperatorRows / (retainedDays * 24)
+	var seed int64
+	if err := pool.QueryRow(ctx, "SELECT (extract(epoch FROM now()) * 1000)::bigint * 1000").Scan(&seed); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, render(operatorRecentSQL), hour, seed); err != nil {
+		return fmt.Errorf("store the last hour's traffic in %s: %w", schema, err)
 	}
 	adm, err := admin.New(pool, admin.Config{Schema: schema})
 	if err != nil {
