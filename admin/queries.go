@@ -302,11 +302,11 @@ LIMIT $2`
 //
 // The recent done messages are read from inbox_done_idx from its newest
 // end, recentDoneCap of them at most: at 1,000 messages a second the last
-// hour holds 3.6 million, seconds of reading. Under the cap the minute's
-// and hour's counts are exact; at the cap, a count whose window reaches
-// past the oldest row read is the rate over the rows read times the
-// window (the last column says which), so stats costs the same whatever
-// the traffic.
+// hour holds 3.6 million, seconds of reading. Up to the cap the minute's
+// and hour's counts are exact; past it, a count whose window reaches
+// beyond the oldest row read is the rate over the rows read times the
+// window (the last two columns say which), so stats costs the same
+// whatever the traffic.
 const statsSQL = `
 WITH RECURSIVE ` + distinctConsumersSQL + `,
 open AS (
