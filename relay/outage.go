@@ -99,15 +99,16 @@ func newOutage(backoffFunc func(int) time.Duration, logger *slog.Logger, tel *te
 func (o *outage) await(stop <-chan struct{}) (epoch int, ok bool) {
 	for {
 		o.mu.Lock()
+		epoch := o.epoch
 		if !o.down {
 			o.mu.Unlock()
-			return o.epoch, true
+			return epoch, true
 		}
 		wait, probing := time.Until(o.next), o.probing
 		if !probing && wait <= 0 {
 			o.probing = true
 			o.mu.Unlock()
-			return o.epoch, true
+			return epoch, true
 		}
 		changed := o.changed
 		o.mu.Unlock()
