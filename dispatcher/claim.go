@@ -135,7 +135,7 @@ func (d *Dispatcher) recordClaim(ctx context.Context, tx pgx.Tx, b *batch) bool 
 func (d *Dispatcher) reconcile(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
 	defer cancel()
-	rows, err := d.pool.Query(ctx, d.q.reconcile, d.consumer, lostBatchError, leaseExpiredError)
+	rows, err := d.pool.Query(ctx, d.q.reconcile, d.q.byKey, d.consumer, lostBatchError, leaseExpiredError)
 	if err != nil {
 		d.cfg.Logger.Error("dispatcher: could not count the attempts of a lost batch; will try again",
 			slog.String("consumer", d.consumer), slog.String("error", err.Error()))

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/partition"
 	"github.com/pgbox/pgbox/internal/pgtest"
@@ -104,4 +106,66 @@ func TestAClaimPlanMadeOnASmallInboxStaysRight(t *testing.T) {
 	require.NotRegexp(t, `rows=\d{4,} |Removed by Filter: \d{4,}`, plan, "the claim read the consumer's done messages:\n%s", plan)
 	_, err = tx.Exec(ctx, "DEALLOCATE "+name)
 	require.NoError(t, err)
+}
+
+// Completions find their messages by key in a plan made for their
+// arguments, not in one cached while the inbox was small: with the pool's
+// default statement cache, after five completions on a partition of three
+// running messages PostgreSQL would settle on a plan that hash-joins the
+// outcomes to every message of the consumer in it, and keep it as the
+// partition grows (see byKeyMode). Here the partition grows by 20,000 done
+// messages, and the completion that follows must read about as many rows
+// as it completes. Counted by pg_stat_xact_user_tables, in one
+// transaction, so that behind a transaction pooler every completion runs on
+// one server connection.
+func TestCompletionsReadOnlyTheirMessages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	sql := func(q string) string { return ident.Render(q, schema) }
+	in, err := inbox.New(pool, inbox.Config{Consumer: "payments", Schema: schema})
+	require.NoError(t, err)
+	d, err := New(pool, Config{Inbox: in, Handlers: map[string]Handler{
+		"E": InTx(func(context.Context, pgx.Tx, *Message) error { return nil }),
+	}})
+	require.NoError(t, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	store := func(n int, status string) {
+		_, err := tx.Exec(ctx, sql(`
+			INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, max_attempts, payload_hash, payload, bucket, claim_token)
+			SELECT 'payments', 'm' || g || '-' || $2, 'E', $2, 3, '\x00', '', 0, 7
+			FROM generate_series(1, $1::int) AS g`), n, status)
+		require.NoError(t, err)
+	}
+	rowsRead := func() int64 {
+		var n int64
+		require.NoError(t, tx.QueryRow(ctx, `
+			SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0)
+			FROM pg_stat_xact_user_tables WHERE schemaname = $1`, schema).Scan(&n))
+		return n
+	}
+	store(3, "running")
+	outcomes := make([]outcome, 3)
+	for i := range outcomes {
+		outcomes[i] = outcome{id: fmt.Sprintf("m%d-running", i+1), status: pgbox.InboxDone}
+	}
+	complete := func() int {
+		_, err := tx.Exec(ctx, "SAVEPOINT complete")
+		require.NoError(t, err)
+		n, err := d.complete(ctx, tx, 7, outcomes)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT complete")
+		require.NoError(t, err)
+		return n
+	}
+	for range 6 { // PostgreSQL settles on a generic plan after five custom ones
+		require.Equal(t, 3, complete())
+	}
+	store(20_000, "done")
+	before := rowsRead()
+	require.Equal(t, 3, complete(), "the three running messages are completed")
+	require.Less(t, rowsRead()-before, int64(100), "the completion read the consumer's done messages")
 }

@@ -30,7 +30,7 @@ func (d *Dispatcher) complete(ctx context.Context, db interface {
 			traces[i] = &outcomes[i].trace
 		}
 	}
-	tag, err := db.Exec(ctx, d.q.complete, d.consumer, token, ids, statuses, delays, refunds, errs, traces, buckets)
+	tag, err := db.Exec(ctx, d.q.complete, d.q.byKey, d.consumer, token, ids, statuses, delays, refunds, errs, traces, buckets)
 	if err != nil {
 		return 0, err
 	}
@@ -84,7 +84,7 @@ func (d *Dispatcher) settle(ctx context.Context, b *batch, failed []outcome) err
 	return d.loop.Record("the failed batch's attempts", func() error {
 		ctx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
 		defer cancel()
-		_, err := d.pool.Exec(ctx, d.q.settle, d.consumer, b.xid, ids, statuses, delays, errs, traces)
+		_, err := d.pool.Exec(ctx, d.q.settle, d.q.byKey, d.consumer, b.xid, ids, statuses, delays, errs, traces)
 		return err
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbox/pgbox"
@@ -48,6 +49,8 @@ type Dispatcher struct {
 
 type queries struct {
 	beginBatch, claim, complete, reconcile, recordClaim, renewLease, settle string
+	// byKey is the mode of complete, settle and reconcile (see byKeyMode).
+	byKey pgx.QueryExecMode
 }
 
 // testHooks let tests stop a worker at the exact moment a race needs.
@@ -89,6 +92,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 			recordClaim: ident.Render(recordClaimSQL, schema),
 			renewLease:  ident.Render(renewLeaseSQL, schema),
 			settle:      ident.Render(settleSQL, schema),
+			byKey:       byKeyMode(pool.Config().ConnConfig.DefaultQueryExecMode),
 		},
 		tel: telemetry.NewDispatcher(cfg.MeterProvider, cfg.TracerProvider, consumer),
 	}

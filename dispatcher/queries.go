@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgbox/pgbox/internal/tables"
 )
 
@@ -252,6 +254,32 @@ UPDATE /* schema */inbox AS i SET available_at = now() + $4 * interval '1 millis
 FROM unnest($2::text[], $5::int[]) AS m(message_id, bucket)
 WHERE i.consumer = $1 AND i.message_id = m.message_id AND i.bucket = m.bucket
   AND i.claim_token = $3 AND i.status = ` + tables.InboxRunning
+
+// byKeyMode returns the query mode of the statements that find claimed
+// messages again by their key (completeSQL, settleSQL, reconcileSQL), given
+// the pool's: one that plans them for their arguments at each execution.
+//
+// A prepared statement's generic plan is made once per connection, with
+// each partition at the size it had then. Made while the partition of
+// undated ids, or today's, was small, completeSQL's hash-joined the
+// outcomes to every message of the consumer in it, and went on reading
+// them all (done ones included, 20,000 of them in
+// TestCompletionsReadOnlyTheirMessages) at each completion as it grew.
+// These statements run on failures, leased batches and crashes, not per
+// message, so they can afford their planning (some 0.4 ms), and a plan
+// made for the arguments probes each message's key. The claim, which runs
+// for every batch, takes the other way (claimSQL).
+//
+// The pool's default statement cache is the one mode that keeps generic
+// plans: it gives way to the statement description cache, which sends the
+// statement unnamed, in one round trip, as a transaction pooler allows.
+// Every other mode already plans each execution, and is kept.
+func byKeyMode(pool pgx.QueryExecMode) pgx.QueryExecMode {
+	if pool == pgx.QueryExecModeCacheStatement {
+		return pgx.QueryExecModeCacheDescribe
+	}
+	return pool
+}
 
 // completeSQL records outcomes other than the anticipated one, in one
 // statement, fenced by the claim token: in the batch transaction, for
