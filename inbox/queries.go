@@ -48,7 +48,9 @@ const bucketSQL = `CASE WHEN m.day >= l.origin_day THEN m.day ELSE -l.generation
 // undatedNewSQL is true for message m (with columns day, message_id and
 // bucket) unless it is undated and an earlier generation of consumer $1
 // holds its id. Earlier generations have the higher buckets, up to 0; the
-// range lets PostgreSQL read only their partitions. An undated message
+// range lets PostgreSQL read only their partitions. In generation 0 there
+// is no earlier one, and nothing is read: an inbox stays there for its
+// first retention period, or for ever without one. An undated message
 // received in a transaction that is not READ COMMITTED makes the statement
 // fail with readCommittedError: a cast of its text to boolean, which costs
 // the common case nothing, unlike a function that raises (the setting in
@@ -56,8 +58,8 @@ const bucketSQL = `CASE WHEN m.day >= l.origin_day THEN m.day ELSE -l.generation
 const undatedNewSQL = `(m.day >= l.origin_day OR (
         CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN true
              ELSE ('` + readCommittedError + ` (this one is ' || current_setting('transaction_isolation') || ')')::boolean END
-        AND NOT EXISTS (SELECT 1 FROM /* schema */inbox AS e
-                        WHERE e.consumer = $1 AND e.message_id = m.message_id AND e.bucket > m.bucket AND e.bucket <= 0)))`
+        AND (l.generation = 0 OR NOT EXISTS (SELECT 1 FROM /* schema */inbox AS e
+                                             WHERE e.consumer = $1 AND e.message_id = m.message_id AND e.bucket > m.bucket AND e.bucket <= 0))))`
 
 // receiveSQL stores a batch of messages in one round trip and reports, per
 // message, whether it was inserted and, if not, the payload hash already
