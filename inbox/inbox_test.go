@@ -18,6 +18,7 @@ import (
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/partition"
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
 
@@ -216,6 +217,42 @@ func TestConsumersDedupeSeparately(t *testing.T) {
 		require.Equal(t, inbox.Accepted, out, in.Consumer())
 	}
 	require.Equal(t, 2, b.count(t))
+}
+
+// The inbox's INSERTs name no conflict target (see receiveSQL), which is
+// right only while the primary key is the inbox's one unique index, in
+// every partition: one more would make a receive skip a new message that
+// collides on it, silently. Checked on the partitions the migration makes
+// and on one made later, for a new generation.
+func TestTheInboxPrimaryKeyIsItsOnlyUniqueIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, b := setup(t, inbox.Config{})
+	require.NoError(t, partition.StartGeneration(ctx, b.pool, b.schema, 0, time.Second))
+	rows, err := b.pool.Query(ctx, `
+		SELECT t.relname, x.indexrelid::regclass::text, x.indisprimary
+		FROM pg_class AS t
+		JOIN pg_namespace AS n ON n.oid = t.relnamespace
+		JOIN pg_index AS x ON x.indrelid = t.oid
+		WHERE n.nspname = $1 AND (t.relname = 'inbox' OR t.oid IN (
+		          SELECT inhrelid FROM pg_inherits WHERE inhparent = (quote_ident($1) || '.inbox')::regclass))
+		  AND (x.indisunique OR x.indisexclusion)
+		ORDER BY 1`, b.schema)
+	require.NoError(t, err)
+	type index struct {
+		Table, Index string
+		Primary      bool
+	}
+	indexes, err := pgx.CollectRows(rows, pgx.RowToStructByPos[index])
+	require.NoError(t, err)
+	tables := map[string]bool{}
+	for _, ix := range indexes {
+		require.True(t, ix.Primary, "%s has a unique index besides its primary key: %s", ix.Table, ix.Index)
+		tables[ix.Table] = true
+	}
+	require.Contains(t, tables, "inbox")
+	require.Contains(t, tables, partition.Inbox.GenerationPartition(1).Name, "the new generation's partition is checked")
+	require.Greater(t, len(tables), 3, "the parent, the generations, the days and the default partition: %v", tables)
 }
 
 func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
