@@ -34,6 +34,8 @@ type Update struct {
 // Update replaces r's results of the cases that newer measured (by
 // scenario and setting; the systems of a case always run side by side, so
 // a case is replaced whole), appends the cases r lacked, and records it.
+// A newer sweep replaces the chart's points, all of them. Earlier updates
+// no longer name the cases measured again, and go once they name none.
 func (r *Report) Update(newer *Report) {
 	u := Update{Command: newer.Command, Started: newer.Started}
 	for _, res := range newer.Results {
@@ -47,8 +49,22 @@ func (r *Report) Update(newer *Report) {
 		}
 		r.Results[i] = res
 	}
-	r.Updates = append(r.Updates, u)
+	if len(newer.Sweep) > 0 {
+		r.Sweep = newer.Sweep
+		u.Cases = append(u.Cases, sweepCase)
+	}
+	updates := r.Updates[:0]
+	for _, old := range r.Updates {
+		old.Cases = slices.DeleteFunc(old.Cases, func(c string) bool { return slices.Contains(u.Cases, c) })
+		if len(old.Cases) > 0 {
+			updates = append(updates, old)
+		}
+	}
+	r.Updates = append(updates, u)
 }
+
+// sweepCase is how an update names the chart's points.
+const sweepCase = "sweep (the chart)"
 
 // Result is one case: each system's figures and the first system's ratio
 // to each of the others (its peers).

@@ -86,4 +86,28 @@ func TestUpdateReplacesOnlyWhatItMeasured(t *testing.T) {
 	require.NoError(t, rep.WriteMarkdown(&b, ""))
 	require.Contains(t, b.String(), "Measured again by `make bench -only operator/stats -update`")
 	require.Contains(t, b.String(), "operator: stats, 50M done; operator: stats --exact, 50M done")
+
+	rep.Sweep = []Point{{System: "pgbox", Workers: 1, Throughput: 10}}
+	rep.Update(&Report{Command: "make bench -only operator/failures -update", Results: []Result{result("operator", "failures, 50M done", 80)}})
+	require.Equal(t, []Point{{System: "pgbox", Workers: 1, Throughput: 10}}, rep.Sweep, "an update without a sweep keeps the chart")
+	newer := []Point{{System: "pgbox", Workers: 1, Throughput: 20}, {System: "river", Workers: 1, Throughput: 9}}
+	rep.Update(&Report{Command: "make bench -only sweep -update", Sweep: newer})
+	require.Equal(t, newer, rep.Sweep, "a sweep replaces the chart")
+	require.Equal(t, []string{"sweep (the chart)"}, rep.Updates[len(rep.Updates)-1].Cases)
+
+	// Measured again, a case leaves the earlier notes; a note left naming
+	// nothing goes.
+	rep.Update(&Report{Command: "make bench -only operator -update", Results: []Result{
+		result("operator", "stats, 50M done", 41), result("operator", "failures, 50M done", 81),
+	}})
+	var commands []string
+	for i, u := range rep.Updates {
+		commands = append(commands, u.Command)
+		if i < len(rep.Updates)-1 {
+			require.NotContains(t, u.Cases, "operator: stats, 50M done", "only the newest note names it")
+		}
+	}
+	require.Equal(t, []string{"make bench -only operator/stats -update", "make bench -only sweep -update", "make bench -only operator -update"}, commands,
+		"the note of operator/failures alone went")
+	require.Equal(t, []string{"operator: stats --exact, 50M done"}, rep.Updates[0].Cases)
 }
