@@ -82,8 +82,11 @@ type batch struct {
 	xid     string // the batch transaction's id
 	claimed int    // rows the claim took, including those it marked dead
 	rescue  bool   // the batch is one rescued message
-	inTx    []*claimed
-	leased  []*claimed
+	// oldest is the oldest available_at among the fresh messages claimed,
+	// nil if none (see frontier).
+	oldest *time.Time
+	inTx   []*claimed
+	leased []*claimed
 	// run are the inTx messages whose handler will run: those the claim
 	// record must count.
 	run []*claimed

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,8 +26,9 @@ const lostBatchError = "the attempt's batch transaction never committed: the wor
 // (their lease expired on their last attempt) are only logged.
 func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescue bool) (*batch, error) {
 	// The claim and, in the same round trip, the end of claimPlanning.
+	from := d.frontier.next(time.Now())
 	var q pgx.Batch
-	q.Queue(d.q.claim, d.consumer, token, d.leasedTypes, d.cfg.Lease.Milliseconds(), mayRescue, leaseExpiredError)
+	q.Queue(d.q.claim, d.consumer, token, d.leasedTypes, d.cfg.Lease.Milliseconds(), mayRescue, leaseExpiredError, from)
 	for _, reset := range claimPlanned {
 		q.Queue(reset)
 	}
@@ -36,6 +38,7 @@ func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescu
 	if err != nil {
 		return nil, err
 	}
+	d.frontier.took(from, b.oldest)
 	b.token = token
 	for range claimPlanned {
 		if _, err := results.Exec(); err != nil {
@@ -65,7 +68,7 @@ func (d *Dispatcher) readClaim(ctx context.Context, results pgx.BatchResults) (*
 		)
 		m := &c.msg
 		if err := rows.Scan(&m.ID, &status, &m.EventType, &m.Payload, &metadata, &m.OrderingKey,
-			&m.Attempt, &m.MaxAttempts, &m.ReceivedAt, &c.seq, &b.rescue, &b.xid, &c.bucket); err != nil {
+			&m.Attempt, &m.MaxAttempts, &m.ReceivedAt, &c.seq, &b.rescue, &b.xid, &c.bucket, &b.oldest); err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
 		m.Consumer = d.consumer

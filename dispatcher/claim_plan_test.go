@@ -47,7 +47,7 @@ func TestClaimReadsOnlyTheClaimedRowsPartitions(t *testing.T) {
 	require.NoError(t, err)
 
 	claim := strings.Replace(sql(claimSQL), batchPlaceholder, "200", 1)
-	plan := pgtest.GenericPlan(t, pool, claim, `'payments', 1, '{}'::text[], 60000, true, 'lost'`, claimPlanning)
+	plan := pgtest.GenericPlan(t, pool, claim, `'payments', 1, '{}'::text[], 60000, true, 'lost', NULL`, claimPlanning)
 	require.NotRegexp(t, `(Seq|Bitmap Heap) Scan on inbox_`, plan, "no partition is read whole:\n%s", plan)
 	require.Contains(t, plan, "rows=3 loops=1", "the three pending messages are claimed:\n%s", plan)
 	pgtest.RequireNotProbed(t, plan, "inbox_d"+old.String())
@@ -85,7 +85,7 @@ func TestAClaimPlanMadeOnASmallInboxStaysRight(t *testing.T) {
 	explain := func() string {
 		_, err := tx.Exec(ctx, "SAVEPOINT claim")
 		require.NoError(t, err)
-		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE "+name+"('payments', 1, '{}'::text[], 60000, true, 'lost')")
+		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE "+name+"('payments', 1, '{}'::text[], 60000, true, 'lost', NULL)")
 		require.NoError(t, err)
 		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
@@ -168,4 +168,43 @@ func TestCompletionsReadOnlyTheirMessages(t *testing.T) {
 	before := rowsRead()
 	require.Equal(t, 3, complete(), "the three running messages are completed")
 	require.Less(t, rowsRead()-before, int64(100), "the completion read the consumer's done messages")
+}
+
+// A claim reads the pending index from the frontier on (see frontier):
+// the 20,000 messages claimed before it, whose entries stay in the index
+// until VACUUM, are stepped over by a claim that reads from the start
+// and not read at all by one that starts at the frontier.
+func TestAClaimStartsAtTheFrontier(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	sql := func(q string) string { return ident.Render(q, schema) }
+	store := func(n int, prefix, age string) {
+		_, err := pool.Exec(ctx, sql(`
+			INSERT INTO /* schema */inbox (consumer, message_id, event_type, max_attempts, payload_hash, payload, bucket, available_at)
+			SELECT 'payments', $2 || g, 'E', 3, '\x00', '', 0, now() - $3::interval
+			FROM generate_series(1, $1::int) AS g`), n, prefix, age)
+		require.NoError(t, err)
+	}
+	store(20_000, "claimed-", "1 hour")
+	_, err := pool.Exec(ctx, sql(`UPDATE /* schema */inbox SET status = 'done', attempts = 1, processed_at = now()
+		WHERE message_id LIKE 'claimed-%'`))
+	require.NoError(t, err)
+	store(3, "new-", "1 minute")
+
+	claim := strings.Replace(sql(claimSQL), batchPlaceholder, "200", 1)
+	pending := "Index Scan using inbox_g0_pending_idx"
+	for _, tc := range []struct {
+		from string
+		read func(pages int) bool
+	}{
+		{"NULL", func(pages int) bool { return pages > 100 }},
+		{"now() - interval '10 minutes'", func(pages int) bool { return pages < 10 }},
+	} {
+		plan := pgtest.GenericPlan(t, pool, claim, `'payments', 1, '{}'::text[], 60000, true, 'lost', `+tc.from, claimPlanning)
+		require.Contains(t, plan, "rows=3 loops=1", "the three pending messages are claimed:\n%s", plan)
+		pages := pgtest.NodeBuffers(t, plan, pending)
+		require.True(t, tc.read(pages), "from %s, the claim read %d pages of the pending index:\n%s", tc.from, pages, plan)
+	}
 }

@@ -30,6 +30,7 @@ var ErrStopped = workloop.ErrStopped
 type Dispatcher struct {
 	cfg         Config
 	consumer    string // cfg.Inbox's
+	frontier    frontier
 	gauges      telemetry.Registration
 	hooks       testHooks
 	leasedTypes []string // event types with a Leased handler
@@ -94,7 +95,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 			settle:      ident.Render(settleSQL, schema),
 			byKey:       byKeyMode(pool.Config().ConnConfig.DefaultQueryExecMode),
 		},
-		tel: telemetry.NewDispatcher(cfg.MeterProvider, cfg.TracerProvider, consumer),
+		tel:      telemetry.NewDispatcher(cfg.MeterProvider, cfg.TracerProvider, consumer),
+		frontier: frontier{margin: frontierMargin, fullEvery: fullClaimEvery},
 	}
 	d.proc = liveness.New(pool, liveness.Config{Consumer: consumer, Heartbeat: cfg.ProcessHeartbeat,
 		Kind: pgbox.ProcessDispatcher, Logger: cfg.Logger, Name: cfg.ProcessName, Schema: schema})

@@ -1,6 +1,15 @@
 package dispatcher
 
+import "time"
+
 // SetAfterClaimHook makes d call fn between each claim's commit and its
 // handlers: the window in which a paused worker can lose its claim. Set it
 // before Start.
 func SetAfterClaimHook(d *Dispatcher, fn func(ids []string)) { d.hooks.afterClaim = fn }
+
+// SetFrontier sets how far behind the oldest message claimed d's claims
+// start, and how often at least one reads from the start (see frontier).
+// Set it before Start.
+func SetFrontier(d *Dispatcher, margin, fullEvery time.Duration) {
+	d.frontier = frontier{margin: margin, fullEvery: fullEvery}
+}

@@ -32,7 +32,7 @@ import (
 // claimPlanning is how the claim is planned: the batch transaction begins
 // with it, and claimPlanned ends it in the claim's own round trip, so that
 // the handlers' statements are planned as their session says. See claimSQL.
-const claimPlanning = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"
+const claimPlanning = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL plan_cache_mode = force_generic_plan"
 
 // beginBatchSQL begins a batch transaction: with claimPlanning, and ended
 // by the server if it stays idle for a lease (see Dispatcher.runBatch).
@@ -41,7 +41,7 @@ func beginBatchSQL(lease time.Duration) string {
 }
 
 // claimPlanned ends claimPlanning, one statement each, as a pipeline needs.
-var claimPlanned = []string{"SET LOCAL enable_seqscan TO DEFAULT", "SET LOCAL enable_bitmapscan TO DEFAULT"}
+var claimPlanned = []string{"SET LOCAL enable_seqscan TO DEFAULT", "SET LOCAL enable_bitmapscan TO DEFAULT", "SET LOCAL plan_cache_mode TO DEFAULT"}
 
 // batchPlaceholder is where claimSQL's text holds the batch size, put in
 // as a number when a Dispatcher is made.
@@ -60,7 +60,10 @@ const batchPlaceholder = "/* batch */"
 // still set): the rescue records it as lost, and if it was the last
 // attempt, marks the message dead instead of claiming it.
 //
-// Fresh work is pending and due. A keyed message is claimable only at the
+// Fresh work is pending and due, and found from the frontier $7 on (see
+// frontier; NULL reads the pending index from its start). The claim
+// returns the oldest available_at among the fresh messages it took, to
+// move the frontier on. A keyed message is claimable only at the
 // head of its key (tables.InboxAtKeyHead): no earlier message of the key
 // may be pending, running or dead. That keeps one message per key in flight
 // across every worker and process, in seq order; a retrying or dead head
@@ -97,8 +100,12 @@ const batchPlaceholder = "/* batch */"
 // running and key indexes in their order: none reads a partition whole,
 // however small the planner thinks it. The bucket ranges are ORed so that
 // no plain index scan can use them either (they would need a bitmap scan).
-// Planning afresh at each execution (plan_cache_mode) would serve too, but
-// costs some 3 ms a claim on five partitions, more than a small claim.
+// Planning afresh at each execution would serve too, but costs some 3 ms a
+// claim on five partitions, more than a small claim; so claimPlanning
+// also keeps PostgreSQL from doing so. Left to choose, it did: it judged
+// the generic plan by the frontier's bound, which it cannot know, as
+// dearer than a custom one, and planned every claim afresh (a quarter of
+// the drain's throughput).
 //
 // Messages of the event types in $3 are leased: they become running under
 // the claim token $2 with a lease of $4 ms, and are called after the batch
@@ -114,11 +121,11 @@ WITH rescued AS (
     FOR UPDATE SKIP LOCKED
 ),
 fresh AS (
-    SELECT i.tableoid, i.ctid, i.bucket
+    SELECT i.tableoid, i.ctid, i.bucket, i.available_at
     FROM /* schema */inbox AS i
     WHERE i.consumer = $1
       AND i.status = ` + tables.InboxPending + `
-      AND i.available_at <= now()
+      AND i.available_at <= now() AND i.available_at >= coalesce($7::timestamptz, '-infinity')
       AND NOT EXISTS (SELECT 1 FROM rescued)
       AND ` + tables.InboxAtKeyHead + `
     ORDER BY i.available_at, i.seq
@@ -151,7 +158,8 @@ WHERE i.ctid = ANY (ARRAY(SELECT c.ctid FROM claimed AS c))
                        AND (SELECT max(c.bucket) FROM claimed AS c WHERE c.bucket <= 0))
   AND (i.tableoid, i.ctid) IN (SELECT c.tableoid, c.ctid FROM claimed AS c)
 RETURNING i.message_id, i.status, i.event_type, i.payload, i.metadata, coalesce(i.ordering_key, ''),
-          i.attempts, i.max_attempts, i.received_at, i.seq, EXISTS (SELECT 1 FROM rescued), pg_current_xact_id()::text, i.bucket`
+          i.attempts, i.max_attempts, i.received_at, i.seq, EXISTS (SELECT 1 FROM rescued), pg_current_xact_id()::text, i.bucket,
+          (SELECT min(f.available_at) FROM fresh AS f)`
 
 // claimSpent and claimUnrecorded are true, in claimSQL's update, for a
 // rescued row (the only running one it claims) whose lost attempt was its

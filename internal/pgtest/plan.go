@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -31,7 +32,8 @@ func Plan(tb testing.TB, q Querier, query string, args ...any) string {
 // GenericPlan returns the plan of query's generic plan (the one a
 // prepared statement ends up with, made once for every execution), run
 // once with args (SQL literals, comma-separated) in a transaction rolled
-// back, on a connection of its own to pool's server. Each of settings
+// back, on a connection of its own to pool's server, with the buffers each
+// node read. Each of settings
 // (SET LOCAL statements) is run first, as the query's caller would.
 func GenericPlan(tb testing.TB, pool *pgxpool.Pool, query, args string, settings ...string) string {
 	tb.Helper()
@@ -52,11 +54,45 @@ func GenericPlan(tb testing.TB, pool *pgxpool.Pool, query, args string, settings
 		require.NoError(tb, err, s)
 	}
 	defer func() { _, _ = tx.Exec(ctx, "DEALLOCATE "+name) }()
-	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE "+name+"("+args+")")
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE "+name+"("+args+")")
 	require.NoError(tb, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(tb, err)
 	return strings.Join(lines, "\n")
+}
+
+// NodeBuffers returns the buffers (shared hit plus read) that the first
+// node of plan (GenericPlan's) whose line contains node read, 0 if that
+// node read none; it fails if there is no such node.
+func NodeBuffers(tb testing.TB, plan, node string) int {
+	tb.Helper()
+	lines := strings.Split(plan, "\n")
+	for i, line := range lines {
+		if !strings.Contains(line, node) {
+			continue
+		}
+		indent := len(line) - len(strings.TrimLeft(line, " "))
+		for _, l := range lines[i+1:] {
+			if len(l)-len(strings.TrimLeft(l, " ")) <= indent {
+				break // the node's own lines end with its children's or a sibling
+			}
+			if b, ok := strings.CutPrefix(strings.TrimSpace(l), "Buffers: shared "); ok {
+				n := 0
+				for _, f := range strings.Fields(b) {
+					k, v, _ := strings.Cut(f, "=")
+					if k == "hit" || k == "read" {
+						c, err := strconv.Atoi(v)
+						require.NoError(tb, err, l)
+						n += c
+					}
+				}
+				return n
+			}
+		}
+		return 0
+	}
+	require.Failf(tb, "no such node", "no node %q in:\n%s", node, plan)
+	return 0
 }
 
 // RequireNotProbed fails if plan (EXPLAIN ANALYZE's) read the partition
