@@ -10,7 +10,7 @@ import "github.com/pgbox/pgbox/internal/tables"
 // so that a redelivery meets its first delivery in one partition's primary
 // key. The Inbox computes each id's day in Go ($days: the day a UUIDv7 id
 // was made, NULL for any other id); the statement reads the inbox's row of
-// the partitioning table (layout), and with it:
+// the partitioning table (placedSQL), and with it:
 //
 //   - a message whose day is the origin day or later is dated: bucket = its
 //     day, the day's partition (or the default one), where ON CONFLICT is
@@ -29,20 +29,25 @@ import "github.com/pgbox/pgbox/internal/tables"
 // transaction with a snapshot of its own (REPEATABLE READ, SERIALIZABLE)
 // an undated message is refused with readCommittedError's text.
 
-// layoutSQL is a WITH item, layout(origin_day, generation): the inbox's row
-// of the partitioning table.
-const layoutSQL = `
-layout AS (
-    SELECT p.origin_day, p.generation
-    FROM /* schema */partitioning AS p
-    WHERE p.table_name = 'inbox'
-)`
+// placedSQL, the messages of a FROM item of columns day and message_id (m),
+// then placedEnd, make a FROM item: the inbox's row of the partitioning
+// table (l: origin_day, generation), and the messages, as m, each with its
+// bucket (bucketSQL). Its WHERE condition is placedWhere.
+const (
+	placedSQL = `/* schema */partitioning AS l
+    CROSS JOIN LATERAL (SELECT m.*, ` + bucketSQL + ` AS bucket FROM `
+	placedEnd = `) AS m`
+)
+
+// placedWhere keeps placedSQL's row of the inbox.
+const placedWhere = `l.table_name = 'inbox'`
 
 // readCommittedError is the text of the error an undated message received
 // in a REPEATABLE READ or SERIALIZABLE transaction fails with.
 const readCommittedError = "pgbox: an inbox receive of a message id that is no UUIDv7 must run in a READ COMMITTED transaction"
 
-// bucketSQL is the bucket of message m (with columns day) under layout l.
+// bucketSQL is the bucket of message m (with columns day) under the inbox's
+// row l of the partitioning table.
 const bucketSQL = `CASE WHEN m.day >= l.origin_day THEN m.day ELSE -l.generation END`
 
 // undatedNewSQL is true for message m (with columns day, message_id and
@@ -65,8 +70,8 @@ const undatedNewSQL = `(m.day >= l.origin_day OR (
 // message, whether it was inserted and, if not, the payload hash already
 // stored under its id.
 //
-//   - placed, judged: each message with its bucket, and whether it is new
-//     to the earlier generations (see above).
+//   - judged: each message with its bucket, and whether it is new to the
+//     earlier generations (see above).
 //   - key_locks: receivers of the same ordering key take turns, through a
 //     transaction-scoped advisory lock per key taken in a fixed order (so
 //     two batches cannot deadlock on them).
@@ -102,25 +107,18 @@ const undatedNewSQL = `(m.day >= l.origin_day OR (
 //     first row, position 0, is always there, so that the notified CTE is
 //     always run.
 const receiveSQL = `
-WITH input AS (
-    SELECT *
-    FROM unnest($2::text[], $3::text[], $4::bytea[], $5::bytea[], $6::text[], $7::text[], $8::int[], $12::int[])
-        WITH ORDINALITY AS m(message_id, event_type, payload, payload_hash, metadata, ordering_key, max_attempts, day, ord)
-),` + layoutSQL + `,
-placed AS (
-    SELECT m.*, ` + bucketSQL + ` AS bucket
-    FROM input AS m CROSS JOIN layout AS l
-),
-judged AS (
+WITH judged AS (
     SELECT m.*, ` + undatedNewSQL + ` AS new
-    FROM placed AS m CROSS JOIN layout AS l
+    FROM ` + placedSQL + `unnest($2::text[], $3::text[], $4::bytea[], $5::bytea[], $6::text[], $7::text[], $8::int[], $12::int[])
+        WITH ORDINALITY AS m(message_id, event_type, payload, payload_hash, metadata, ordering_key, max_attempts, day, ord)` + placedEnd + `
+    WHERE ` + placedWhere + `
 ),
 key_locks AS (
     SELECT count(*) AS n
     FROM (
         SELECT pg_advisory_xact_lock(k)
         FROM (SELECT DISTINCT hashtextextended($1 || '/' || ordering_key, 0) AS k
-              FROM input WHERE ordering_key IS NOT NULL ORDER BY 1) AS keys
+              FROM judged WHERE ordering_key IS NOT NULL ORDER BY 1) AS keys
     ) AS locked
 ),
 sequence AS (
@@ -163,17 +161,12 @@ WHERE NOT EXISTS (SELECT 1 FROM inserted AS ins WHERE ins.message_id = m.message
 // order to keep but arrival's, and nothing to lock. For a duplicate, the
 // caller reads the stored hash with hashSQL.
 const receiveOneSQL = `
-WITH` + layoutSQL + `,
-placed AS (
-    SELECT m.*, ` + bucketSQL + ` AS bucket
-    FROM (SELECT $2::text AS message_id, $9::int AS day) AS m CROSS JOIN layout AS l
-)
 INSERT INTO /* schema */inbox
     (consumer, message_id, event_type, payload, payload_hash, metadata, max_attempts, status, attempts, processed_at, bucket)
 SELECT $1, m.message_id, $3, $4, $5, $6::jsonb, $7, $8,
        CASE WHEN $8 = ` + tables.InboxDone + ` THEN 1 ELSE 0 END, CASE WHEN $8 = ` + tables.InboxDone + ` THEN now() END, m.bucket
-FROM placed AS m CROSS JOIN layout AS l
-WHERE ` + undatedNewSQL + `
+FROM ` + placedSQL + `(SELECT $2::text AS message_id, $9::int AS day) AS m` + placedEnd + `
+WHERE ` + placedWhere + ` AND ` + undatedNewSQL + `
 ON CONFLICT DO NOTHING -- the primary key's, see receiveSQL`
 
 // hashSQL reads the stored payload hashes of ids: for duplicates whose row
