@@ -20,9 +20,10 @@ import (
 // A message can still turn pending behind it: received in a transaction
 // that began before the frontier (its available_at is the transaction's
 // start) and committed after; or left pending by a batch transaction that
-// rolled back. At least every fullClaimEvery, a claim reads the index from
+// rolled back. The first claim after fullClaimEvery reads the index from
 // its start, takes such messages, and sets the frontier anew; so they wait
-// at most that long more (TestALateMessageIsClaimedByAFullClaim).
+// that long more at most, or until the next poll (Config.PollInterval)
+// when the workers are idle (TestALateMessageIsClaimedByAFullClaim).
 type frontier struct {
 	margin, fullEvery time.Duration
 
