@@ -133,6 +133,7 @@ type Inbox struct {
 
 type queries struct {
 	hash         string
+	layoutExists string
 	logConflicts string
 	receive      string
 	receiveOne   string
@@ -159,6 +160,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 		recent:   recent.New(cfg.RecentIDs),
 		q: queries{
 			hash:         ident.Render(hashSQL, cfg.Schema),
+			layoutExists: ident.Render(layoutExistsSQL, cfg.Schema),
 			logConflicts: ident.Render(logConflictsSQL, cfg.Schema),
 			receive:      ident.Render(receiveSQL, cfg.Schema),
 			receiveOne:   ident.Render(receiveOneSQL, cfg.Schema),

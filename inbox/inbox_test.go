@@ -255,6 +255,27 @@ func TestTheInboxPrimaryKeyIsItsOnlyUniqueIndex(t *testing.T) {
 	require.Greater(t, len(tables), 3, "the parent, the generations, the days and the default partition: %v", tables)
 }
 
+// Without the inbox's row of the partitioning table no receive can place
+// a message in a partition. Each one says so, and nothing is stored:
+// neither reported accepted while nothing was written, nor, for a single
+// message, taken for a duplicate that has just expired.
+func TestALostPartitioningRowFailsEveryReceive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, b := setup(t, inbox.Config{})
+	_, err := b.pool.Exec(ctx, ident.Render("DELETE FROM /* schema */partitioning WHERE table_name = 'inbox'", b.schema))
+	require.NoError(t, err)
+	dated := partition.IDAt(time.Now()).String()
+
+	_, err = in.ReceiveBatch(ctx, []inbox.Message{msg("order-1"), msg(dated)})
+	require.ErrorContains(t, err, "nothing was stored: "+b.schema+".partitioning has no row for the inbox")
+	for _, id := range []string{"order-2", dated} {
+		_, err = in.Receive(ctx, msg(id))
+		require.ErrorContains(t, err, "partitioning has no row for the inbox", id)
+	}
+	require.Zero(t, b.count(t))
+}
+
 func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

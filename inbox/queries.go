@@ -105,7 +105,9 @@ const undatedNewSQL = `(m.day >= l.origin_day OR (
 //     transaction during this statement is not visible to its snapshot;
 //     its hash comes back NULL and the caller looks it up with hashSQL. A
 //     first row, position 0, is always there, so that the notified CTE is
-//     always run.
+//     always run; it says how many messages were placed, every one unless
+//     the partitioning table has lost the inbox's row, when none is (and
+//     nothing is stored).
 const receiveSQL = `
 WITH judged AS (
     SELECT m.*, ` + undatedNewSQL + ` AS new
@@ -145,13 +147,16 @@ notified AS (
     SELECT pg_notify($10, $1)
     WHERE $10::text IS NOT NULL AND EXISTS (SELECT 1 FROM inserted)
 )
--- One row that is always there, so the NOTIFY is always evaluated...
-SELECT 0 AS ord, NULL::bytea AS payload_hash FROM (SELECT count(*) FROM notified) AS n
+-- One row that is always there, so the NOTIFY is always evaluated, with
+-- how many messages were placed...
+SELECT 0 AS ord, NULL::bytea AS payload_hash, (SELECT count(*) FROM judged) AS placed
+FROM (SELECT count(*) FROM notified) AS n
 UNION ALL
 -- ...then only the messages that were not inserted.
 SELECT m.ord, (SELECT e.payload_hash FROM /* schema */inbox AS e
                WHERE e.consumer = $1 AND e.message_id = m.message_id
-                 AND e.bucket BETWEEN m.bucket AND CASE WHEN m.bucket > 0 THEN m.bucket ELSE 0 END)
+                 AND e.bucket BETWEEN m.bucket AND CASE WHEN m.bucket > 0 THEN m.bucket ELSE 0 END),
+       NULL
 FROM judged AS m
 WHERE NOT EXISTS (SELECT 1 FROM inserted AS ins WHERE ins.message_id = m.message_id)`
 
@@ -168,6 +173,10 @@ SELECT $1, m.message_id, $3, $4, $5, $6::jsonb, $7, $8,
 FROM ` + placedSQL + `(SELECT $2::text AS message_id, $9::int AS day) AS m` + placedEnd + `
 WHERE ` + placedWhere + ` AND ` + undatedNewSQL + `
 ON CONFLICT DO NOTHING -- the primary key's, see receiveSQL`
+
+// layoutExistsSQL is true if the partitioning table has the inbox's row,
+// without which no receive can place, and so store, a message.
+const layoutExistsSQL = `SELECT EXISTS (SELECT 1 FROM /* schema */partitioning AS l WHERE ` + placedWhere + `)`
 
 // hashSQL reads the stored payload hashes of ids: for duplicates whose row
 // committed while receiveSQL ran, and for receiveOneSQL's duplicates.

@@ -100,12 +100,16 @@ func (in *Inbox) storeMany(ctx context.Context, db dbtx, b *batch, status pgbox.
 		var (
 			ord    int
 			stored []byte
+			placed *int64
 		)
-		if err := rows.Scan(&ord, &stored); err != nil {
+		if err := rows.Scan(&ord, &stored, &placed); err != nil {
 			return nil, in.dbError(ctx, "receive", err)
 		}
-		if ord == 0 {
-			continue // the row that runs the NOTIFY
+		if ord == 0 { // the row that runs the NOTIFY
+			if placed == nil || *placed != int64(len(b.ids)) {
+				return nil, in.noLayoutError("receive")
+			}
+			continue
 		}
 		k := ord - 1
 		i := b.index[k]
@@ -145,13 +149,38 @@ func (in *Inbox) resolve(ctx context.Context, db dbtx, ids []string, b *batch, f
 		return in.dbError(ctx, "read stored hashes", err)
 	}
 	// An id neither inserted nor found was deleted (retention) in between:
-	// it was held when we tried, so it is a duplicate.
+	// it was held when we tried, so it is a duplicate. Unless no receive
+	// can place a message at all (see noLayoutError): a single message
+	// (receiveOneSQL) then looks like one.
+	var gone []*Result
 	for _, id := range ids {
 		if r := &results[b.index[first[id]]]; r.Outcome == 0 && r.Err == nil {
-			r.Outcome = Duplicate
+			gone = append(gone, r)
 		}
 	}
+	if len(gone) == 0 {
+		return nil
+	}
+	var layout bool
+	if err := db.QueryRow(ctx, in.q.layoutExists).Scan(&layout); err != nil {
+		return in.dbError(ctx, "read stored hashes", err)
+	}
+	if !layout {
+		return in.noLayoutError("receive")
+	}
+	for _, r := range gone {
+		r.Outcome = Duplicate
+	}
 	return nil
+}
+
+// noLayoutError is the error of a receive that could place no message in
+// a partition, and so stored none: the partitioning table has lost the
+// inbox's row, which migration 9 writes and nothing of pgbox's deletes.
+func (in *Inbox) noLayoutError(op string) error {
+	return fmt.Errorf("inbox: %s for consumer %q: nothing was stored: %s.partitioning has no row for the inbox, which says "+
+		"which partition each message goes in (migration 9 wrote it, and something has deleted it since); "+
+		"restore that row from a backup of the schema, as it was, before receiving again", op, in.cfg.Consumer, in.cfg.Schema)
 }
 
 // recordConflicts records in inbox_conflicts the messages of msgs whose
