@@ -70,13 +70,7 @@ func TestAClaimPlanMadeOnASmallInboxStaysRight(t *testing.T) {
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginBatchSQL(time.Minute)})
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	store := func(n int, status string) {
-		_, err := tx.Exec(ctx, sql(`
-			INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, max_attempts, payload_hash, payload, bucket)
-			SELECT 'payments', 'm' || g || '-' || $2, 'E', $2, 3, '\x00', '', 0
-			FROM generate_series(1, $1::int) AS g`), n, status)
-		require.NoError(t, err)
-	}
+	store := func(n int, status string) { storeUndated(t, tx, schema, n, status) }
 	store(3, "pending")
 	name := fmt.Sprintf("claim_%d", rand.Int64())
 	claim := strings.Replace(sql(claimSQL), batchPlaceholder, "200", 1)
@@ -123,7 +117,6 @@ func TestCompletionsReadOnlyTheirMessages(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	schema := pgtest.Schema(t)
-	sql := func(q string) string { return ident.Render(q, schema) }
 	in, err := inbox.New(pool, inbox.Config{Consumer: "payments", Schema: schema})
 	require.NoError(t, err)
 	d, err := New(pool, Config{Inbox: in, Handlers: map[string]Handler{
@@ -133,13 +126,7 @@ func TestCompletionsReadOnlyTheirMessages(t *testing.T) {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	store := func(n int, status string) {
-		_, err := tx.Exec(ctx, sql(`
-			INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, max_attempts, payload_hash, payload, bucket, claim_token)
-			SELECT 'payments', 'm' || g || '-' || $2, 'E', $2, 3, '\x00', '', 0, 7
-			FROM generate_series(1, $1::int) AS g`), n, status)
-		require.NoError(t, err)
-	}
+	store := func(n int, status string) { storeUndated(t, tx, schema, n, status) }
 	rowsRead := func() int64 {
 		var n int64
 		require.NoError(t, tx.QueryRow(ctx, `
@@ -207,4 +194,16 @@ func TestAClaimStartsAtTheFrontier(t *testing.T) {
 		pages := pgtest.NodeBuffers(t, plan, pending)
 		require.True(t, tc.read(pages), "from %s, the claim read %d pages of the pending index:\n%s", tc.from, pages, plan)
 	}
+}
+
+// storeUndated stores n messages of consumer "payments" with status in the
+// partition of undated ids (bucket 0), under claim token 7, named
+// m<k>-<status>, in tx.
+func storeUndated(t *testing.T, tx pgx.Tx, schema string, n int, status string) {
+	t.Helper()
+	_, err := tx.Exec(context.Background(), ident.Render(`
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, max_attempts, payload_hash, payload, bucket, claim_token)
+		SELECT 'payments', 'm' || g || '-' || $2, 'E', $2, 3, '\x00', '', 0, 7
+		FROM generate_series(1, $1::int) AS g`, schema), n, status)
+	require.NoError(t, err)
 }
