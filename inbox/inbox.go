@@ -132,12 +132,13 @@ type Inbox struct {
 }
 
 type queries struct {
-	hash         string
-	layoutExists string
-	logConflicts string
-	receive      string
-	receiveOne   string
-	seqName      string // the inbox's arrival sequence, as a quoted regclass
+	hash           string
+	layoutExists   string
+	logConflicts   string
+	receive        string
+	receiveKeyless string
+	receiveOne     string
+	seqName        string // the inbox's arrival sequence, as a quoted regclass
 }
 
 // New returns an Inbox for cfg.Consumer. It does not touch the database:
@@ -159,12 +160,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 		pool:     pool,
 		recent:   recent.New(cfg.RecentIDs),
 		q: queries{
-			hash:         ident.Render(hashSQL, cfg.Schema),
-			layoutExists: ident.Render(layoutExistsSQL, cfg.Schema),
-			logConflicts: ident.Render(logConflictsSQL, cfg.Schema),
-			receive:      ident.Render(receiveSQL, cfg.Schema),
-			receiveOne:   ident.Render(receiveOneSQL, cfg.Schema),
-			seqName:      ident.Render("/* schema */inbox_seq", cfg.Schema),
+			hash:           ident.Render(hashSQL, cfg.Schema),
+			layoutExists:   ident.Render(layoutExistsSQL, cfg.Schema),
+			logConflicts:   ident.Render(logConflictsSQL, cfg.Schema),
+			receive:        ident.Render(receiveSQL, cfg.Schema),
+			receiveKeyless: ident.Render(receiveKeylessSQL, cfg.Schema),
+			receiveOne:     ident.Render(receiveOneSQL, cfg.Schema),
+			seqName:        ident.Render("/* schema */inbox_seq", cfg.Schema),
 		},
 		tel: telemetry.NewInbox(cfg.MeterProvider, cfg.Consumer),
 	}, nil

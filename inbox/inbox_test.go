@@ -374,7 +374,6 @@ func TestReceiveBatchIsolatesEachMessage(t *testing.T) {
 
 	require.Equal(t, 4, b.count(t), "dup, conf, new-1 and new-2")
 	require.Nil(t, b.row(t, "payments", "bad"))
-	require.Less(t, b.row(t, "payments", "new-1").Seq, b.row(t, "payments", "new-2").Seq, "arrival order follows the batch")
 	require.Len(t, b.conflicts(t, "payments", "conf"), 1)
 	require.Len(t, b.conflicts(t, "payments", "new-2"), 1)
 	require.Equal(t, msg("new-2").Payload, b.row(t, "payments", "new-2").Payload, "the first occurrence wins")
@@ -530,38 +529,56 @@ func TestProcessRunsTheHandlerOnceInTheSameTransaction(t *testing.T) {
 }
 
 // Two deliveries of the same batch in opposite orders, at once: they must
-// wait for each other in one order, not deadlock.
+// wait for each other in one order, not deadlock. Batches with ordering keys
+// and batches without go through different statements, which must insert
+// in the same order too.
 func TestOverlappingBatchesInOppositeOrderDoNotDeadlock(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	in, b := setup(t, inbox.Config{})
-
-	for round := range 20 {
-		var forward []inbox.Message
-		for i := range 200 {
-			forward = append(forward, msg(fmt.Sprintf("r%02d-%03d", round, i)))
-		}
-		backward := slices.Clone(forward)
-		slices.Reverse(backward)
-
-		accepted := make([]int, 2)
-		var wg sync.WaitGroup
-		for i, batch := range [][]inbox.Message{forward, backward} {
-			wg.Go(func() {
-				res, err := in.ReceiveBatch(ctx, batch)
-				require.NoError(t, err)
-				for _, r := range res {
-					require.NoError(t, r.Err)
-					if r.Outcome == inbox.Accepted {
-						accepted[i]++
+	for _, tc := range []struct {
+		name  string
+		keyed [2]bool // whether the forward and the backward delivery carry ordering keys
+	}{
+		{"without keys", [2]bool{false, false}},
+		{"with keys", [2]bool{true, true}},
+		{"one with keys, one without", [2]bool{true, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			in, b := setup(t, inbox.Config{})
+			for round := range 20 {
+				deliveries := make([][]inbox.Message, 2)
+				for d := range deliveries {
+					for i := range 200 {
+						m := msg(fmt.Sprintf("r%02d-%03d", round, i))
+						if tc.keyed[d] {
+							m.OrderingKey = fmt.Sprintf("key-%d", i%7)
+						}
+						deliveries[d] = append(deliveries[d], m)
 					}
 				}
-			})
-		}
-		wg.Wait()
-		require.Equal(t, 200, accepted[0]+accepted[1], "each message accepted once between the two deliveries")
+				slices.Reverse(deliveries[1])
+
+				accepted := make([]int, 2)
+				var wg sync.WaitGroup
+				for i, batch := range deliveries {
+					wg.Go(func() {
+						res, err := in.ReceiveBatch(ctx, batch)
+						require.NoError(t, err)
+						for _, r := range res {
+							require.NoError(t, r.Err)
+							if r.Outcome == inbox.Accepted {
+								accepted[i]++
+							}
+						}
+					})
+				}
+				wg.Wait()
+				require.Equal(t, 200, accepted[0]+accepted[1], "each message accepted once between the two deliveries")
+			}
+			require.Equal(t, 20*200, b.count(t))
+		})
 	}
-	require.Equal(t, 20*200, b.count(t))
 }
 
 // Arrival order within a batch is the batch's order, although rows are

@@ -148,6 +148,7 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status pg
 // repeat of an earlier message of the batch is compared with it, and a
 // redelivery of an id this Inbox remembers is a Duplicate.
 func (in *Inbox) prepare(msgs []Message, results []Result) (b batch, first map[string]int) {
+	b = newBatch(len(msgs))
 	first = make(map[string]int, len(msgs)) // id → entry in b
 	for i := range msgs {
 		m := &msgs[i]

@@ -9,20 +9,32 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/partition"
 	"github.com/pgbox/pgbox/internal/schemaerr"
 )
 
-// batch is the columns of receiveSQL, one entry per distinct valid message.
+// batch is the columns of the batch receives (receiveSQL), one entry per
+// distinct valid message.
 type batch struct {
 	ids, eventTypes, metadata []string
 	keys                      []*string
 	payloads, hashes          [][]byte
 	maxAttempts               []int32
-	days                      []*int32 // the day of a UUIDv7 id, nil for any other (partition.IDDay)
-	index                     []int    // position of each entry in the caller's slice
+	days                      []int32 // the day of a UUIDv7 id, 0 (before any origin day: undated) for any other (partition.IDDay)
+	index                     []int   // position of each entry in the caller's slice
+	keyed                     bool    // some message has an ordering key
+}
+
+// newBatch returns a batch with room for n messages.
+func newBatch(n int) batch {
+	return batch{
+		ids: make([]string, 0, n), eventTypes: make([]string, 0, n), metadata: make([]string, 0, n),
+		keys: make([]*string, 0, n), payloads: make([][]byte, 0, n), hashes: make([][]byte, 0, n),
+		maxAttempts: make([]int32, 0, n), days: make([]int32, 0, n), index: make([]int, 0, n),
+	}
 }
 
 // add appends m, whose payload hash is hash, to the batch; index is its
@@ -32,11 +44,13 @@ func (b *batch) add(m *Message, hash []byte, defaultMaxAttempts, index int) {
 	var key *string
 	if m.OrderingKey != "" {
 		key = &m.OrderingKey
+		b.keyed = true
 	}
 	maxAttempts := m.MaxAttempts
 	if maxAttempts == 0 {
 		maxAttempts = defaultMaxAttempts
 	}
+	day, _ := partition.IDDay(m.ID)
 	b.ids = append(b.ids, m.ID)
 	b.eventTypes = append(b.eventTypes, m.EventType)
 	b.payloads = append(b.payloads, payload)
@@ -44,11 +58,7 @@ func (b *batch) add(m *Message, hash []byte, defaultMaxAttempts, index int) {
 	b.metadata = append(b.metadata, encodeMetadata(m.Metadata))
 	b.keys = append(b.keys, key)
 	b.maxAttempts = append(b.maxAttempts, int32(min(maxAttempts, 1<<31-1)))
-	var day *int32
-	if d, ok := partition.IDDay(m.ID); ok {
-		day = (*int32)(&d)
-	}
-	b.days = append(b.days, day)
+	b.days = append(b.days, int32(day))
 	b.index = append(b.index, index)
 }
 
@@ -82,12 +92,21 @@ func (in *Inbox) storeOne(ctx context.Context, db dbtx, b *batch, status pgbox.I
 	return nil, nil
 }
 
-// storeMany is store for any batch, with receiveSQL: it reads back a row
-// per message that was not inserted, with the payload hash stored under its
-// id, NULL if the stored row committed while the statement ran.
+// storeMany is store for any batch, with receiveSQL (receiveKeylessSQL
+// when no message has an ordering key): it reads back a row per message
+// that was not inserted, with the payload hash stored under its id, NULL
+// if the stored row committed while the statement ran.
+//
+// The arrays of bytes and of optional keys go as pgtype.FlatArray, which
+// pgx encodes without reflection.
 func (in *Inbox) storeMany(ctx context.Context, db dbtx, b *batch, status pgbox.InboxStatus, channel *string, results []Result) ([]string, error) {
-	rows, err := db.Query(ctx, in.q.receive, in.cfg.Consumer, b.ids, b.eventTypes, b.payloads, b.hashes,
-		b.metadata, b.keys, b.maxAttempts, string(status), channel, in.q.seqName, b.days)
+	args := []any{in.cfg.Consumer, b.ids, b.eventTypes, pgtype.FlatArray[[]byte](b.payloads), pgtype.FlatArray[[]byte](b.hashes),
+		b.metadata, pgtype.FlatArray[*string](b.keys), b.maxAttempts, string(status), channel, b.days}
+	sql := in.q.receiveKeyless
+	if b.keyed {
+		sql, args = in.q.receive, append(args, in.q.seqName)
+	}
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, in.dbError(ctx, "receive", err)
 	}
