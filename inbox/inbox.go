@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -128,17 +129,22 @@ type Inbox struct {
 	pool     *pgxpool.Pool
 	q        queries
 	recent   *recent.Set // committed ids, answered without a round trip
-	tel      *telemetry.Inbox
+	// laterOrigin is 0 until a receive finds the inbox past generation 0;
+	// it is then the inbox's origin day, before which a message is
+	// undated and needs the probe of the earlier generations (storeOne).
+	laterOrigin atomic.Int32
+	tel         *telemetry.Inbox
 }
 
 type queries struct {
-	hash           string
-	layoutExists   string
-	logConflicts   string
-	receive        string
-	receiveKeyless string
-	receiveOne     string
-	seqName        string // the inbox's arrival sequence, as a quoted regclass
+	hash            string
+	layout          string
+	logConflicts    string
+	receive         string
+	receiveKeyless  string
+	receiveOne      string
+	receiveOneFirst string
+	seqName         string // the inbox's arrival sequence, as a quoted regclass
 }
 
 // New returns an Inbox for cfg.Consumer. It does not touch the database:
@@ -160,13 +166,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 		pool:     pool,
 		recent:   recent.New(cfg.RecentIDs),
 		q: queries{
-			hash:           ident.Render(hashSQL, cfg.Schema),
-			layoutExists:   ident.Render(layoutExistsSQL, cfg.Schema),
-			logConflicts:   ident.Render(logConflictsSQL, cfg.Schema),
-			receive:        ident.Render(receiveSQL, cfg.Schema),
-			receiveKeyless: ident.Render(receiveKeylessSQL, cfg.Schema),
-			receiveOne:     ident.Render(receiveOneSQL, cfg.Schema),
-			seqName:        ident.Render("/* schema */inbox_seq", cfg.Schema),
+			hash:            ident.Render(hashSQL, cfg.Schema),
+			layout:          ident.Render(layoutSQL, cfg.Schema),
+			logConflicts:    ident.Render(logConflictsSQL, cfg.Schema),
+			receive:         ident.Render(receiveSQL, cfg.Schema),
+			receiveKeyless:  ident.Render(receiveKeylessSQL, cfg.Schema),
+			receiveOne:      ident.Render(receiveOneSQL, cfg.Schema),
+			receiveOneFirst: ident.Render(receiveOneFirstSQL, cfg.Schema),
+			seqName:         ident.Render("/* schema */inbox_seq", cfg.Schema),
 		},
 		tel: telemetry.NewInbox(cfg.MeterProvider, cfg.Consumer),
 	}, nil

@@ -87,6 +87,15 @@ func (b *testBundle) count(t *testing.T) int {
 	return n
 }
 
+// partitionOf returns the partition holding consumer payments' message id.
+func (b *testBundle) partitionOf(t *testing.T, id string) string {
+	t.Helper()
+	var table string
+	require.NoError(t, b.pool.QueryRow(context.Background(), ident.Render(
+		"SELECT tableoid::regclass::text FROM /* schema */inbox WHERE consumer = 'payments' AND message_id = $1", b.schema), id).Scan(&table))
+	return table[strings.LastIndexByte(table, '.')+1:]
+}
+
 func msg(id string) inbox.Message {
 	return inbox.Message{ID: id, EventType: "OrderPlaced", Payload: []byte(`{"order":"` + id + `"}`)}
 }
@@ -274,6 +283,57 @@ func TestALostPartitioningRowFailsEveryReceive(t *testing.T) {
 		require.ErrorContains(t, err, "partitioning has no row for the inbox", id)
 	}
 	require.Zero(t, b.count(t))
+}
+
+// A single receive does not probe the earlier generations unless the
+// message needs it: until the inbox is seen past generation 0, it stores
+// with an INSERT that places an undated message in generation 0 only. The
+// first new undated message past it is stored all the same (with a second
+// INSERT, after the duplicate check found nothing), in the current
+// generation; from then on an undated message goes straight to the INSERT
+// that probes, and a dated one still to the one that does not. A
+// redelivery from an earlier generation is still found.
+func TestUndatedMessagesPastGenerationZeroAreStored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, counter := countingPool(t)
+	schema := pgtest.Schema(t)
+	in, err := inbox.New(pool, inbox.Config{Consumer: "payments", Schema: schema, RecentIDs: -1})
+	require.NoError(t, err)
+	b := &testBundle{pool: pool, schema: schema}
+
+	out, err := in.Receive(ctx, msg("before")) // in generation 0
+	require.NoError(t, err)
+	require.Equal(t, inbox.Accepted, out)
+	require.NoError(t, partition.StartGeneration(ctx, pool, schema, 0, time.Second))
+
+	receive := func(id string) (inbox.Outcome, int64) {
+		t.Helper()
+		before := counter.n.Load()
+		out, err := in.Receive(ctx, msg(id))
+		require.NoError(t, err, id)
+		return out, counter.n.Load() - before
+	}
+	dated := partition.IDAt(time.Now()).String()
+	for _, step := range []struct {
+		id         string
+		want       inbox.Outcome
+		statements int64
+		partition  string
+	}{
+		{"before", inbox.Duplicate, 2, "inbox_g0"},    // found in generation 0 by the duplicate check
+		{"first-past", inbox.Accepted, 4, "inbox_g1"}, // INSERT, duplicate check, partitioning row, INSERT again
+		{"second-past", inbox.Accepted, 1, "inbox_g1"},
+		{dated, inbox.Accepted, 1, ""},
+	} {
+		out, n := receive(step.id)
+		require.Equal(t, step.want, out, step.id)
+		require.Equal(t, step.statements, n, "statements for %s", step.id)
+		if step.partition != "" {
+			require.Equal(t, step.partition, b.partitionOf(t, step.id), step.id)
+		}
+	}
+	require.Equal(t, 4, b.count(t))
 }
 
 func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {

@@ -56,15 +56,18 @@ const bucketSQL = `CASE WHEN m.day >= l.origin_day THEN m.day ELSE -l.generation
 // range lets PostgreSQL read only their partitions. In generation 0 there
 // is no earlier one, and nothing is read: an inbox stays there for its
 // first retention period, or for ever without one. An undated message
-// received in a transaction that is not READ COMMITTED makes the statement
-// fail with readCommittedError: a cast of its text to boolean, which costs
-// the common case nothing, unlike a function that raises (the setting in
-// the text keeps the planner from folding the cast, and failing, at once).
-const undatedNewSQL = `(m.day >= l.origin_day OR (
-        CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN true
-             ELSE ('` + readCommittedError + ` (this one is ' || current_setting('transaction_isolation') || ')')::boolean END
+// must be received in READ COMMITTED (readCommittedSQL).
+const undatedNewSQL = `(m.day >= l.origin_day OR (` + readCommittedSQL + `
         AND (l.generation = 0 OR NOT EXISTS (SELECT 1 FROM /* schema */inbox AS e
                                              WHERE e.consumer = $1 AND e.message_id = m.message_id AND e.bucket > m.bucket AND e.bucket <= 0))))`
+
+// readCommittedSQL is true in a READ COMMITTED transaction, and makes the
+// statement fail with readCommittedError in any other: a cast of its text
+// to boolean, which costs the common case nothing, unlike a function that
+// raises (the setting in the text keeps the planner from folding the
+// cast, and failing, at once).
+const readCommittedSQL = `CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN true
+             ELSE ('` + readCommittedError + ` (this one is ' || current_setting('transaction_isolation') || ')')::boolean END`
 
 // receiveSQL stores a batch of messages in one round trip and reports, per
 // message, whether it was inserted and, if not, the payload hash already
@@ -205,17 +208,45 @@ WHERE NOT EXISTS (SELECT 1 FROM inserted AS ins WHERE ins.message_id = m.message
 // order to keep but arrival's, and nothing to lock. For a duplicate, the
 // caller reads the stored hash with hashSQL.
 const receiveOneSQL = `
-INSERT INTO /* schema */inbox
-    (consumer, message_id, event_type, payload, payload_hash, metadata, max_attempts, status, attempts, processed_at, bucket)
-SELECT $1, m.message_id, $3, $4, $5, $6::jsonb, $7, $8,
-       CASE WHEN $8 = ` + tables.InboxDone + ` THEN 1 ELSE 0 END, CASE WHEN $8 = ` + tables.InboxDone + ` THEN now() END, m.bucket
+INSERT INTO /* schema */inbox (` + oneColumns + `)
+SELECT ` + oneValues + `, m.bucket
 FROM ` + placedSQL + `(SELECT $2::text AS message_id, $9::int AS day) AS m` + placedEnd + `
 WHERE ` + placedWhere + ` AND ` + undatedNewSQL + `
 ON CONFLICT DO NOTHING -- the primary key's, see receiveSQL`
 
-// layoutExistsSQL is true if the partitioning table has the inbox's row,
-// without which no receive can place, and so store, a message.
-const layoutExistsSQL = `SELECT EXISTS (SELECT 1 FROM /* schema */partitioning AS l WHERE ` + placedWhere + `)`
+// receiveOneFirstSQL is receiveOneSQL without the probe of the earlier
+// generations: it stores a dated message, or an undated one while the
+// inbox is in generation 0 (bucket 0, where there is nothing to probe),
+// and nothing otherwise (bucket NULL). Without the probe, its
+// plan neither locks nor opens the partitions and indexes the probe might
+// read, at every execution; that, and reading the partitioning row as a
+// plain subquery, made a single-row receive from 16 connections about a
+// tenth faster. The Inbox uses it until a receive finds the inbox past
+// generation 0, and from then on for dated messages only
+// (Inbox.storeOne).
+const receiveOneFirstSQL = `
+INSERT INTO /* schema */inbox (` + oneColumns + `)
+SELECT ` + oneValues + `, l.bucket
+FROM (SELECT CASE WHEN $9::int >= l.origin_day THEN $9::int
+                  WHEN ` + readCommittedSQL + ` AND l.generation = 0 THEN 0 END AS bucket
+      FROM /* schema */partitioning AS l
+      WHERE ` + placedWhere + `) AS l
+WHERE l.bucket IS NOT NULL
+ON CONFLICT DO NOTHING -- the primary key's, see receiveSQL`
+
+// oneColumns and oneValues are the columns the single-message receives
+// insert, and their values from the statement's parameters, but for the
+// bucket, which comes last.
+const (
+	oneColumns = `consumer, message_id, event_type, payload, payload_hash, metadata, max_attempts, status, attempts, processed_at, bucket`
+	oneValues  = `$1, $2, $3, $4, $5, $6::jsonb, $7, $8,
+       CASE WHEN $8 = ` + tables.InboxDone + ` THEN 1 ELSE 0 END, CASE WHEN $8 = ` + tables.InboxDone + ` THEN now() END`
+)
+
+// layoutSQL reads the inbox's row of the partitioning table: its current
+// generation and origin day. Without it no receive can place, and so
+// store, a message.
+const layoutSQL = `SELECT l.generation, l.origin_day FROM /* schema */partitioning AS l WHERE ` + placedWhere
 
 // hashSQL reads the stored payload hashes of ids: for duplicates whose row
 // committed while receiveSQL ran, and for receiveOneSQL's duplicates.

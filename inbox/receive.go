@@ -107,10 +107,12 @@ func (in *Inbox) receiveOne(ctx context.Context, db dbtx, msg Message, autocommi
 // returns, and the ids it stored or found can be remembered (Config.RecentIDs).
 //
 // Its steps: prepare the batch (validation, repeats, the recent ids), store
-// it (one statement), announce it, resolve the duplicates whose stored hash
-// the statement did not return (a second statement, only for those),
-// record conflicts (another, only for those), then remember and count the
-// outcomes.
+// it (one statement), resolve the duplicates whose stored hash the
+// statement did not return (a second statement, only for those), announce
+// it, record conflicts (another statement, only for those), then remember
+// and count the outcomes. A message the store could not place without
+// probing the earlier generations (Inbox.storeOne) is stored again, once,
+// with a statement that does.
 func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status pgbox.InboxStatus, autocommit bool) ([]Result, error) {
 	results := make([]Result, len(msgs))
 	b, first := in.prepare(msgs, results)
@@ -120,16 +122,20 @@ func (in *Inbox) receive(ctx context.Context, db dbtx, msgs []Message, status pg
 		}
 		return results, nil
 	}
-	unresolved, err := in.store(ctx, db, &b, status, in.notifyInStatement(status, autocommit), results)
-	if err != nil {
-		return nil, err
-	}
-	in.notifyCommitted(status, autocommit, results)
-	if len(unresolved) > 0 {
-		if err := in.resolve(ctx, db, unresolved, &b, first, results); err != nil {
+	channel := in.notifyInStatement(status, autocommit)
+	for again := true; again; {
+		unresolved, err := in.store(ctx, db, &b, status, channel, results)
+		if err != nil {
 			return nil, err
 		}
+		again = false
+		if len(unresolved) > 0 {
+			if again, err = in.resolve(ctx, db, unresolved, &b, first, results); err != nil {
+				return nil, err
+			}
+		}
 	}
+	in.notifyCommitted(status, autocommit, results)
 	if err := in.recordConflicts(ctx, db, msgs, results); err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -26,6 +27,7 @@ type batch struct {
 	days                      []int32 // the day of a UUIDv7 id, 0 (before any origin day: undated) for any other (partition.IDDay)
 	index                     []int   // position of each entry in the caller's slice
 	keyed                     bool    // some message has an ordering key
+	probeless                 bool    // the last store did not probe the earlier generations (storeOne)
 }
 
 // newBatch returns a batch with room for n messages.
@@ -79,8 +81,19 @@ func (in *Inbox) store(ctx context.Context, db dbtx, b *batch, status pgbox.Inbo
 // (receiveOneSQL), as cheap as the raw statement. A duplicate, rarer
 // (redeliveries of recent messages are known without a round trip), costs
 // a second one to read its stored hash.
+//
+// Unless the message needs it, the INSERT does not probe the earlier
+// generations (receiveOneFirstSQL): a dated message never does, and an
+// undated one only once the inbox is past generation 0, which this Inbox
+// learns (laterOrigin) from the first undated message that the INSERT
+// without the probe could not place (resolve).
 func (in *Inbox) storeOne(ctx context.Context, db dbtx, b *batch, status pgbox.InboxStatus, results []Result) ([]string, error) {
-	tag, err := db.Exec(ctx, in.q.receiveOne, in.cfg.Consumer, b.ids[0], b.eventTypes[0], b.payloads[0], b.hashes[0],
+	sql := in.q.receiveOne
+	b.probeless = b.days[0] >= in.laterOrigin.Load()
+	if b.probeless {
+		sql = in.q.receiveOneFirst
+	}
+	tag, err := db.Exec(ctx, sql, in.cfg.Consumer, b.ids[0], b.eventTypes[0], b.payloads[0], b.hashes[0],
 		b.metadata[0], b.maxAttempts[0], string(status), b.days[0])
 	if err != nil {
 		return nil, in.dbError(ctx, "receive", err)
@@ -106,6 +119,7 @@ func (in *Inbox) storeMany(ctx context.Context, db dbtx, b *batch, status pgbox.
 	if b.keyed {
 		sql, args = in.q.receive, append(args, in.q.seqName)
 	}
+	b.probeless = false
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, in.dbError(ctx, "receive", err)
@@ -146,11 +160,13 @@ func (in *Inbox) storeMany(ctx context.Context, db dbtx, b *batch, status pgbox.
 }
 
 // resolve settles duplicates whose row committed while receiveSQL ran, by
-// reading their stored hashes with a fresh snapshot.
-func (in *Inbox) resolve(ctx context.Context, db dbtx, ids []string, b *batch, first map[string]int, results []Result) error {
+// reading their stored hashes with a fresh snapshot. It reports again if
+// the message is to be stored again: one that storeOne did not place
+// because it is undated and the inbox is past generation 0.
+func (in *Inbox) resolve(ctx context.Context, db dbtx, ids []string, b *batch, first map[string]int, results []Result) (again bool, err error) {
 	rows, err := db.Query(ctx, in.q.hash, in.cfg.Consumer, ids)
 	if err != nil {
-		return in.dbError(ctx, "read stored hashes", err)
+		return false, in.dbError(ctx, "read stored hashes", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -159,18 +175,19 @@ func (in *Inbox) resolve(ctx context.Context, db dbtx, ids []string, b *batch, f
 			stored []byte
 		)
 		if err := rows.Scan(&id, &stored); err != nil {
-			return in.dbError(ctx, "read stored hashes", err)
+			return false, in.dbError(ctx, "read stored hashes", err)
 		}
 		k := first[id]
 		results[b.index[k]] = in.compare(id, stored, b.hashes[k])
 	}
 	if err := rows.Err(); err != nil {
-		return in.dbError(ctx, "read stored hashes", err)
+		return false, in.dbError(ctx, "read stored hashes", err)
 	}
 	// An id neither inserted nor found was deleted (retention) in between:
 	// it was held when we tried, so it is a duplicate. Unless no receive
-	// can place a message at all (see noLayoutError): a single message
-	// (receiveOneSQL) then looks like one.
+	// can place a message at all (see noLayoutError), or storeOne's INSERT
+	// could not place this one without a probe: a single message then
+	// looks like one.
 	var gone []*Result
 	for _, id := range ids {
 		if r := &results[b.index[first[id]]]; r.Outcome == 0 && r.Err == nil {
@@ -178,19 +195,22 @@ func (in *Inbox) resolve(ctx context.Context, db dbtx, ids []string, b *batch, f
 		}
 	}
 	if len(gone) == 0 {
-		return nil
+		return false, nil
 	}
-	var layout bool
-	if err := db.QueryRow(ctx, in.q.layoutExists).Scan(&layout); err != nil {
-		return in.dbError(ctx, "read stored hashes", err)
-	}
-	if !layout {
-		return in.noLayoutError("receive")
+	var generation, origin int32
+	switch err := db.QueryRow(ctx, in.q.layout).Scan(&generation, &origin); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, in.noLayoutError("receive")
+	case err != nil:
+		return false, in.dbError(ctx, "read stored hashes", err)
+	case b.probeless && generation != 0 && b.days[0] < origin:
+		in.laterOrigin.Store(origin)
+		return true, nil
 	}
 	for _, r := range gone {
 		r.Outcome = Duplicate
 	}
-	return nil
+	return false, nil
 }
 
 // noLayoutError is the error of a receive that could place no message in
