@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,6 +36,11 @@ const MigrationsTable = "goose_db_version"
 // ErrSchemaNotMigrated is returned when pgbox's schema or its tables do not
 // exist yet: run `inboxctl migrate up` or call migrations.Migrate.
 var ErrSchemaNotMigrated = errors.New("pgbox schema not migrated")
+
+// ErrSchemaDamaged is returned by CheckSchema when the schema is at this
+// build's version but has lost a row that pgbox's writes need, which no
+// migration will put back.
+var ErrSchemaDamaged = errors.New("pgbox schema damaged")
 
 // SchemaVersionError is returned when pgbox's schema exists but is at a
 // different migration version than this build needs. It matches
@@ -90,3 +96,40 @@ func CheckSchema(ctx context.Context, db Querier, schema string) error {
 	}
 	return nil
 }
+
+// CheckPartitioning verifies that schema, migrated to SchemaVersion
+// (CheckSchema), still has the rows of its partitioning table, which say
+// which partition each message goes in: without the inbox's, no message
+// can be received. It returns nil, an error matching ErrSchemaDamaged, or
+// the database error that prevented the check. The health check runs it;
+// the dispatcher, the relay and inboxctl, which work without the rows, do
+// not, so that an operator can still inspect and drain a damaged schema.
+func CheckPartitioning(ctx context.Context, db Querier, schema string) error {
+	if err := ident.ValidateSchema(schema); err != nil {
+		return err
+	}
+	var lost []string
+	if err := db.QueryRow(ctx, ident.Render(lostPartitioningSQL, schema)).Scan(&lost); err != nil {
+		return fmt.Errorf("check schema %s: %w", schema, err)
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	what := map[string]string{
+		"inbox":  "no message can be received",
+		"outbox": "the maintenance job can neither make nor drop the outbox's partitions",
+	}
+	var why []string
+	for _, table := range lost {
+		why = append(why, fmt.Sprintf("no row for the %s (%s)", table, what[table]))
+	}
+	return fmt.Errorf("%w: %s.partitioning has %s; migration 9 wrote each row, which says which partition each message goes in, "+
+		"and something has deleted it since: restore it from a backup of the schema, as it was", ErrSchemaDamaged, schema, strings.Join(why, " and "))
+}
+
+// lostPartitioningSQL lists the tables whose row of the partitioning table,
+// which migration 9 writes and nothing of pgbox's deletes, is missing.
+const lostPartitioningSQL = `
+SELECT coalesce(array_agg(t.name ORDER BY t.name), '{}')
+FROM unnest(ARRAY['inbox', 'outbox']) AS t(name)
+WHERE NOT EXISTS (SELECT 1 FROM /* schema */partitioning AS p WHERE p.table_name = t.name)`

@@ -181,6 +181,8 @@ func (c *Checker) Check(ctx context.Context) *Report {
 		add("schema", "", unreachable)
 	} else if err := pgbox.CheckSchema(ctx, c.pool, c.cfg.Schema); err != nil {
 		add("schema", "", err)
+	} else if err := pgbox.CheckPartitioning(ctx, c.pool, c.cfg.Schema); err != nil {
+		add("schema", "", err)
 	} else {
 		add("schema", "version "+strconv.Itoa(pgbox.SchemaVersion), nil)
 	}

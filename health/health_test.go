@@ -175,6 +175,25 @@ func TestUnreachableDatabaseAndUnmigratedSchema(t *testing.T) {
 	require.Contains(t, byName(rep)["schema"].Error, "run inboxctl migrate up")
 }
 
+// A schema that has lost the inbox's row of its partitioning table cannot
+// receive a message: the health check fails and says what to restore.
+func TestDamagedSchemaIsUnhealthy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := pgtest.Pool(t), pgtest.Schema(t)
+	c, err := health.New(pool, health.Config{Schema: schema, BacklogAgeMax: -1})
+	require.NoError(t, err)
+	code, _ := get(t, c)
+	require.Equal(t, http.StatusOK, code)
+
+	_, err = pool.Exec(ctx, ident.Render("DELETE FROM /* schema */partitioning WHERE table_name = 'inbox'", schema))
+	require.NoError(t, err)
+	code, rep := get(t, c)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, health.StatusFail, byName(rep)["schema"].Status)
+	require.Contains(t, byName(rep)["schema"].Error, "partitioning has no row for the inbox (no message can be received)")
+}
+
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	_, err := health.New(nil, health.Config{})

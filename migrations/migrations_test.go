@@ -100,6 +100,7 @@ func TestMigrateQuotesOddSchemaNames(t *testing.T) {
 		require.NoError(t, migrations.Migrate(ctx, pool, migrations.Options{Schema: schema}), schema)
 		require.True(t, tableIn(t, pool, schema, "inbox"), "inbox must be created in exactly %q", schema)
 		require.NoError(t, pgbox.CheckSchema(ctx, pool, schema))
+		require.NoError(t, pgbox.CheckPartitioning(ctx, pool, schema))
 	}
 }
 
@@ -202,6 +203,25 @@ func TestCheckSchema(t *testing.T) {
 		require.EqualValues(t, pgbox.SchemaVersion+1, verr.Have)
 		require.NotErrorIs(t, err, pgbox.ErrSchemaNotMigrated, "a newer schema is not an unmigrated one")
 		require.ErrorContains(t, err, "newer than this build")
+	})
+
+	t.Run("LostPartitioningRow", func(t *testing.T) {
+		t.Parallel()
+		schema := pgtest.Schema(t)
+		_, err := pool.Exec(ctx, ident.Render("DELETE FROM /* schema */partitioning WHERE table_name = 'inbox'", schema))
+		require.NoError(t, err)
+
+		require.NoError(t, pgbox.CheckSchema(ctx, pool, schema), "the version is right: inboxctl and the dispatcher still work")
+		err = pgbox.CheckPartitioning(ctx, pool, schema)
+		require.ErrorIs(t, err, pgbox.ErrSchemaDamaged)
+		require.NotErrorIs(t, err, pgbox.ErrSchemaNotMigrated, "migrating again would not bring the row back")
+		require.ErrorContains(t, err, schema+".partitioning has no row for the inbox (no message can be received);")
+		require.ErrorContains(t, err, "restore it from a backup of the schema")
+
+		_, err = pool.Exec(ctx, ident.Render("DELETE FROM /* schema */partitioning WHERE table_name = 'outbox'", schema))
+		require.NoError(t, err)
+		require.ErrorContains(t, pgbox.CheckPartitioning(ctx, pool, schema),
+			"no row for the inbox (no message can be received) and no row for the outbox (the maintenance job")
 	})
 
 	t.Run("Unreachable", func(t *testing.T) {

@@ -90,6 +90,9 @@ func (m *Migrator) verify(ctx context.Context) error {
 	if err := pgbox.CheckSchema(ctx, m.pool, m.schema); err != nil {
 		return fmt.Errorf("migrations: after migrating: %w", err)
 	}
+	if err := pgbox.CheckPartitioning(ctx, m.pool, m.schema); err != nil {
+		return fmt.Errorf("migrations: after migrating: %w", err)
+	}
 	have, wantRiver, err := m.RiverVersion(ctx)
 	if err != nil {
 		return err
