@@ -65,6 +65,9 @@ func (d *Dispatcher) runBatch() (int, error) {
 	if !d.handleInTx(ctx, tx, b) {
 		return b.claimed, nil
 	}
+	if keyed(b.inTx) { // their keys' next messages may be behind the frontier
+		d.frontier.Rewind()
+	}
 	if len(b.leased) > 0 {
 		d.hooks.beforeHandlers(b.leased)
 		// Their leases started with the transaction; if in-transaction
@@ -114,6 +117,16 @@ type outcome struct {
 	trace  string
 
 	eventType string // for metrics only
+}
+
+// keyed reports whether a message of cs has an ordering key.
+func keyed(cs []*claimed) bool {
+	for _, c := range cs {
+		if c.msg.OrderingKey != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // ids returns the message ids of cs.

@@ -26,7 +26,7 @@ const lostBatchError = "the attempt's batch transaction never committed: the wor
 // (their lease expired on their last attempt) are only logged.
 func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescue bool) (*batch, error) {
 	// The claim and, in the same round trip, the end of claimPlanning.
-	from := d.frontier.next(time.Now())
+	from := d.frontier.Next(time.Now())
 	var q pgx.Batch
 	q.Queue(d.q.claim, d.consumer, token, d.leasedTypes, d.cfg.Lease.Milliseconds(), mayRescue, leaseExpiredError, from)
 	for _, reset := range claimPlanned {
@@ -38,7 +38,7 @@ func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescu
 	if err != nil {
 		return nil, err
 	}
-	d.frontier.took(from, b.oldest)
+	d.frontier.Took(from, b.oldest)
 	b.token = token
 	for range claimPlanned {
 		if _, err := results.Exec(); err != nil {

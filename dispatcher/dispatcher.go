@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/frontier"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/liveness"
 	"github.com/pgbox/pgbox/internal/telemetry"
@@ -29,8 +30,8 @@ var ErrStopped = workloop.ErrStopped
 // workers. Create it with New, then Start it and Stop it once.
 type Dispatcher struct {
 	cfg         Config
-	consumer    string // cfg.Inbox's
-	frontier    frontier
+	consumer    string             // cfg.Inbox's
+	frontier    *frontier.Frontier // where claims start (TestAClaimStartsAtTheFrontier)
 	gauges      telemetry.Registration
 	hooks       testHooks
 	leasedTypes []string // event types with a Leased handler
@@ -96,7 +97,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 			byKey:       byKeyMode(pool.Config().ConnConfig.DefaultQueryExecMode),
 		},
 		tel:      telemetry.NewDispatcher(cfg.MeterProvider, cfg.TracerProvider, consumer),
-		frontier: frontier{margin: frontierMargin, fullEvery: fullClaimEvery},
+		frontier: frontier.New(frontier.Margin, frontier.FullEvery),
 	}
 	d.proc = liveness.New(pool, liveness.Config{Consumer: consumer, Heartbeat: cfg.ProcessHeartbeat,
 		Kind: pgbox.ProcessDispatcher, Logger: cfg.Logger, Name: cfg.ProcessName, Schema: schema})

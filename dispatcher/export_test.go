@@ -1,6 +1,10 @@
 package dispatcher
 
-import "time"
+import (
+	"time"
+
+	"github.com/pgbox/pgbox/internal/frontier"
+)
 
 // SetAfterClaimHook makes d call fn between each claim's commit and its
 // handlers: the window in which a paused worker can lose its claim. Set it
@@ -8,8 +12,9 @@ import "time"
 func SetAfterClaimHook(d *Dispatcher, fn func(ids []string)) { d.hooks.afterClaim = fn }
 
 // SetFrontier sets how far behind the oldest message claimed d's claims
-// start, and how often at least one reads from the start (see frontier).
+// start, and how often at least one reads from the start (see package
+// frontier).
 // Set it before Start.
 func SetFrontier(d *Dispatcher, margin, fullEvery time.Duration) {
-	d.frontier = frontier{margin: margin, fullEvery: fullEvery}
+	d.frontier = frontier.New(margin, fullEvery)
 }
