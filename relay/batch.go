@@ -75,6 +75,12 @@ func (r *Relay) runBatch() (int, error) {
 		r.publishGroup(rd, group)
 	}
 	r.complete(token, r.settle(rd))
+	for _, rw := range rows {
+		if rw.orderingKey != "" { // its key's next row may be behind the frontier
+			r.frontier.Rewind()
+			break
+		}
+	}
 	return n, nil
 }
 
@@ -291,7 +297,8 @@ func (r *Relay) settle(rd *round) []outcome {
 func (r *Relay) claim(token int64) ([]*row, int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
 	defer cancel()
-	rows, err := r.pool.Query(ctx, r.q.claim, r.cfg.BatchSize, token, r.cfg.Lease.Milliseconds(), leaseExpiredError, r.cfg.MaxAttempts)
+	from := r.frontier.Next(time.Now())
+	rows, err := r.pool.Query(ctx, r.q.claim, r.cfg.BatchSize, token, r.cfg.Lease.Milliseconds(), leaseExpiredError, r.cfg.MaxAttempts, from)
 	if err != nil {
 		return nil, 0, fmt.Errorf("claim: %w", err)
 	}
@@ -299,6 +306,7 @@ func (r *Relay) claim(token int64) ([]*row, int, error) {
 	var (
 		out, dead []*row
 		n         int
+		oldest    *time.Time // of the fresh rows taken
 	)
 	for rows.Next() {
 		n++
@@ -307,7 +315,7 @@ func (r *Relay) claim(token int64) ([]*row, int, error) {
 			status   pgbox.OutboxStatus
 			metadata []byte
 		)
-		if err := rows.Scan(&rw.id, &status, &rw.topic, &rw.eventType, &rw.orderingKey, &rw.payload, &metadata, &rw.attempt, &rw.seq); err != nil {
+		if err := rows.Scan(&rw.id, &status, &rw.topic, &rw.eventType, &rw.orderingKey, &rw.payload, &metadata, &rw.attempt, &rw.seq, &oldest); err != nil {
 			return nil, 0, fmt.Errorf("claim: %w", err)
 		}
 		if status == pgbox.OutboxDead { // its lease expired on its last attempt
@@ -326,6 +334,7 @@ func (r *Relay) claim(token int64) ([]*row, int, error) {
 	if err := rows.Err(); err != nil { // the commit's error included
 		return nil, 0, fmt.Errorf("claim: %w", err)
 	}
+	r.frontier.Took(from, oldest)
 	for _, rw := range dead {
 		r.tel.Dead(rw.topic)
 		r.cfg.Logger.Error("relay: outbox row is dead: its publish attempts ran out",

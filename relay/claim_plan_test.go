@@ -40,8 +40,45 @@ func TestClaimReadsOnlyTheClaimedRowsPartitions(t *testing.T) {
 	_, err = pool.Exec(ctx, sql("ANALYZE /* schema */outbox"))
 	require.NoError(t, err)
 
-	plan := pgtest.GenericPlan(t, pool, sql(claimSQL), "100, 1, 60000, 'lost', 0")
+	plan := pgtest.GenericPlan(t, pool, sql(claimSQL), "100, 1, 60000, 'lost', 0, NULL")
 	require.NotContains(t, plan, "Hash Join", plan)
 	require.Contains(t, plan, "Update on outbox o (actual rows=2 loops=1)", plan)
 	pgtest.RequireNotProbed(t, plan, "outbox_d"+old.String())
+}
+
+// A claim reads the pending index from the frontier on (see package
+// frontier): the 20,000 rows published before it, whose entries stay in
+// the index until VACUUM, are stepped over by a claim that reads from the
+// start and not read at all by one that starts at the frontier.
+func TestAClaimStartsAtTheFrontier(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	sql := func(q string) string { return ident.Render(q, schema) }
+	store := func(n int, age string) {
+		_, err := pool.Exec(ctx, sql(`
+			INSERT INTO /* schema */outbox (id, topic, event_type, payload, bucket, available_at)
+			SELECT gen_random_uuid(), 't', 'E', '', 0, now() - $2::interval
+			FROM generate_series(1, $1::int) AS g`), n, age)
+		require.NoError(t, err)
+	}
+	store(20_000, "1 hour")
+	_, err := pool.Exec(ctx, sql(`UPDATE /* schema */outbox SET status = 'published', published_at = now()`))
+	require.NoError(t, err)
+	store(3, "1 minute")
+
+	pending := "Index Scan using outbox_undated_pending_idx"
+	for _, tc := range []struct {
+		from string
+		read func(pages int) bool
+	}{
+		{"NULL", func(pages int) bool { return pages > 50 }},
+		{"now() - interval '10 minutes'", func(pages int) bool { return pages < 10 }},
+	} {
+		plan := pgtest.GenericPlan(t, pool, sql(claimSQL), "100, 1, 60000, 'lost', 0, "+tc.from)
+		require.Contains(t, plan, "Update on outbox o (actual rows=3 loops=1)", "the three pending rows are claimed:\n%s", plan)
+		pages := pgtest.NodeBuffers(t, plan, pending)
+		require.True(t, tc.read(pages), "from %s, the claim read %d pages of the pending index:\n%s", tc.from, pages, plan)
+	}
 }

@@ -17,6 +17,10 @@ import "github.com/pgbox/pgbox/internal/tables"
 // key in flight across every relay process, in commit order. With $5 > 0, a row whose lease
 // expired on attempt $5 is marked dead instead of claimed.
 //
+// Fresh rows are found from the frontier $6 on (see package frontier;
+// NULL reads the pending index from its start), and each returned row
+// carries the oldest available_at among them, to move the frontier on.
+//
 // The update finds each claimed row again by its key, bucket included, so
 // that only its own partition is read (the outbox is partitioned, see
 // migration 9).
@@ -36,10 +40,10 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 ),
 fresh AS (
-    SELECT o.id, o.bucket
+    SELECT o.id, o.bucket, o.available_at
     FROM /* schema */outbox AS o
     WHERE o.status = ` + tables.OutboxPending + `
-      AND o.available_at <= now()
+      AND o.available_at <= now() AND o.available_at >= coalesce($6::timestamptz, '-infinity')
       AND ` + tables.OutboxAtKeyHead + `
     ORDER BY o.available_at, o.seq
     LIMIT $1
@@ -67,7 +71,8 @@ UPDATE /* schema */outbox AS o SET
                         ELSE o.errors END
 FROM claimable AS c CROSS JOIN async
 WHERE o.id = c.id AND o.bucket = c.bucket
-RETURNING o.id, o.status, o.topic, o.event_type, coalesce(o.ordering_key, ''), o.payload, o.metadata, o.attempts, o.seq`
+RETURNING o.id, o.status, o.topic, o.event_type, coalesce(o.ordering_key, ''), o.payload, o.metadata, o.attempts, o.seq,
+          (SELECT min(f.available_at) FROM fresh AS f)`
 
 // completeSQL records what became of each claimed row, fenced by the claim
 // token: published; pending again after a backoff (a failed publish); dead;

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/backoff"
+	"github.com/pgbox/pgbox/internal/frontier"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/liveness"
 	"github.com/pgbox/pgbox/internal/telemetry"
@@ -256,15 +257,16 @@ func (c Config) validate() error {
 // Relay publishes committed outbox rows. Several relays, in one process or
 // many, may run against the same schema.
 type Relay struct {
-	calls  *calls // the Publish calls, hung ones included
-	cfg    Config
-	gauges telemetry.Registration
-	loop   *workloop.Service
-	outage *outage
-	pool   *pgxpool.Pool
-	proc   *liveness.Process // its row in the processes table; it makes the claim tokens
-	q      queries
-	tel    *telemetry.Relay
+	calls    *calls // the Publish calls, hung ones included
+	cfg      Config
+	frontier *frontier.Frontier // where claims start in the pending index
+	gauges   telemetry.Registration
+	loop     *workloop.Service
+	outage   *outage
+	pool     *pgxpool.Pool
+	proc     *liveness.Process // its row in the processes table; it makes the claim tokens
+	q        queries
+	tel      *telemetry.Relay
 }
 
 type queries struct {
@@ -282,9 +284,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{
-		calls: newCalls(cfg.PublishTimeout, cfg.Logger),
-		cfg:   cfg,
-		pool:  pool,
+		calls:    newCalls(cfg.PublishTimeout, cfg.Logger),
+		cfg:      cfg,
+		frontier: frontier.New(frontier.Margin, frontier.FullEvery),
+		pool:     pool,
 		q: queries{
 			claim:    ident.Render(claimSQL, cfg.Schema),
 			complete: ident.Render(completeSQL, cfg.Schema),

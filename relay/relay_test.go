@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -256,6 +257,79 @@ func TestOutOfOrderCommitsAreNotSkipped(t *testing.T) {
 	require.NoError(t, txA.Commit(ctx))
 	b.waitPublished(t)
 	require.Equal(t, []string{higher.String(), lower.String()}, pub.published())
+}
+
+// A row that turns pending behind the claims' frontier is still published:
+// written in a transaction that began before the rows the claims have
+// since taken, it is found by the next claim that reads the pending index
+// from its start. With claims that never did, it would wait for ever.
+func TestALateRowIsClaimedByAFullClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	pub := &recorder{}
+	r := b.newRelay(t, relay.Config{Publisher: pub})
+	relay.SetFrontier(r, 0, 300*time.Millisecond)
+	require.NoError(t, r.Start(ctx))
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	late := uuid.Must(uuid.NewV7())
+	_, err = b.outbox.Write(ctx, tx, outbox.Message{ID: late, Topic: "t"})
+	require.NoError(t, err)
+	// Rows written after the late one's transaction began, and published:
+	// the frontier is past its available_at.
+	var early []uuid.UUID
+	for range 2 {
+		early = append(early, b.write(t, outbox.Message{ID: uuid.Must(uuid.NewV7()), Topic: "t"})...)
+		b.waitPublished(t)
+	}
+	var lateAt, earlyAt time.Time
+	require.NoError(t, tx.QueryRow(ctx, b.sql("SELECT available_at FROM /* schema */outbox WHERE id = $1"), late).Scan(&lateAt))
+	require.NoError(t, b.pool.QueryRow(ctx, b.sql("SELECT available_at FROM /* schema */outbox WHERE id = $1"), early[0]).Scan(&earlyAt))
+	require.True(t, lateAt.Before(earlyAt), "the late row (%s) is older than the ones published (%s)", lateAt, earlyAt)
+	require.NoError(t, tx.Commit(ctx))
+
+	b.waitPublished(t)
+	require.Equal(t, append(strs(early), late.String()), pub.published())
+}
+
+// An ordering key's backlog, older than the frontier, is not held back by
+// it: each of the key's rows becomes claimable only when the one before it
+// is published, by which time the claims of other rows have moved the
+// frontier past it. With claims that read from the start only once (the
+// full-claim interval is an hour here), the key's rows must still all be
+// published, in order.
+func TestAKeyedBacklogBehindTheFrontierIsPublished(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	var keyed []outbox.Message
+	for range 20 {
+		keyed = append(keyed, outbox.Message{ID: uuid.Must(uuid.NewV7()), Topic: "t", OrderingKey: "order-7"})
+	}
+	want := strs(b.write(t, keyed...))
+	_, err := b.pool.Exec(ctx, b.sql("UPDATE /* schema */outbox SET available_at = now() - interval '1 hour'"))
+	require.NoError(t, err)
+	others := make([]outbox.Message, 500)
+	for i := range others {
+		others[i] = outbox.Message{ID: uuid.Must(uuid.NewV7()), Topic: "t"}
+	}
+	b.write(t, others...)
+
+	pub := &recorder{}
+	r := b.newRelay(t, relay.Config{Publisher: pub, BatchSize: 10})
+	relay.SetFrontier(r, 0, time.Hour)
+	require.NoError(t, r.Start(ctx))
+	b.waitPublished(t)
+	var got []string
+	for _, id := range pub.published() {
+		if slices.Contains(want, id) {
+			got = append(got, id)
+		}
+	}
+	require.Equal(t, want, got, "the key's rows, in order")
 }
 
 func TestPublishFailuresAreRetriedAndRecorded(t *testing.T) {
