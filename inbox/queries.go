@@ -71,8 +71,8 @@ const readCommittedSQL = `CASE WHEN current_setting('transaction_isolation') = '
 
 // receiveSQL stores a batch of messages in one round trip and reports, per
 // message, whether it was inserted and, if not, the payload hash already
-// stored under its id. It is judgedCTE, then keyLocksCTE and numberedCTE,
-// then the INSERT (inserted), then notifiedCTE and reportSQL:
+// stored under its id. It is judgedCTE, then the CTEs below ($12 is the
+// inbox's arrival sequence), then notifiedCTE and reportSQL:
 //
 //   - key_locks: receivers of the same ordering key take turns, through a
 //     transaction-scoped advisory lock per key taken in a fixed order (so

@@ -95,6 +95,30 @@ func NodeBuffers(tb testing.TB, plan, node string) int {
 	return 0
 }
 
+// RequireFrontierSkips checks a claim that reads an index of pending rows
+// from a frontier, its last argument, over an index that still holds the
+// entries of many rows claimed an hour ago: run as GenericPlan runs it,
+// with args (the arguments before the frontier) and settings, it must read
+// more than many pages of the index (the plan node named node) from the
+// index's start (a NULL frontier), and fewer than 10 from a frontier ten
+// minutes back; each time the plan must contain claimed, the line that
+// shows the claim took the rows it should.
+func RequireFrontierSkips(tb testing.TB, pool *pgxpool.Pool, claim, args, node, claimed string, many int, settings ...string) {
+	tb.Helper()
+	for _, tc := range []struct {
+		from string
+		read func(pages int) bool
+	}{
+		{"NULL", func(pages int) bool { return pages > many }},
+		{"now() - interval '10 minutes'", func(pages int) bool { return pages < 10 }},
+	} {
+		plan := GenericPlan(tb, pool, claim, args+", "+tc.from, settings...)
+		require.Contains(tb, plan, claimed, "the claim did not take what it should:\n%s", plan)
+		pages := NodeBuffers(tb, plan, node)
+		require.True(tb, tc.read(pages), "from %s, the claim read %d pages of the pending index:\n%s", tc.from, pages, plan)
+	}
+}
+
 // RequireNotProbed fails if plan (EXPLAIN ANALYZE's) read the partition
 // named part whole or probed its primary key in a node that ran: a claim
 // must find its rows again in their own partitions only.
