@@ -142,9 +142,13 @@ func TestEveryPublishHangingIsAnOutage(t *testing.T) {
 	pub := newHangingPublisher(t, "a", "b")
 	logs := &logtest.Recorder{}
 	r := b.start(t, relay.Config{
-		Lease:             time.Second,
-		Logger:            slog.New(logs),
-		MaxAttempts:       1,
+		Lease:       time.Second,
+		Logger:      slog.New(logs),
+		MaxAttempts: 1,
+		// One worker, so that one claim takes all three rows and the count
+		// of calls below is exact: two workers may split them between two
+		// claims, and each may then make its own first call to topic a.
+		Workers:           1,
 		OutageBackoffFunc: func(int) time.Duration { return 5 * time.Millisecond },
 		PublishTimeout:    50 * time.Millisecond,
 		Publisher:         pub,
