@@ -65,8 +65,8 @@ func (d *Dispatcher) runBatch() (int, error) {
 	if !d.handleInTx(ctx, tx, b) {
 		return b.claimed, nil
 	}
-	if keyed(b.inTx) { // their keys' next messages may be behind the frontier
-		d.frontier.Rewind()
+	if arrived, ok := firstKeyed(b.inTx); ok { // their keys' next messages may be behind the frontier
+		d.frontier.Rewind(arrived)
 	}
 	if len(b.leased) > 0 {
 		d.hooks.beforeHandlers(b.leased)
@@ -119,14 +119,15 @@ type outcome struct {
 	eventType string // for metrics only
 }
 
-// keyed reports whether a message of cs has an ordering key.
-func keyed(cs []*claimed) bool {
+// firstKeyed returns the earliest arrival (received_at) among the messages
+// of cs that have an ordering key, and whether there is one.
+func firstKeyed(cs []*claimed) (arrived time.Time, ok bool) {
 	for _, c := range cs {
-		if c.msg.OrderingKey != "" {
-			return true
+		if c.msg.OrderingKey != "" && (!ok || c.msg.ReceivedAt.Before(arrived)) {
+			arrived, ok = c.msg.ReceivedAt, true
 		}
 	}
-	return false
+	return arrived, ok
 }
 
 // ids returns the message ids of cs.

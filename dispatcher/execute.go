@@ -142,7 +142,7 @@ func (d *Dispatcher) handleLeased(token int64, batch []*claimed, hb *heartbeat) 
 			d.record(ctx, token, []outcome{d.failed(c, handlerErr, trace)})
 		}
 		if c.msg.OrderingKey != "" { // its key's next message may be behind the frontier
-			d.frontier.Rewind()
+			d.frontier.Rewind(c.msg.ReceivedAt)
 		}
 	}
 }

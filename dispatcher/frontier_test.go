@@ -3,6 +3,8 @@ package dispatcher_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 
 	"github.com/pgbox/pgbox/dispatcher"
 	"github.com/pgbox/pgbox/inbox"
+	"github.com/pgbox/pgbox/internal/pgtest"
 )
 
 // A message that turns pending behind the claims' frontier is still
@@ -52,8 +55,10 @@ func TestALateMessageIsClaimedByAFullClaim(t *testing.T) {
 // it: each of the key's messages becomes claimable only when the one
 // before it is done, by which time the claims of other messages have moved
 // the frontier past it. With claims that read from the start only once
-// (the full-claim interval is an hour here), the key's messages must still
-// all be handled, by handlers in the batch transaction or leased.
+// (the full-claim interval is an hour here), the key's messages, received
+// an hour ago, must still all be handled, by handlers in the batch
+// transaction or leased: the dispatcher rewinds the frontier to each
+// finished keyed message's received_at.
 func TestAKeyedBacklogBehindTheFrontierIsHandled(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -74,7 +79,7 @@ func TestAKeyedBacklogBehindTheFrontierIsHandled(t *testing.T) {
 				keyed = append(keyed, inbox.Message{ID: fmt.Sprintf("k-%02d", i), EventType: "OrderPlaced", Payload: []byte("k"), OrderingKey: "order-7"})
 			}
 			b.receiveMsgs(t, keyed...)
-			b.exec(t, "UPDATE /* schema */inbox SET available_at = now() - interval '1 hour'")
+			b.exec(t, "UPDATE /* schema */inbox SET received_at = now() - interval '1 hour', available_at = now() - interval '1 hour'")
 			b.receive(t, ids("other", 2000)...)
 
 			d := b.newDispatcher(t, dispatcher.Config{
@@ -87,4 +92,51 @@ func TestAKeyedBacklogBehindTheFrontierIsHandled(t *testing.T) {
 			b.waitSettled(t)
 		})
 	}
+}
+
+// A consumer whose messages all have ordering keys still claims from the
+// frontier: after a batch of keyed messages, the next claim starts at the
+// earliest one's received_at, less the margin, instead of at the pending
+// index's start, which would read the entry of every message claimed since
+// the partition was last vacuumed. Here 40 keys of 5 messages each are
+// handled, with full claims once an hour: only the first claims, before
+// any message was taken, read from the start.
+func TestKeyedMessagesKeepTheClaimsAtTheFrontier(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	var msgs []inbox.Message
+	for i := range 200 {
+		msgs = append(msgs, inbox.Message{ID: fmt.Sprintf("m-%03d", i), EventType: "OrderPlaced", Payload: []byte("k"),
+			OrderingKey: fmt.Sprintf("order-%d", i%40)})
+	}
+	b.receiveMsgs(t, msgs...)
+
+	var mu sync.Mutex
+	var claims, full int
+	b.pool = pgtest.TracedPool(t, b.pool, pgtest.QueryArgs(func(sql string, args []any) {
+		if !strings.Contains(sql, "coalesce($7::timestamptz") { // the claim
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		claims++
+		if from, _ := args[6].(*time.Time); from == nil {
+			full++
+		}
+	}))
+	const workers = 2
+	d := b.newDispatcher(t, dispatcher.Config{
+		Handlers:  map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(b.recordEffect)},
+		Workers:   workers,
+		BatchSize: 10,
+	})
+	dispatcher.SetFrontier(d, 0, time.Hour)
+	require.NoError(t, d.Start(ctx))
+	b.waitSettled(t)
+	require.Len(t, b.effects(t), 200)
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, claims, 20, "200 messages in batches of 10")
+	require.LessOrEqual(t, full, workers, "claims that read the pending index from its start, of %d", claims)
 }

@@ -1038,8 +1038,7 @@ func TestAutocommittedReceiveNotifiesAfterItsCommit(t *testing.T) {
 	_, b := setup(t, inbox.Config{})
 	var mu sync.Mutex
 	var notifying []bool // per receive statement: whether it could NOTIFY
-	cfg := b.pool.Config()
-	cfg.ConnConfig.Tracer = queryArgs(func(sql string, args []any) {
+	pool := pgtest.TracedPool(t, b.pool, pgtest.QueryArgs(func(sql string, args []any) {
 		if !strings.Contains(sql, "INSERT INTO") {
 			return
 		}
@@ -1052,10 +1051,7 @@ func TestAutocommittedReceiveNotifiesAfterItsCommit(t *testing.T) {
 		mu.Lock()
 		notifying = append(notifying, channel && strings.Contains(sql, "pg_notify"))
 		mu.Unlock()
-	})
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	}))
 	in, err := inbox.New(pool, inbox.Config{Consumer: "payments", Schema: b.schema, NotifyInterval: time.Hour})
 	require.NoError(t, err)
 	conn := listen(t, b.schema)
@@ -1069,13 +1065,3 @@ func TestAutocommittedReceiveNotifiesAfterItsCommit(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, []bool{false, false}, notifying, "an autocommitted receive statement must not NOTIFY")
 }
-
-// queryArgs is a pgx tracer that reports each query's SQL and arguments.
-type queryArgs func(sql string, args []any)
-
-func (f queryArgs) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	f(data.SQL, data.Args)
-	return ctx
-}
-
-func (queryArgs) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}

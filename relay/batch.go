@@ -32,6 +32,7 @@ const (
 // row is a claimed outbox row.
 type row struct {
 	attempt     int
+	created     time.Time // created_at: when its transaction began
 	eventType   string
 	id          uuid.UUID
 	metadata    map[string]string
@@ -75,13 +76,21 @@ func (r *Relay) runBatch() (int, error) {
 		r.publishGroup(rd, group)
 	}
 	r.complete(token, r.settle(rd))
-	for _, rw := range rows {
-		if rw.orderingKey != "" { // its key's next row may be behind the frontier
-			r.frontier.Rewind()
-			break
-		}
+	if created, ok := firstKeyed(rows); ok { // their keys' next rows may be behind the frontier
+		r.frontier.Rewind(created)
 	}
 	return n, nil
+}
+
+// firstKeyed returns the earliest created_at among the rows that have an
+// ordering key, and whether there is one.
+func firstKeyed(rows []*row) (created time.Time, ok bool) {
+	for _, rw := range rows {
+		if rw.orderingKey != "" && (!ok || rw.created.Before(created)) {
+			created, ok = rw.created, true
+		}
+	}
+	return created, ok
 }
 
 // round is what the publishing of one claimed batch has learnt so far.
@@ -315,7 +324,7 @@ func (r *Relay) claim(token int64) ([]*row, int, error) {
 			status   pgbox.OutboxStatus
 			metadata []byte
 		)
-		if err := rows.Scan(&rw.id, &status, &rw.topic, &rw.eventType, &rw.orderingKey, &rw.payload, &metadata, &rw.attempt, &rw.seq, &oldest); err != nil {
+		if err := rows.Scan(&rw.id, &status, &rw.topic, &rw.eventType, &rw.orderingKey, &rw.payload, &metadata, &rw.attempt, &rw.seq, &rw.created, &oldest); err != nil {
 			return nil, 0, fmt.Errorf("claim: %w", err)
 		}
 		if status == pgbox.OutboxDead { // its lease expired on its last attempt

@@ -19,7 +19,8 @@ import "github.com/pgbox/pgbox/internal/tables"
 //
 // Fresh rows are found from the frontier $6 on (see package frontier;
 // NULL reads the pending index from its start), and each returned row
-// carries the oldest available_at among them, to move the frontier on.
+// carries the oldest available_at among them, to move the frontier on,
+// and its created_at, to rewind it to once a keyed row is published.
 //
 // The update finds each claimed row again by its key, bucket included, so
 // that only its own partition is read (the outbox is partitioned, see
@@ -71,7 +72,7 @@ UPDATE /* schema */outbox AS o SET
                         ELSE o.errors END
 FROM claimable AS c CROSS JOIN async
 WHERE o.id = c.id AND o.bucket = c.bucket
-RETURNING o.id, o.status, o.topic, o.event_type, coalesce(o.ordering_key, ''), o.payload, o.metadata, o.attempts, o.seq,
+RETURNING o.id, o.status, o.topic, o.event_type, coalesce(o.ordering_key, ''), o.payload, o.metadata, o.attempts, o.seq, o.created_at,
           (SELECT min(f.available_at) FROM fresh AS f)`
 
 // completeSQL records what became of each claimed row, fenced by the claim

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -299,8 +300,9 @@ func TestALateRowIsClaimedByAFullClaim(t *testing.T) {
 // it: each of the key's rows becomes claimable only when the one before it
 // is published, by which time the claims of other rows have moved the
 // frontier past it. With claims that read from the start only once (the
-// full-claim interval is an hour here), the key's rows must still all be
-// published, in order.
+// full-claim interval is an hour here), the key's rows, written an hour
+// ago, must still all be published, in order: the relay rewinds the
+// frontier to each published keyed row's created_at.
 func TestAKeyedBacklogBehindTheFrontierIsPublished(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -310,7 +312,7 @@ func TestAKeyedBacklogBehindTheFrontierIsPublished(t *testing.T) {
 		keyed = append(keyed, outbox.Message{ID: uuid.Must(uuid.NewV7()), Topic: "t", OrderingKey: "order-7"})
 	}
 	want := strs(b.write(t, keyed...))
-	_, err := b.pool.Exec(ctx, b.sql("UPDATE /* schema */outbox SET available_at = now() - interval '1 hour'"))
+	_, err := b.pool.Exec(ctx, b.sql("UPDATE /* schema */outbox SET created_at = now() - interval '1 hour', available_at = now() - interval '1 hour'"))
 	require.NoError(t, err)
 	others := make([]outbox.Message, 500)
 	for i := range others {
@@ -330,6 +332,46 @@ func TestAKeyedBacklogBehindTheFrontierIsPublished(t *testing.T) {
 		}
 	}
 	require.Equal(t, want, got, "the key's rows, in order")
+}
+
+// An outbox whose rows all have ordering keys is still claimed from the
+// frontier: after a batch with keyed rows, the next claim starts at the
+// earliest one's created_at, less the margin, instead of at the pending
+// index's start, which would read the entry of every row claimed since the
+// partition was last vacuumed. Here 40 keys of 5 rows each are published,
+// with full claims once an hour: only the first claims, before any row was
+// taken, read from the start.
+func TestKeyedRowsKeepTheClaimsAtTheFrontier(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var mu sync.Mutex
+	var claims, full int
+	b := setupOn(t, pgtest.TracedPool(t, pgtest.Pool(t), pgtest.QueryArgs(func(sql string, args []any) {
+		if !strings.Contains(sql, "coalesce($6::timestamptz") { // the claim
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		claims++
+		if from, _ := args[5].(*time.Time); from == nil {
+			full++
+		}
+	})))
+	msgs := make([]outbox.Message, 200)
+	for i := range msgs {
+		msgs[i] = outbox.Message{ID: uuid.Must(uuid.NewV7()), Topic: "t", OrderingKey: fmt.Sprintf("order-%d", i%40)}
+	}
+	b.write(t, msgs...)
+
+	const workers = 2
+	r := b.newRelay(t, relay.Config{Publisher: &recorder{}, BatchSize: 10, Workers: workers})
+	relay.SetFrontier(r, 0, time.Hour)
+	require.NoError(t, r.Start(ctx))
+	b.waitPublished(t)
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, claims, 20, "200 rows in batches of 10")
+	require.LessOrEqual(t, full, workers, "claims that read the pending index from its start, of %d", claims)
 }
 
 func TestPublishFailuresAreRetriedAndRecorded(t *testing.T) {

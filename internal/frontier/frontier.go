@@ -18,12 +18,18 @@
 //
 // A row with an ordering key can be claimed only once the row before it
 // on its key is done; meanwhile the claims of other rows move the frontier
-// on, past it. So the claimer calls Rewind once it has finished a claimed
-// row that has a key: the next claim reads from the start, and finds the
-// key's next row however old it is. Without that, a key's backlog older
-// than the frontier would move one row per full claim, one a second. A
-// claimer whose rows all have keys therefore reads from the start as often
-// as without a frontier.
+// on, past it. So once the claimer has finished a claimed row that has a
+// key, it calls Rewind with the row's arrival time (received_at,
+// created_at): the next claim reads from there, less the margin, and finds
+// the key's next row, which arrived after it. A row's available_at is never
+// earlier than its arrival (both are the writing transaction's start, and
+// every later change sets it to now() or after), and the key's next row
+// arrived later, unless its transaction began more than the margin before
+// the finished row's: that one waits for a full claim, as any late row.
+// Without the rewind, a key's backlog older than the frontier would move
+// one row per full claim, one a second; with a rewind to the index's start,
+// a claimer whose rows all have keys would read every entry claimed since
+// the last vacuum, as if there were no frontier.
 package frontier
 
 import (
@@ -47,6 +53,7 @@ type Frontier struct {
 
 	mu       sync.Mutex
 	from     time.Time // zero until a claim took a fresh row
+	back     time.Time // where the next claim starts instead, if earlier than from (Rewind); zero if none
 	lastFull time.Time // when a claim last read from the start
 }
 
@@ -57,15 +64,22 @@ func New(margin, fullEvery time.Duration) *Frontier {
 }
 
 // Next returns where the next claim starts: a time, or nil for the start
-// of the index (a full claim).
+// of the index (a full claim). The first claim after a Rewind starts where
+// it said, if that is earlier than the frontier.
 func (f *Frontier) Next(now time.Time) *time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.from.IsZero() || f.lastFull.IsZero() || now.Sub(f.lastFull) >= f.fullEvery {
-		f.lastFull = now
+		f.lastFull, f.back = now, time.Time{}
 		return nil
 	}
 	from := f.from
+	if !f.back.IsZero() {
+		if f.back.Before(from) {
+			from = f.back
+		}
+		f.back = time.Time{}
+	}
 	return &from
 }
 
@@ -84,11 +98,17 @@ func (f *Frontier) Took(start, oldest *time.Time) {
 	}
 }
 
-// Rewind makes the next claim read the index from its start: call it once
-// a claimed row that has an ordering key is finished, committed, so that
-// the key's next row, which may be older than the frontier, is found.
-func (f *Frontier) Rewind() {
+// Rewind makes the next claim read from arrived, less the margin, if that
+// is behind the frontier: call it once a claimed row that has an ordering
+// key is finished, committed, with the row's arrival time, so that the
+// key's next row, which may be older than the frontier, is found. The
+// rewind holds until a claim starts from it: a concurrent claim that
+// started before it cannot undo it.
+func (f *Frontier) Rewind(arrived time.Time) {
+	back := arrived.Add(-f.margin)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.lastFull = time.Time{}
+	if f.back.IsZero() || back.Before(f.back) {
+		f.back = back
+	}
 }

@@ -44,16 +44,43 @@ func TestTheFrontierFollowsTheClaims(t *testing.T) {
 	require.Equal(t, at(-31), f.Next(now.Add(14*time.Second)), "a full claim saw everything: it may move the frontier back")
 }
 
-// After Rewind, the next claim reads from the start, however recent the
-// last full claim; the one after it from the frontier again.
-func TestRewindMakesTheNextClaimFull(t *testing.T) {
+// After Rewind, the next claim reads from the arrival time given, less the
+// margin, however recent the last full claim; the one after it from the
+// frontier again. The earliest of several rewinds wins, one later than
+// the frontier changes nothing, and a full claim covers them all.
+func TestRewindTakesTheNextClaimBack(t *testing.T) {
 	f := frontier.New(time.Second, time.Hour)
 	now := *at(0)
-	start := f.Next(now)
-	f.Took(start, at(-5))
+	f.Took(f.Next(now), at(-5))
 	require.Equal(t, at(-6), f.Next(now.Add(time.Second)))
 
-	f.Rewind()
-	require.Nil(t, f.Next(now.Add(2*time.Second)), "a rewound frontier reads from the start")
+	f.Rewind(*at(-60))
+	require.Equal(t, at(-61), f.Next(now.Add(2*time.Second)), "a rewound frontier reads from the arrival, less the margin")
 	require.Equal(t, at(-6), f.Next(now.Add(3*time.Second)), "once")
+
+	f.Rewind(*at(-30))
+	f.Rewind(*at(-50))
+	f.Rewind(*at(-40))
+	require.Equal(t, at(-51), f.Next(now.Add(4*time.Second)), "the earliest rewind")
+
+	f.Rewind(*at(10))
+	require.Equal(t, at(-6), f.Next(now.Add(5*time.Second)), "a rewind past the frontier changes nothing")
+
+	f.Rewind(*at(-60))
+	require.Nil(t, f.Next(now.Add(2*time.Hour)), "a full claim reads from the start anyway")
+	require.Equal(t, at(-6), f.Next(now.Add(2*time.Hour+time.Second)), "and the rewind is spent")
+}
+
+// A claim that started before a Rewind and ends after it moves the
+// frontier on, but the rewind still takes the next claim back: otherwise a
+// key's next row would wait for the full claim.
+func TestAClaimUnderWayDoesNotUndoARewind(t *testing.T) {
+	f := frontier.New(time.Second, time.Hour)
+	now := *at(0)
+	f.Took(f.Next(now), at(-5))
+	start := f.Next(now.Add(time.Second))
+	f.Rewind(*at(-60))
+	f.Took(start, at(5))
+	require.Equal(t, at(-61), f.Next(now.Add(2*time.Second)))
+	require.Equal(t, at(4), f.Next(now.Add(3*time.Second)), "the frontier moved on meanwhile")
 }
