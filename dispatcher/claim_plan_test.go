@@ -157,10 +157,10 @@ func TestCompletionsReadOnlyTheirMessages(t *testing.T) {
 	require.Less(t, rowsRead()-before, int64(100), "the completion read the consumer's done messages")
 }
 
-// A claim reads the pending index from the frontier on (see frontier):
-// the 20,000 messages claimed before it, whose entries stay in the index
-// until VACUUM, are stepped over by a claim that reads from the start
-// and not read at all by one that starts at the frontier.
+// A claim reads the pending index from the frontier on (see package
+// frontier): the 20,000 messages claimed before it, whose entries stay in
+// the index until VACUUM, are stepped over by a claim that reads from the
+// start and not read at all by one that starts at the frontier.
 func TestAClaimStartsAtTheFrontier(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
