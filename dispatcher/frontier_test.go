@@ -3,8 +3,6 @@ package dispatcher_test
 import (
 	"context"
 	"fmt"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -112,19 +110,8 @@ func TestKeyedMessagesKeepTheClaimsAtTheFrontier(t *testing.T) {
 	}
 	b.receiveMsgs(t, msgs...)
 
-	var mu sync.Mutex
-	var claims, full int
-	b.pool = pgtest.TracedPool(t, b.pool, pgtest.QueryArgs(func(sql string, args []any) {
-		if !strings.Contains(sql, "coalesce($7::timestamptz") { // the claim
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		claims++
-		if from, _ := args[6].(*time.Time); from == nil {
-			full++
-		}
-	}))
+	claims := pgtest.NewFullClaims("coalesce($7::timestamptz", 6)
+	b.pool = pgtest.TracedPool(t, b.pool, claims.Tracer())
 	const workers = 2
 	d := b.newDispatcher(t, dispatcher.Config{
 		Handlers:  map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(b.recordEffect)},
@@ -135,8 +122,5 @@ func TestKeyedMessagesKeepTheClaimsAtTheFrontier(t *testing.T) {
 	require.NoError(t, d.Start(ctx))
 	b.waitSettled(t)
 	require.Len(t, b.effects(t), 200)
-	mu.Lock()
-	defer mu.Unlock()
-	require.GreaterOrEqual(t, claims, 20, "200 messages in batches of 10")
-	require.LessOrEqual(t, full, workers, "claims that read the pending index from its start, of %d", claims)
+	claims.RequireAtMost(t, 20, workers) // 200 messages in batches of 10
 }
