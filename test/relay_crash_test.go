@@ -117,9 +117,12 @@ func TestRelayKilledBetweenPublishAndMarkCausesNoDoubleEffect(t *testing.T) {
 	child.Kill()
 
 	var running int
-	require.NoError(t, p.pool.QueryRow(context.Background(), ident.Render(
-		"SELECT count(*) FROM /* schema */outbox WHERE status = 'running'", p.schema)).Scan(&running))
-	require.Equal(t, 10, running, "the killed relay published 10 rows without recording them")
+	var rows string // what the outbox holds, to tell a failure's cause
+	require.NoError(t, p.pool.QueryRow(context.Background(), ident.Render(`
+		SELECT count(*) FILTER (WHERE status = 'running'),
+		       string_agg(format('%s attempts=%s token=%s available_at=%s error=%s', status, attempts, claim_token, available_at, last_error), E'\n' ORDER BY seq)
+		FROM /* schema */outbox`, p.schema)).Scan(&running, &rows))
+	require.Equal(t, 10, running, "the killed relay published 10 rows without recording them; the outbox:\n%s", rows)
 
 	p.startRelay(t, b.publisher)
 	waitPublished(t, p)
