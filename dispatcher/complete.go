@@ -81,10 +81,14 @@ func (d *Dispatcher) settle(ctx context.Context, b *batch, failed []outcome) err
 			traces[i] = &failed[i].trace
 		}
 	}
-	return d.loop.Record("the failed batch's attempts", func() error {
+	err := d.loop.Record("the failed batch's attempts", func() error {
 		ctx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
 		defer cancel()
 		_, err := d.pool.Exec(ctx, d.q.settle, d.q.byKey, d.consumer, b.xid, ids, statuses, delays, errs, traces)
 		return err
 	})
+	if err == nil {
+		d.loop.Progress(n) // failed attempts recorded: the messages move on
+	}
+	return err
 }

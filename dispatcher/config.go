@@ -17,6 +17,7 @@ import (
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/backoff"
+	"github.com/pgbox/pgbox/internal/workloop"
 )
 
 const (
@@ -129,6 +130,18 @@ type Config struct {
 	// whose attempt number attempt failed. Defaults to DefaultRetryBackoff.
 	RetryBackoffFunc func(attempt int) time.Duration
 
+	// StallTimeout is how long messages may wait, claimable, with none
+	// finished (done, retried after a failure, dead or snoozed) before the
+	// dispatcher reports itself stalled, whatever the cause: an error log
+	// naming what it waits on (outcomes it cannot record, claims that fail,
+	// workers held by handlers that do not return), StallErr, the
+	// pgbox.stalled gauge, and a failing health check, until a message is
+	// finished again or none waits. An idle dispatcher is never stalled.
+	// Defaults to 30 seconds, 10 PollIntervals or the HandlerTimeout,
+	// whichever is longest (one minute with the default HandlerTimeout);
+	// -1 turns the watchdog off.
+	StallTimeout time.Duration
+
 	// TracerProvider receives a span per handler call, a child of the
 	// trace context found in the message's metadata (see Propagator).
 	// Defaults to OpenTelemetry's global provider, which does nothing until
@@ -163,6 +176,8 @@ func (c Config) WithDefaults() Config {
 	if c.RetryBackoffFunc == nil {
 		c.RetryBackoffFunc = DefaultRetryBackoff
 	}
+	// A handler may take its HandlerTimeout without stalling anything.
+	c.StallTimeout = cmp.Or(c.StallTimeout, max(workloop.StallTimeoutFor(c.PollInterval), c.HandlerTimeout))
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
 	return c
 }
@@ -207,6 +222,9 @@ func (c Config) validate() error {
 	}
 	if c.ProcessHeartbeat < pgbox.ProcessHeartbeatMin {
 		add("Config.ProcessHeartbeat is %s: it must be at least %s", c.ProcessHeartbeat, pgbox.ProcessHeartbeatMin)
+	}
+	if c.StallTimeout < time.Millisecond && c.StallTimeout != -1 {
+		add("Config.StallTimeout is %s: use at least 1ms, 0 for the default or -1 to turn the watchdog off", c.StallTimeout)
 	}
 	if len(problems) > 0 {
 		return errors.New("dispatcher: " + strings.Join(problems, "; "))

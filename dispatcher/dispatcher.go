@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -50,7 +51,7 @@ type Dispatcher struct {
 }
 
 type queries struct {
-	beginBatch, claim, complete, reconcile, recordClaim, renewLease, settle string
+	beginBatch, claim, complete, due, reconcile, recordClaim, renewLease, settle string
 	// byKey is the mode of complete, settle and reconcile (see byKeyMode).
 	byKey pgx.QueryExecMode
 }
@@ -90,6 +91,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 			beginBatch:  beginBatchSQL(cfg.Lease),
 			claim:       strings.Replace(ident.Render(claimSQL, schema), batchPlaceholder, strconv.Itoa(cfg.BatchSize), 1),
 			complete:    ident.Render(completeSQL, schema),
+			due:         ident.Render(dueSQL, schema),
 			reconcile:   ident.Render(reconcileSQL, schema),
 			recordClaim: ident.Render(recordClaimSQL, schema),
 			renewLease:  ident.Render(renewLeaseSQL, schema),
@@ -107,15 +109,19 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		}
 	}
 	d.loop = workloop.New(workloop.Config{
-		Batch:        d.runBatch,
-		BatchSize:    cfg.BatchSize,
-		Channel:      cfg.Inbox.Channel(),
-		ConnConfig:   cmp.Or(cfg.ListenConnConfig, pool.Config().ConnConfig),
+		Batch:      d.runBatch,
+		BatchSize:  cfg.BatchSize,
+		Channel:    cfg.Inbox.Channel(),
+		ConnConfig: cmp.Or(cfg.ListenConnConfig, pool.Config().ConnConfig),
+		DueFunc: func(ctx context.Context) (int64, time.Duration, error) {
+			return telemetry.ReadBacklog(ctx, pool, d.q.due, consumer, workloop.DueCountMax)
+		},
 		Logger:       cfg.Logger.With("consumer", consumer),
 		Name:         "dispatcher (" + consumer + ")",
 		Notifier:     pool,
 		PollInterval: cfg.PollInterval,
 		PollOnly:     cfg.PollOnly,
+		StallTimeout: max(cfg.StallTimeout, 0),
 		Telemetry: telemetry.NewLoop(cfg.MeterProvider,
 			telemetry.AttrComponent.String("dispatcher"), telemetry.AttrConsumer.String(consumer)),
 		Wanted:  func(c string) bool { return c == consumer },

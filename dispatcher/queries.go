@@ -340,3 +340,23 @@ UPDATE /* schema */inbox AS i SET
 FROM unnest($3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[])
     AS o(message_id, status, delay_ms, error, trace)
 WHERE EXISTS (SELECT 1 FROM mine) AND i.consumer = $1 AND i.message_id = o.message_id AND i.status = ` + tables.InboxPending
+
+// dueSQL reads the backlog for the stall watchdog (workloop): how many
+// messages are pending, counted up to $2, and how long the oldest that a
+// claim could take now (due, and unkeyed or at the head of its key) has
+// been due, or 0. A message held behind an earlier one of its key waits
+// for that one, which a backing-off head makes a wait for time, not a
+// stall. It reads the pending index in available_at order and stops at
+// the first claimable message.
+const dueSQL = `
+SELECT (SELECT count(*) FROM (
+            SELECT 1 FROM /* schema */inbox AS i
+            WHERE i.consumer = $1 AND i.status = ` + tables.InboxPending + `
+            LIMIT $2) AS w),
+       coalesce((
+            SELECT extract(epoch FROM now() - i.available_at)
+            FROM /* schema */inbox AS i
+            WHERE i.consumer = $1 AND i.status = ` + tables.InboxPending + ` AND i.available_at <= now()
+              AND ` + tables.InboxAtKeyHead + `
+            ORDER BY i.available_at
+            LIMIT 1), 0)::float8`

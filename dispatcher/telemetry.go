@@ -23,8 +23,21 @@ func (d *Dispatcher) Consumer() string { return d.consumer }
 
 // observe counts recorded outcomes: processed, failed attempts, dead.
 // Releases and snoozes (a refunded attempt) are not failures.
+// StallErr says why the dispatcher is stalled, or returns nil: messages
+// have been claimable for Config.StallTimeout and none was finished
+// meanwhile. It names what the dispatcher waits on. The health check fails
+// on it.
+func (d *Dispatcher) StallErr() error { return d.loop.StallErr() }
+
 func (d *Dispatcher) observe(ctx context.Context, outcomes []outcome) {
+	finished := 0
 	for _, o := range outcomes {
 		d.tel.Outcome(ctx, o.eventType, o.status, o.err != "" && !o.refund)
+		// A message handed back (Stop, a lost claim) is not finished; a
+		// snoozed one is: its handler decided, and the snooze's delay says so.
+		if !o.refund || o.delay > 0 {
+			finished++
+		}
 	}
+	d.loop.Progress(finished)
 }

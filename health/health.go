@@ -16,9 +16,11 @@
 // "warn", still 200): notifications that never reach a dispatcher or relay
 // (a LISTEN through a transaction pooler) leave new work to wait for the
 // next poll. A dispatcher or relay that cannot record its outcomes, and so
-// has stopped claiming, fails. A relay that has paused because its broker
-// is unreachable warns: no message is lost or charged an attempt, and the
-// outbox backlog check fails once rows have waited too long. Use it for readiness and alerting.
+// has stopped claiming, fails, as does one that is stalled: it has had
+// work due for its StallTimeout and finished none of it. A relay that has
+// paused because its broker is unreachable, or has a topic whose publishes
+// hang, warns: no message is lost or charged an attempt, and the stall and
+// backlog checks fail once rows have waited too long. Use it for readiness and alerting.
 // Think twice before using it as a liveness probe: a backlog that ages
 // because a downstream system is slow, or a database that is down, is not
 // cured by restarting the process.
@@ -74,17 +76,17 @@ type Config struct {
 	// checks no backlog.
 	BacklogAgeMax time.Duration
 
-	// Dispatchers must be running and recording their outcomes, and their
-	// consumers' backlogs young enough. Notifications that do not reach
+	// Dispatchers must be running, recording their outcomes and not
+	// stalled, and their consumers' backlogs young enough. Notifications that do not reach
 	// one only warn.
 	Dispatchers []*dispatcher.Dispatcher
 
 	// Maintainer, if set, must be running.
 	Maintainer *maintenance.Maintainer
 
-	// Relays must be running and recording their outcomes, and the
-	// outbox's backlog young enough. Notifications that do not reach one,
-	// and a broker that one cannot reach, only warn.
+	// Relays must be running, recording their outcomes and not stalled,
+	// and the outbox's backlog young enough. Notifications that do not
+	// reach one, and a broker or topic that one cannot reach, only warn.
 	Relays []*relay.Relay
 
 	// Schema is the PostgreSQL schema holding pgbox's tables. Defaults to
@@ -199,16 +201,18 @@ func (c *Checker) Check(ctx context.Context) *Report {
 	}
 
 	// A component that runs but has stopped claiming because it cannot
-	// record its outcomes is as good as stopped.
-	running := func(name string, ok bool, recordErr error) {
-		switch {
-		case !ok:
+	// record its outcomes, or has work and finishes none of it, is as good
+	// as stopped.
+	running := func(name string, ok bool, troubles ...error) {
+		if !ok {
 			add(name, "", errors.New("not running"))
-		case recordErr != nil:
-			add(name, "", recordErr)
-		default:
-			add(name, "running", nil)
+			return
 		}
+		if err := errors.Join(troubles...); err != nil {
+			add(name, "", err)
+			return
+		}
+		add(name, "running", nil)
 	}
 	relayName := func(i int) string {
 		if len(c.cfg.Relays) > 1 {
@@ -217,13 +221,13 @@ func (c *Checker) Check(ctx context.Context) *Report {
 		return "relay"
 	}
 	for _, d := range c.cfg.Dispatchers {
-		running("dispatcher "+d.Consumer(), d.Running(), d.RecordErr())
+		running("dispatcher "+d.Consumer(), d.Running(), d.RecordErr(), d.StallErr())
 	}
 	for i, r := range c.cfg.Relays {
-		running(relayName(i), r.Running(), r.RecordErr())
+		running(relayName(i), r.Running(), r.RecordErr(), r.StallErr())
 	}
 	if c.cfg.Maintainer != nil {
-		running("maintenance", c.cfg.Maintainer.Running(), nil)
+		running("maintenance", c.cfg.Maintainer.Running())
 	}
 	for _, d := range c.cfg.Dispatchers {
 		warn("notifications "+d.Consumer(), d.NotifyErr())

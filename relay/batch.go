@@ -53,7 +53,8 @@ type outcome struct {
 
 // runBatch claims rows, publishes them topic by topic in commit order, and
 // records the outcomes. It returns how many rows the claim took. While the
-// broker is unreachable it first waits for its turn to probe it (outage).
+// broker is unreachable, or in doubt, it first waits for its turn to probe
+// it (outage).
 func (r *Relay) runBatch() (int, error) {
 	epoch, ok := r.outage.await(r.loop.StopSignal())
 	if !ok {
@@ -75,11 +76,29 @@ func (r *Relay) runBatch() (int, error) {
 	for _, group := range byTopic(rows) {
 		r.publishGroup(rd, group)
 	}
-	r.complete(token, r.settle(rd))
+	outcomes, charge := r.settle(rd)
+	if r.complete(token, outcomes) {
+		r.loop.Progress(finished(outcomes))
+	}
+	if len(charge) > 0 {
+		r.charge(charge)
+	}
 	if created, ok := firstKeyed(rows); ok { // their keys' next rows may be behind the frontier
 		r.frontier.Rewind(created)
 	}
 	return n, nil
+}
+
+// finished counts the outcomes that finish their row's attempt: all but
+// the rows handed back.
+func finished(outcomes []outcome) int {
+	n := 0
+	for _, o := range outcomes {
+		if !o.refund {
+			n++
+		}
+	}
+	return n
 }
 
 // firstKeyed returns the earliest created_at among the rows that have an
@@ -103,15 +122,13 @@ type round struct {
 	epoch    int             // the outage tracker's, when the round began
 	down     error           // a publish found the broker unreachable: publish no more
 	held     map[string]bool // ordering keys with a row not published this round
-	hung     []hungRow       // rows whose call hung, decided on at the end
 	outcomes []outcome
-	reached  bool // the broker answered a publish: took it, or refused it
-}
-
-// hungRow is a row whose call hung, with the call's *hungError.
-type hungRow struct {
-	err error
-	row *row
+	reached  bool  // the broker answered a publish: took it, or refused it
+	stuck    error // a call was not made: an earlier one to its topic still hangs
+	// unsure are the rows whose call hung or failed unreachable: handed
+	// back uncharged at the end, and charged only if the broker then
+	// proves reachable (see outage).
+	unsure []doubt
 }
 
 // released hands rows back unpublished: pending at once, their attempt
@@ -241,64 +258,84 @@ func (r *Relay) note(rd *round, rows []*row, err error) {
 		for _, rw := range rows {
 			rd.outcomes = append(rd.outcomes, outcome{id: rw.id, status: pgbox.OutboxPublished})
 		}
-		return
-	case hung:
-		// Charged or refunded once the round is over: an outage if no
-		// call of the round reached the broker.
-		for _, rw := range rows {
-			rd.hold(rw)
-			rd.hung = append(rd.hung, hungRow{err: err, row: rw})
-		}
-		return
-	case stuck:
-		// Not sent, so not charged, and no news of the broker: tried
-		// again after a while, when the hung call may have returned.
-		rd.releasedFor(r.cfg.PublishTimeout, rows...)
-		return
-	case stopping:
-		rd.released(rows...)
-		return
 	case unreachable:
 		rd.down = err
-		if !rd.reached { // an outage: not the rows' fault
-			rd.released(rows...)
-			return
+		fallthrough
+	case hung:
+		// Not the rows' fault if the broker has gone: decided once the
+		// round is over (settle).
+		for _, rw := range rows {
+			rd.hold(rw)
+			rd.unsure = append(rd.unsure, doubt{err: err, row: rw})
 		}
-		// It went away after taking others of this round: charged, as any
-		// failure.
+	case stuck:
+		// Not sent, so not charged: tried again after a while, when the
+		// hung call may have returned.
+		rd.stuck = err
+		rd.releasedFor(r.cfg.PublishTimeout, rows...)
+	case stopping:
+		rd.released(rows...)
 	case refused:
 		rd.reached = true
-	}
-	for _, rw := range rows {
-		rd.hold(rw)
-		rd.outcomes = append(rd.outcomes, r.failed(rw, err))
+		for _, rw := range rows {
+			rd.hold(rw)
+			rd.outcomes = append(rd.outcomes, r.failed(rw, err))
+		}
 	}
 }
 
-// settle ends a round: it decides what the hung calls' rows owe, tells the
-// outage tracker how the broker fared, and returns every row's outcome. A
-// round that reached the broker charges its hung rows, as any failure; a
-// round in which every call failed unreachable or hung is an outage, and
-// refunds them; a round that made no call (Stop came first, or every
-// topic it had rows of still hangs) tells nothing of the broker.
-func (r *Relay) settle(rd *round) []outcome {
+// settle ends a round: it hands back the rows whose call hung or failed
+// unreachable, uncharged, tells the outage tracker how the broker fared,
+// and returns every row's outcome, and the rows of an earlier round in
+// doubt that this round's verdict charges. A round in which every call
+// failed unreachable or hung is an outage. A round that reached the broker
+// and then had calls fail so is in doubt: a probe decides whether the
+// broker went away (its rows stay uncharged) or the rows' own publish
+// failed (charged then). A round whose only news is a topic still hanging
+// fails a probe; a round that made no call tells nothing of the broker.
+func (r *Relay) settle(rd *round) (outcomes []outcome, charge []doubt) {
+	down := rd.down
+	for _, u := range rd.unsure {
+		rd.released(u.row)
+		down = cmp.Or(down, u.err)
+	}
 	switch {
+	case rd.reached && down != nil:
+		charge = r.outage.mixed(rd.epoch, down, rd.unsure)
 	case rd.reached:
-		for _, h := range rd.hung {
-			rd.outcomes = append(rd.outcomes, r.failed(h.row, h.err))
-		}
-		r.outage.reached(rd.epoch)
-	case rd.down != nil || len(rd.hung) > 0:
-		down := rd.down
-		for _, h := range rd.hung {
-			rd.released(h.row)
-			down = cmp.Or(down, h.err)
-		}
+		charge = r.outage.reached(rd.epoch)
+	case down != nil:
 		r.outage.failed(rd.epoch, down)
+	case rd.stuck != nil:
+		r.outage.hanging(rd.epoch, rd.stuck)
 	default:
 		r.outage.idle(rd.epoch)
 	}
-	return rd.outcomes
+	return rd.outcomes, charge
+}
+
+// charge records the failures of rows handed back uncharged from a round
+// in doubt, now that the broker has proved reachable: each is charged an
+// attempt, as any failed publish, unless it has been claimed again since
+// (chargeSQL's fence). A charge that cannot be recorded is logged and
+// dropped: the row stays uncharged, the safe side of an outage.
+func (r *Relay) charge(doubts []doubt) {
+	outcomes := make([]outcome, len(doubts))
+	attempts := make([]int32, len(doubts))
+	for i, d := range doubts {
+		outcomes[i] = r.failed(d.row, d.err)
+		attempts[i] = int32(d.row.attempt - 1) // as the refund left it
+	}
+	a := newOutcomeArgs(outcomes)
+	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
+	defer cancel()
+	n, err := r.recordOutcomes(ctx, r.q.charge, a.ids, a.statuses, a.delays, attempts, a.errs, a.days)
+	if err != nil {
+		r.cfg.Logger.Warn("relay: could not charge the rows of a failed publish their attempt; they stay uncharged",
+			slog.Int("rows", len(doubts)), slog.String("error", err.Error()))
+		return
+	}
+	r.loop.Progress(n)
 }
 
 // claim takes a batch of rows. It returns the rows to publish and how many
@@ -403,52 +440,66 @@ func (r *Relay) failed(rw *row, err error) outcome {
 	return o
 }
 
-// complete records outcomes, fenced by token. While it cannot (the
-// database is down, or rejects the update), it retries, and the relay
-// claims nothing more (workloop.Record): rows published again and again
-// while their outcomes go nowhere would flood the consumers. Only Stop's
-// deadline makes it give up; the rows are then published again once
-// their lease expires, which consumers dedupe.
-func (r *Relay) complete(token int64, outcomes []outcome) {
+// outcomeArgs are outcomes as the parameters of completeSQL and chargeSQL.
+// Ids go as text (the statements cast them to uuid[]) and statuses as
+// plain strings: pgx encodes a []uuid.UUID, or a slice of a named string
+// type, only when it knows the parameter's type, which the exec and
+// simple_protocol query modes never tell it.
+type outcomeArgs struct {
+	ids, statuses []string
+	delays        []int64
+	refunds, days []int32 // days: the partition a row's id puts it in
+	errs          []*string
+}
+
+func newOutcomeArgs(outcomes []outcome) outcomeArgs {
 	n := len(outcomes)
-	// Ids go as text (completeSQL casts them to uuid[]) and statuses as
-	// plain strings: pgx encodes a []uuid.UUID, or a slice of a named
-	// string type, only when it knows the parameter's type, which the exec
-	// and simple_protocol query modes never tell it.
-	ids, statuses := make([]string, n), make([]string, n)
-	delays, refunds, errs := make([]int64, n), make([]int32, n), make([]*string, n)
-	days := make([]int32, n) // the partition a row's id puts it in (completeSQL)
+	a := outcomeArgs{ids: make([]string, n), statuses: make([]string, n), delays: make([]int64, n),
+		refunds: make([]int32, n), days: make([]int32, n), errs: make([]*string, n)}
 	for i, o := range outcomes {
-		ids[i], statuses[i], delays[i] = o.id.String(), string(o.status), o.delay.Milliseconds()
+		a.ids[i], a.statuses[i], a.delays[i] = o.id.String(), string(o.status), o.delay.Milliseconds()
 		if d, ok := partition.UUIDDay(o.id); ok {
-			days[i] = int32(d)
+			a.days[i] = int32(d)
 		}
 		if o.refund {
-			refunds[i] = 1
+			a.refunds[i] = 1
 		}
 		if o.err != "" {
-			errs[i] = &outcomes[i].err
+			a.errs[i] = &outcomes[i].err
 		}
 	}
+	return a
+}
+
+// complete records outcomes, fenced by token, and reports whether it did.
+// While it cannot (the database is down, or rejects the update), it
+// retries, and the relay claims nothing more (workloop.Record): rows
+// published again and again while their outcomes go nowhere would flood
+// the consumers. Only Stop's deadline makes it give up; the rows are then
+// published again once their lease expires, which consumers dedupe.
+func (r *Relay) complete(token int64, outcomes []outcome) bool {
+	n := len(outcomes)
+	a := newOutcomeArgs(outcomes)
 	var recorded int
 	err := r.loop.Record("publish outcomes", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
 		defer cancel()
 		var err error
-		recorded, err = r.recordOutcomes(ctx, token, ids, statuses, delays, refunds, errs, days)
+		recorded, err = r.recordOutcomes(ctx, r.q.complete, token, a.ids, a.statuses, a.delays, a.refunds, a.errs, a.days)
 		return err
 	})
 	if err == nil && recorded < n {
 		r.cfg.Logger.Warn("relay: some outcomes were not recorded because another relay had taken the rows over (lease expired)",
 			slog.Int("rows", n), slog.Int("recorded", recorded))
 	}
+	return err == nil
 }
 
-// recordOutcomes runs completeSQL and counts the rows it recorded dead
-// once it has committed; a row another relay had taken over is not
-// recorded. It returns how many rows it recorded.
-func (r *Relay) recordOutcomes(ctx context.Context, args ...any) (int, error) {
-	rows, err := r.pool.Query(ctx, r.q.complete, args...)
+// recordOutcomes runs query (completeSQL or chargeSQL) and counts the rows
+// it recorded dead once it has committed; a row its fence leaves alone is
+// not recorded. It returns how many rows it recorded.
+func (r *Relay) recordOutcomes(ctx context.Context, query string, args ...any) (int, error) {
+	rows, err := r.pool.Query(ctx, query, args...)
 	if err != nil {
 		return 0, err
 	}

@@ -34,14 +34,25 @@
 //   - A publish that hangs is given up after Config.PublishTimeout: its
 //     rows count as not published (never recorded published on a late
 //     answer), the relay makes no new call to the topic until it returns,
-//     and the other topics go on. Stop does not wait for it past its
+//     and the other topics go on. A topic that hangs for three
+//     PublishTimeouts is an error: logged, named in BrokerErr and counted
+//     in a gauge until it answers. Stop does not wait for it past its
 //     context.
-//   - A broker outage is not the rows' fault: when no publish of a round
-//     reaches the broker (each found it unreachable, Config.UnreachableFunc,
-//     or hung), its rows go back with their attempt refunded and the whole
-//     relay pauses, probing the broker after a backoff; BrokerErr, the
-//     health check and a gauge show it, and the log says it when it starts,
-//     once a minute while it lasts, and when it ends.
+//   - A broker outage is not the rows' fault, however it begins: when no
+//     publish of a round reaches the broker (each found it unreachable,
+//     Config.UnreachableFunc, or hung), its rows go back with their attempt
+//     refunded and the whole relay pauses, probing the broker after a
+//     backoff; BrokerErr, the health check and a gauge show it, and the log
+//     says it when it starts, once a minute while it lasts, and when it
+//     ends. When the broker goes away in the middle of a round, after it
+//     took some of the round's messages, the rows of the failed calls go
+//     back uncharged and the next round probes at once: an outage if it
+//     reaches nothing, and the rows' own failure, charged, if the broker
+//     answers.
+//   - A relay that has publishable rows and publishes none of them for
+//     Config.StallTimeout says so, whatever the cause: an error log naming
+//     what it waits on, StallErr, the pgbox.stalled gauge and a failing
+//     health check.
 //   - New rows wake an idle relay through LISTEN/NOTIFY; polling remains the
 //     source of truth.
 //

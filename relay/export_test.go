@@ -7,9 +7,12 @@ import (
 )
 
 // SetOutageRemindEvery sets how often r logs that the broker is still
-// unreachable (a minute otherwise), so that a test need not wait minutes.
-// Call it before Start.
-func SetOutageRemindEvery(r *Relay, d time.Duration) { r.outage.remindEvery = d }
+// unreachable, or a topic still hangs (a minute otherwise), so that a test
+// need not wait minutes. Call it before Start.
+func SetOutageRemindEvery(r *Relay, d time.Duration) {
+	r.outage.remindEvery = d
+	r.calls.remindEvery = d
+}
 
 // SetFrontier sets how far behind the oldest row claimed r's claims start,
 // and how often at least one reads from the start (see package frontier).

@@ -57,19 +57,24 @@ func DefaultOutageBackoff(probe int) time.Duration {
 	return backoff.Exponential(probe, time.Second, 30*time.Second)
 }
 
-// outage is the relay's view of its broker: reachable, or down since a
-// round in which every publish failed as unreachable. While down, workers
-// wait, and one at a time probes the broker with a real round after each
-// backoff (Config.OutageBackoffFunc). It is logged once per change: down,
-// still down every remindEvery (a minute), reachable again.
+// outage is the relay's view of its broker: reachable; in doubt, after a
+// round that reached it and then had a call fail unreachable or hang; or
+// down, since a round in which no call reached it. While in doubt or down,
+// workers wait, and one at a time probes the broker with a real round:
+// at once when in doubt, and after each backoff (Config.OutageBackoffFunc)
+// when down. The probe decides: a probe that reaches the broker ends an
+// outage and charges the rows of the round in doubt, whose failure was
+// then their own (a message the broker's connection cannot take); a probe
+// that reaches nothing declares the outage, and those rows stay uncharged,
+// as every row is while it lasts. An outage is logged once per change:
+// down, still down every remindEvery (a minute), reachable again.
 //
 // A round reports on the broker as it was when the round began: a round
-// that began before the broker went down, or before it came back, and
-// ends after, is stale (its epoch is not the current one) and changes
-// nothing. Otherwise a call confirmed just before a crash, returning
-// after another round found the broker gone, would end the outage it
-// predates, and a late failure would start one again or let a second
-// worker probe.
+// that began before the state last changed is stale (its epoch is not the
+// current one) and changes nothing. Otherwise a call confirmed just before
+// a crash, returning after another round found the broker gone, would end
+// the outage it predates, and a late failure would start one again or let
+// a second worker probe.
 type outage struct {
 	backoffFunc func(probe int) time.Duration
 	logger      *slog.Logger
@@ -77,15 +82,33 @@ type outage struct {
 	tel         *telemetry.Relay
 
 	mu      sync.Mutex
-	changed chan struct{} // closed and replaced when the broker comes back or a probe ends
-	down    bool
+	changed chan struct{} // closed and replaced when the state changes or a probe ends
+	state   brokerState
+	doubts  []doubt   // while in doubt: the rows the probe's verdict charges or forgives
 	err     error     // the last unreachable error while down
 	probes  int       // rounds failed since the outage began
 	logged  time.Time // when the outage was last logged
 	next    time.Time // when the next probe may start
 	probing bool      // a worker is probing
 	since   time.Time // when the outage began
-	epoch   int       // counts the changes between down and reachable
+	epoch   int       // counts the changes of state
+}
+
+// brokerState is what the relay knows of its broker.
+type brokerState int
+
+const (
+	reachable brokerState = iota
+	inDoubt               // a round reached it, then a call failed unreachable or hung
+	down                  // a round reached nothing: every call failed unreachable or hung
+)
+
+// doubt is a row handed back uncharged from a round in doubt, with the
+// error its call failed with: charged with it if the probe finds the
+// broker reachable.
+type doubt struct {
+	err error
+	row *row
 }
 
 func newOutage(backoffFunc func(int) time.Duration, logger *slog.Logger, tel *telemetry.Relay) *outage {
@@ -93,14 +116,14 @@ func newOutage(backoffFunc func(int) time.Duration, logger *slog.Logger, tel *te
 }
 
 // await returns true when the caller may claim a round, and the epoch to
-// report the round's result with: the broker is reachable, or it is down
-// and the caller is the one to probe it now (it must then call failed,
-// reached or idle). It returns false if stop closes first.
+// report the round's result with: the broker is reachable, or the caller
+// is the one to probe it now (it must then report the round). It returns
+// false if stop closes first.
 func (o *outage) await(stop <-chan struct{}) (epoch int, ok bool) {
 	for {
 		o.mu.Lock()
 		epoch := o.epoch
-		if !o.down {
+		if o.state == reachable {
 			o.mu.Unlock()
 			return epoch, true
 		}
@@ -127,11 +150,16 @@ func (o *outage) await(stop <-chan struct{}) (epoch int, ok bool) {
 	}
 }
 
-// failed records a round of epoch in which every publish found the broker
-// unreachable: an outage begins, or goes on with a longer wait.
+// failed records a round of epoch that reached nothing, every call having
+// failed unreachable or hung: an outage begins, or goes on with a longer
+// wait. The rows in doubt, if any, are forgiven: the broker did go away.
 func (o *outage) failed(epoch int, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.failedLocked(epoch, err)
+}
+
+func (o *outage) failedLocked(epoch int, err error) {
 	if epoch != o.epoch {
 		return
 	}
@@ -141,8 +169,8 @@ func (o *outage) failed(epoch int, err error) {
 	o.next = now.Add(max(o.backoffFunc(o.probes), 0))
 	o.probing = false
 	o.signal()
-	if !o.down {
-		o.down, o.since, o.logged = true, now, now
+	if o.state != down {
+		o.state, o.doubts, o.since, o.logged = down, nil, now, now
 		o.epoch++
 		o.tel.Unreachable(true)
 		o.logger.Error("relay: the broker is unreachable; publishing is paused and no row is charged an attempt while it lasts: rows are published once it answers again",
@@ -156,19 +184,68 @@ func (o *outage) failed(epoch int, err error) {
 	}
 }
 
-// reached records a round of epoch in which the broker answered (it took
-// a publish, or refused one for a reason of the message's own): an outage
-// is over.
-func (o *outage) reached(epoch int) {
+// hanging records a round of epoch whose only news is that its topics
+// still hang: no call was made, since an earlier call to each is still
+// out. For a probe that is a failure, err its cause; otherwise it tells
+// nothing of the broker (a topic that hangs alone is reported by calls).
+func (o *outage) hanging(epoch int, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.down || epoch != o.epoch {
+	if o.state != reachable {
+		o.failedLocked(epoch, err)
 		return
 	}
-	o.tel.Unreachable(false)
-	o.logger.Info("relay: the broker is reachable again; publishing resumed",
-		slog.Duration("down_for", time.Since(o.since).Round(time.Millisecond)), slog.Int("probes", o.probes))
-	o.down, o.err, o.probes, o.probing = false, nil, 0, false
+	o.idleLocked(epoch)
+}
+
+// reached records a round of epoch in which the broker answered every
+// call (it took them, or refused one for a reason of the message's own):
+// an outage or a doubt is over. It returns the rows in doubt, to charge.
+func (o *outage) reached(epoch int) []doubt {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.state == reachable || epoch != o.epoch {
+		return nil
+	}
+	charge := o.doubts
+	o.end()
+	return charge
+}
+
+// mixed records a round of epoch that reached the broker, then had the
+// calls of doubts fail unreachable (err) or hang: in doubt until a probe
+// decides, which the next round is, at once. It returns the rows of an
+// earlier doubt, to charge: this round reached the broker.
+func (o *outage) mixed(epoch int, err error, doubts []doubt) []doubt {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if epoch != o.epoch {
+		return nil
+	}
+	charge := o.doubts
+	switch o.state {
+	case down:
+		o.end()
+	case reachable:
+		o.logger.Warn("relay: a publish failed after others of its round went out; its rows are handed back uncharged, and the next round probes the broker: "+
+			"if it reaches nothing, this is an outage and they stay uncharged; if it answers, the failure was theirs and they are charged",
+			slog.Int("rows", len(doubts)), slog.String("error", err.Error()))
+	}
+	o.state, o.doubts, o.err = inDoubt, doubts, err
+	o.next, o.probing = time.Now(), false
+	o.epoch++
+	o.signal()
+	return charge
+}
+
+// end ends an outage or a doubt; o.mu is held.
+func (o *outage) end() {
+	if o.state == down {
+		o.tel.Unreachable(false)
+		o.logger.Info("relay: the broker is reachable again; publishing resumed",
+			slog.Duration("down_for", time.Since(o.since).Round(time.Millisecond)), slog.Int("probes", o.probes))
+	}
+	o.state, o.doubts, o.err, o.probes, o.probing = reachable, nil, nil, 0, false
 	o.epoch++
 	o.signal()
 }
@@ -178,6 +255,10 @@ func (o *outage) reached(epoch int) {
 func (o *outage) idle(epoch int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.idleLocked(epoch)
+}
+
+func (o *outage) idleLocked(epoch int) {
 	if o.probing && epoch == o.epoch {
 		o.probing = false
 		o.signal()
@@ -194,7 +275,7 @@ func (o *outage) signal() {
 func (o *outage) Err() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.down {
+	if o.state != down {
 		return nil
 	}
 	return fmt.Errorf("publishing paused for %s: the broker is unreachable (%d rounds failed): %w",

@@ -44,8 +44,10 @@ func TestIsUnreachable(t *testing.T) {
 // A broker that answers every publish with an unreachable error pauses the
 // relay: its rows keep their attempts however long it lasts (MaxAttempts
 // 1 would make each dead at its first charged failure), and are published
-// once the broker answers. A row refused while another topic's row of the
-// same round was taken is charged as any failure.
+// once the broker answers. A row whose publish fails so after another of
+// its round went out leaves the relay in doubt, uncharged, until the next
+// round probes the broker: that probe reaches it, so the failure was the
+// row's own and it is charged, here dead.
 func TestUnreachableBrokerPausesWithoutCharging(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -61,10 +63,13 @@ func TestUnreachableBrokerPausesWithoutCharging(t *testing.T) {
 	}}
 	logs := &logtest.Recorder{}
 	r := b.start(t, relay.Config{
+		// Batches of 2 and one worker, so that the rounds are known (below).
+		BatchSize:         2,
 		Logger:            slog.New(logs),
 		MaxAttempts:       1,
 		OutageBackoffFunc: func(int) time.Duration { return 5 * time.Millisecond },
 		Publisher:         pub,
+		Workers:           1,
 	})
 	ids := b.write(t, outbox.Message{Topic: "t", EventType: "E"}, outbox.Message{Topic: "t", EventType: "E"})
 	require.Eventually(t, func() bool { return failed.Load() >= 20 }, 30*time.Second, time.Millisecond)
@@ -77,13 +82,20 @@ func TestUnreachableBrokerPausesWithoutCharging(t *testing.T) {
 	require.NoError(t, r.BrokerErr())
 	require.Equal(t, 1, logs.Count(slog.LevelError, "the broker is unreachable"))
 	require.Equal(t, 1, logs.Count(slog.LevelInfo, "the broker is reachable again"))
-	require.Zero(t, logs.Count(slog.LevelWarn, "publish failed"))
+	require.Zero(t, logs.Count(slog.LevelWarn, "publish failed; will retry"))
 
-	// "ok" commits before "refused": the broker took a publish of the
-	// round, so the refusal is the row's, and with MaxAttempts 1 it is dead.
-	b.write(t, outbox.Message{Topic: "ok", EventType: "E"}, outbox.Message{Topic: "refused", EventType: "E"})
-	b.waitFor(t, "SELECT count(*) = 1 FROM /* schema */outbox WHERE topic = 'refused' AND status = 'dead'")
+	// The first round takes "ok" and "refused", in commit order: "ok" goes
+	// out, "refused" fails unreachable, and goes back uncharged. The probe
+	// takes the two later "ok" rows (older than "refused", handed back) and
+	// publishes them: the broker answers, so "refused" is charged, and with
+	// MaxAttempts 1 it is dead.
+	b.write(t, outbox.Message{Topic: "ok", EventType: "E"}, outbox.Message{Topic: "refused", EventType: "E"},
+		outbox.Message{Topic: "ok", EventType: "E"}, outbox.Message{Topic: "ok", EventType: "E"})
+	b.waitFor(t, "SELECT count(*) = 1 FROM /* schema */outbox WHERE topic = 'refused' AND status = 'dead' AND attempts = 1")
+	b.waitFor(t, "SELECT count(*) = 3 FROM /* schema */outbox WHERE topic = 'ok' AND status = 'published'")
 	require.NoError(t, r.BrokerErr())
+	require.Equal(t, 1, logs.Count(slog.LevelWarn, "a publish failed after others of its round went out"))
+	require.Equal(t, 1, logs.Count(slog.LevelError, "the broker is unreachable"), "no outage declared: the probe reached the broker")
 }
 
 // While the broker stays unreachable the relay says so again at an
@@ -134,4 +146,40 @@ func TestOutageIsLoggedAgainWhileItLasts(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, logs.Count(slog.LevelInfo, "the broker is reachable again"))
+}
+
+// A broker that flaps, dying in the middle of a round again and again,
+// charges no row: each time, the round is in doubt and the probe after it
+// finds the broker gone, so the rows of the failed calls stay uncharged.
+// With MaxAttempts 1, a single charge would make a row dead. Calls 2 and 3
+// of every 4 fail: the second mid-round, the third as the probe.
+func TestAFlappingBrokerChargesNoRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int64
+	pub := &recorder{fail: func(string, *message.Message) error {
+		if n := calls.Add(1); n%4 == 2 || n%4 == 3 {
+			return fmt.Errorf("write: %w", syscall.ECONNRESET)
+		}
+		return nil
+	}}
+	logs := &logtest.Recorder{}
+	b.start(t, relay.Config{
+		BatchSize:         5,
+		Logger:            slog.New(logs),
+		MaxAttempts:       1,
+		OutageBackoffFunc: func(int) time.Duration { return 5 * time.Millisecond },
+		Publisher:         pub,
+		Workers:           1,
+	})
+	var msgs []outbox.Message
+	for range 20 {
+		msgs = append(msgs, outbox.Message{Topic: "t", EventType: "E"})
+	}
+	ids := b.write(t, msgs...)
+	b.waitPublished(t)
+	b.waitFor(t, "SELECT bool_and(status = 'published' AND errors = '[]') FROM /* schema */outbox")
+	require.ElementsMatch(t, strs(ids), pub.published())
+	require.GreaterOrEqual(t, logs.Count(slog.LevelError, "the broker is unreachable"), 5, "every flap is an outage")
+	require.Zero(t, logs.Count(slog.LevelWarn, "publish failed; will retry"))
 }

@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/pgbox/pgbox/internal/telemetry"
 )
 
 // errStopping ends the wait for a Publish call when Stop's deadline has
@@ -42,23 +46,44 @@ func (e *stuckError) Error() string {
 		e.topic, e.hung)
 }
 
+// stuckAfter is how many PublishTimeouts a topic may hang (a call given
+// up on that has not returned) before it is reported: logged at error,
+// named in BrokerErr, counted in the topics-stuck gauge.
+const stuckAfter = 3
+
 // calls runs Publish calls, each on a goroutine of its own, so that the
 // relay can stop waiting for one that hangs: Watermill's Publish takes no
 // context, so a hung call cannot be cancelled, only abandoned. It counts
 // the abandoned calls, by topic, until they return. A topic with one out
 // gets no new call (see stuck), so there are at most as many as the relay
-// has workers per topic, and Stop waits for them.
+// has workers per topic, and Stop waits for them. A topic that hangs for
+// stuckAfter PublishTimeouts is an error, said once, again every
+// remindEvery while it lasts (unless a broker outage, which says more, is
+// declared), and once more when it ends.
 type calls struct {
-	logger  *slog.Logger
-	timeout time.Duration
+	logger      *slog.Logger
+	quiet       func() bool // an outage is declared: its log speaks for the topics
+	remindEvery time.Duration
+	tel         *telemetry.Relay
+	timeout     time.Duration
 
 	mu      sync.Mutex
-	hung    map[string]int // calls abandoned that have not returned, by topic
-	changed chan struct{}  // closed and replaced when a hung call returns
+	hung    map[string]*hungTopic // topics with calls abandoned that have not returned
+	changed chan struct{}         // closed and replaced when a hung call returns
 }
 
-func newCalls(timeout time.Duration, logger *slog.Logger) *calls {
-	return &calls{logger: logger, timeout: timeout, hung: map[string]int{}, changed: make(chan struct{})}
+// hungTopic is a topic with abandoned calls out.
+type hungTopic struct {
+	calls    int       // abandoned calls that have not returned
+	since    time.Time // when the first was abandoned
+	reported bool      // it has hung past the bound
+	logged   bool      // and that has been logged
+	timer    *time.Timer
+}
+
+func newCalls(timeout time.Duration, logger *slog.Logger, tel *telemetry.Relay, quiet func() bool) *calls {
+	return &calls{logger: logger, quiet: quiet, remindEvery: time.Minute, tel: tel, timeout: timeout,
+		hung: map[string]*hungTopic{}, changed: make(chan struct{})}
 }
 
 // call is one Publish call; returned and abandoned are guarded by calls.mu.
@@ -73,8 +98,8 @@ type call struct {
 func (c *calls) stuck(topic string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if n := c.hung[topic]; n > 0 {
-		return &stuckError{hung: n, topic: topic}
+	if h := c.hung[topic]; h != nil {
+		return &stuckError{hung: h.calls, topic: topic}
 	}
 	return nil
 }
@@ -115,9 +140,16 @@ func (c *calls) run(cl *call, pub message.Publisher, topic string, msgs []*messa
 	c.mu.Lock()
 	cl.returned = true
 	abandoned := cl.abandoned
+	var over *hungTopic // the topic hangs no more
 	if abandoned {
-		if c.hung[topic]--; c.hung[topic] == 0 {
+		h := c.hung[topic]
+		if h.calls--; h.calls == 0 {
+			over = h
+			h.timer.Stop()
 			delete(c.hung, topic)
+			if h.reported {
+				c.tel.TopicsStuck(c.reportedLocked())
+			}
 		}
 		close(c.changed)
 		c.changed = make(chan struct{})
@@ -128,6 +160,9 @@ func (c *calls) run(cl *call, pub message.Publisher, topic string, msgs []*messa
 		attrs := []any{slog.String("topic", topic), slog.Duration("after", time.Since(start).Round(time.Millisecond))}
 		if err != nil {
 			attrs = append(attrs, slog.String("error", err.Error()))
+		}
+		if over != nil && over.reported {
+			attrs = append(attrs, slog.Duration("stuck_for", time.Since(over.since).Round(time.Millisecond)))
 		}
 		c.logger.Info("relay: a Publish call given up on has returned; the topic is published to again", attrs...)
 	}
@@ -142,8 +177,75 @@ func (c *calls) abandon(cl *call, topic string) bool {
 		return false
 	}
 	cl.abandoned = true
-	c.hung[topic]++
+	h := c.hung[topic]
+	if h == nil {
+		h = &hungTopic{since: time.Now()}
+		h.timer = time.AfterFunc(stuckAfter*c.timeout, func() { c.overdue(topic, h) })
+		c.hung[topic] = h
+	}
+	h.calls++
 	return true
+}
+
+// overdue reports topic, hung since h.since: its first call given up on
+// has not returned for stuckAfter PublishTimeouts, or for another
+// remindEvery since it was last reported.
+func (c *calls) overdue(topic string, h *hungTopic) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hung[topic] != h {
+		return // it returned as the timer fired
+	}
+	if !h.reported {
+		h.reported = true
+		c.tel.TopicsStuck(c.reportedLocked())
+	}
+	h.timer.Reset(c.remindEvery)
+	if c.quiet() {
+		return
+	}
+	msg := "relay: a topic has not answered: Publish calls to it got no answer (Config.PublishTimeout) and have not returned; no new call is made to it until they do, and its rows wait, uncharged: check the broker, or the publisher's own timeouts"
+	if h.logged {
+		msg = "relay: a topic still has not answered; its rows still wait"
+	}
+	h.logged = true
+	c.logger.Error(msg, slog.String("topic", topic), slog.Duration("stuck_for", time.Since(h.since).Round(time.Second)),
+		slog.Int("calls", h.calls), slog.Duration("publish_timeout", c.timeout))
+}
+
+// reportedLocked counts the topics hung past the bound; c.mu is held.
+func (c *calls) reportedLocked() int {
+	n := 0
+	for _, h := range c.hung {
+		if h.reported {
+			n++
+		}
+	}
+	return n
+}
+
+// Err names the topics hung past the bound, or returns nil.
+func (c *calls) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for topic, h := range c.hung {
+		if h.reported {
+			errs = append(errs, fmt.Errorf("topic %q has not answered for %s: %d Publish calls got no answer within %s (Config.PublishTimeout) and have not returned; its rows wait, uncharged",
+				topic, time.Since(h.since).Round(time.Second), h.calls, c.timeout))
+		}
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errors.Join(errs...)
+}
+
+// close stops reporting the topics that hang: the relay has stopped.
+func (c *calls) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, h := range c.hung {
+		h.timer.Stop()
+	}
 }
 
 // wait waits until no abandoned call is out, or ctx ends; it returns how
@@ -152,8 +254,8 @@ func (c *calls) wait(ctx context.Context) int {
 	for {
 		c.mu.Lock()
 		hung, changed := 0, c.changed
-		for _, n := range c.hung {
-			hung += n
+		for _, h := range c.hung {
+			hung += h.calls
 		}
 		c.mu.Unlock()
 		if hung == 0 {

@@ -96,3 +96,43 @@ UPDATE /* schema */outbox AS o SET
 FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::int[], $6::text[], $7::int[]) AS r(id, status, delay_ms, refund, error, day)
 WHERE o.id = r.id AND o.bucket IN (0, r.day) AND o.claim_token = $1 AND o.status = ` + tables.OutboxRunning + `
 RETURNING o.status, o.topic`
+
+// chargeSQL charges rows their failed publish after the fact: rows handed
+// back uncharged from a round in doubt (a call failed unreachable or hung
+// after others of the round reached the broker), once a later round found
+// the broker reachable, so that the failure was their own. Each is
+// charged an attempt, as completeSQL charges a failure: pending after a
+// backoff, or dead. The fence is the row as the hand-back left it:
+// pending, with the attempts it had then ($4); a row claimed again since,
+// and not handed back, is left alone. It returns what completeSQL does.
+const chargeSQL = `
+UPDATE /* schema */outbox AS o SET
+    status       = r.status,
+    attempts     = o.attempts + 1,
+    available_at = CASE WHEN r.status = ` + tables.OutboxPending + ` THEN now() + r.delay_ms * interval '1 millisecond' ELSE o.available_at END,
+    last_error   = r.error,
+    errors       = o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts + 1, 'at', now(), 'error', r.error))
+FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::text[], $6::int[]) AS r(id, status, delay_ms, attempts, error, day)
+WHERE o.id = r.id AND o.bucket IN (0, r.day) AND o.status = ` + tables.OutboxPending + ` AND o.attempts = r.attempts
+RETURNING o.status, o.topic`
+
+// dueSQL reads the backlog for the stall watchdog (workloop): how many rows
+// are not yet published (pending or being published), counted up to $1,
+// and how long the oldest that a claim could take now (due, and unkeyed or
+// at the head of its key) has been due, or 0. A row held behind an earlier
+// one of its key waits for that one, which a backing-off head makes a wait
+// for time, not a stall. It reads the pending index in available_at order
+// and stops at the first claimable row.
+const dueSQL = `
+SELECT (SELECT count(*) FROM (
+            SELECT 1 FROM /* schema */outbox AS o WHERE o.status = ` + tables.OutboxRunning + `
+            UNION ALL
+            SELECT 1 FROM /* schema */outbox AS o WHERE o.status = ` + tables.OutboxPending + `
+            LIMIT $1) AS w),
+       coalesce((
+            SELECT extract(epoch FROM now() - o.available_at)
+            FROM /* schema */outbox AS o
+            WHERE o.status = ` + tables.OutboxPending + ` AND o.available_at <= now()
+              AND ` + tables.OutboxAtKeyHead + `
+            ORDER BY o.available_at
+            LIMIT 1), 0)::float8`

@@ -97,11 +97,13 @@ type Config struct {
 	// Watermill's Publish takes no context, so a call that hangs cannot be
 	// cancelled, only abandoned. After PublishTimeout the relay stops
 	// waiting and counts the call's messages as not published, whatever
-	// the call does later: charged an attempt if another publish of the
-	// round reached the broker, and otherwise an outage, as if the broker
-	// were unreachable (see UnreachableFunc). Until the call returns, the
-	// relay makes no new call to its topic: the topic's rows wait,
-	// uncharged, and the other topics go on. A hung call's goroutine ends
+	// the call does later, and judges the hang as it judges an unreachable
+	// broker (see UnreachableFunc): an outage if nothing else of the round
+	// reached the broker, charged only if the broker then proves
+	// reachable. Until the call returns, the relay makes no new call to its
+	// topic: the topic's rows wait, uncharged, and the other topics go on;
+	// a topic that hangs for three PublishTimeouts is logged at error and
+	// named in BrokerErr until it answers. A hung call's goroutine ends
 	// when Publish returns; there are at most Workers of them per topic,
 	// and Stop waits for them up to its deadline. Defaults to half the
 	// Lease (30 seconds with the default Lease); at most half the Lease, so
@@ -156,6 +158,16 @@ type Config struct {
 	// pgbox.DefaultSchema.
 	Schema string
 
+	// StallTimeout is how long rows may wait, publishable, with none
+	// published (or failed and charged) before the relay reports itself
+	// stalled, whatever the cause: an error log saying what it waits on (a
+	// broker outage, a topic that hangs, outcomes it cannot record, claims
+	// that fail), StallErr, the pgbox.stalled gauge, and a failing health
+	// check, until a row is finished again or none waits. An idle relay is
+	// never stalled. Defaults to 30 seconds or 10 PollIntervals, whichever
+	// is longer; -1 turns the watchdog off.
+	StallTimeout time.Duration
+
 	// TracerProvider receives a span per published message, a child of the
 	// producer's trace and the parent of the consumer's. Defaults to
 	// OpenTelemetry's global provider, which does nothing until one is
@@ -169,8 +181,14 @@ type Config struct {
 	// pending with their attempt refunded, the whole relay pauses
 	// (Config.OutageBackoffFunc, BrokerErr, the health check, the
 	// pgbox.relay.broker_unreachable gauge) and logs once per change. A
-	// publish that fails so after another of its round succeeded is
-	// charged an attempt, as is any other failure, and ends the round.
+	// publish that fails so, or hangs, after others of its round reached
+	// the broker leaves the relay in doubt: its rows go back uncharged and
+	// the next round probes the broker at once. If the probe reaches
+	// nothing, the broker went away mid-round: an outage, and the rows stay
+	// uncharged. If it answers, the failure was the rows' own (a message
+	// that breaks the connection, say) and they are charged an attempt, as
+	// any failure is. So an outage of any length, however it begins,
+	// charges no row, and a row that fails alone still reaches MaxAttempts.
 	// Defaults to IsUnreachable; wrap a publisher's own connection errors
 	// in ErrBrokerUnreachable, or give a function that knows them.
 	UnreachableFunc func(err error) bool
@@ -207,6 +225,7 @@ func (c Config) WithDefaults() Config {
 		c.RetryBackoffFunc = DefaultRetryBackoff
 	}
 	c.Schema = cmp.Or(c.Schema, pgbox.DefaultSchema)
+	c.StallTimeout = cmp.Or(c.StallTimeout, workloop.StallTimeoutFor(c.PollInterval))
 	if c.UnreachableFunc == nil {
 		c.UnreachableFunc = IsUnreachable
 	}
@@ -242,6 +261,9 @@ func (c Config) validate() error {
 	if c.PollInterval < time.Millisecond {
 		add("Config.PollInterval is %s: it must be at least 1ms", c.PollInterval)
 	}
+	if c.StallTimeout < time.Millisecond && c.StallTimeout != -1 {
+		add("Config.StallTimeout is %s: use at least 1ms, 0 for the default or -1 to turn the watchdog off", c.StallTimeout)
+	}
 	if c.ProcessHeartbeat < pgbox.ProcessHeartbeatMin {
 		add("Config.ProcessHeartbeat is %s: it must be at least %s", c.ProcessHeartbeat, pgbox.ProcessHeartbeatMin)
 	}
@@ -270,7 +292,7 @@ type Relay struct {
 }
 
 type queries struct {
-	claim, complete string
+	charge, claim, complete, due string
 }
 
 // New returns a Relay. It checks the configuration but does not touch the
@@ -284,31 +306,44 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{
-		calls:    newCalls(cfg.PublishTimeout, cfg.Logger),
 		cfg:      cfg,
 		frontier: frontier.New(frontier.Margin, frontier.FullEvery),
 		pool:     pool,
 		q: queries{
+			charge:   ident.Render(chargeSQL, cfg.Schema),
 			claim:    ident.Render(claimSQL, cfg.Schema),
 			complete: ident.Render(completeSQL, cfg.Schema),
+			due:      ident.Render(dueSQL, cfg.Schema),
 		},
 		tel: telemetry.NewRelay(cfg.MeterProvider, cfg.TracerProvider, cfg.Propagator),
 	}
 	r.proc = liveness.New(pool, liveness.Config{Heartbeat: cfg.ProcessHeartbeat, Kind: pgbox.ProcessRelay,
 		Logger: cfg.Logger, Name: cfg.ProcessName, Schema: cfg.Schema})
 	r.outage = newOutage(cfg.OutageBackoffFunc, cfg.Logger, r.tel)
+	r.calls = newCalls(cfg.PublishTimeout, cfg.Logger, r.tel, func() bool { return r.outage.Err() != nil })
 	r.loop = workloop.New(workloop.Config{
-		Batch:        r.runBatch,
-		BatchSize:    cfg.BatchSize,
-		Channel:      ident.Channel(cfg.Schema, "outbox"),
-		ConnConfig:   cmp.Or(cfg.ListenConnConfig, pool.Config().ConnConfig),
+		Batch:      r.runBatch,
+		BatchSize:  cfg.BatchSize,
+		Channel:    ident.Channel(cfg.Schema, "outbox"),
+		ConnConfig: cmp.Or(cfg.ListenConnConfig, pool.Config().ConnConfig),
+		DueFunc: func(ctx context.Context) (int64, time.Duration, error) {
+			return telemetry.ReadBacklog(ctx, pool, r.q.due, workloop.DueCountMax)
+		},
 		Logger:       cfg.Logger,
 		Name:         "relay",
 		Notifier:     pool,
 		PollInterval: cfg.PollInterval,
 		PollOnly:     cfg.PollOnly,
+		StallTimeout: max(cfg.StallTimeout, 0),
 		Telemetry:    telemetry.NewLoop(cfg.MeterProvider, telemetry.AttrComponent.String("relay")),
-		Workers:      cfg.Workers,
+		WaitingOnFunc: func() []string {
+			var causes []string
+			if err := r.BrokerErr(); err != nil {
+				causes = append(causes, err.Error())
+			}
+			return causes
+		},
+		Workers: cfg.Workers,
 	})
 	return r, nil
 }
@@ -344,6 +379,7 @@ func (r *Relay) Stop(ctx context.Context) error {
 	defer r.gauges.Unwatch()
 	err := r.loop.Stop(ctx)
 	r.proc.Stop(ctx) // after the work: a stopped relay holds no lease
+	defer r.calls.close()
 	if hung := r.calls.wait(ctx); hung > 0 {
 		err = errors.Join(err, fmt.Errorf("relay: stopped, but %d Publish calls that got no answer are still running (closing the publisher ends them, for most publishers): %w",
 			hung, context.Cause(ctx)))

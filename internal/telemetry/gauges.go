@@ -62,13 +62,18 @@ func queryBacklog(ctx context.Context, db Querier, query string, args ...any) (n
 // pending, and how long the oldest claimable one has waited since it became
 // due. The health check uses it too.
 func ReadInboxBacklog(ctx context.Context, db Querier, schema, consumer string) (int64, time.Duration, error) {
-	n, age, err := queryBacklog(ctx, db, render(inboxBacklogSQL, schema), consumer)
-	return n, time.Duration(age * float64(time.Second)), err
+	return ReadBacklog(ctx, db, render(inboxBacklogSQL, schema), consumer)
 }
 
 // ReadOutboxBacklog reads the outbox's backlog from db, like ReadInboxBacklog.
 func ReadOutboxBacklog(ctx context.Context, db Querier, schema string) (int64, time.Duration, error) {
-	n, age, err := queryBacklog(ctx, db, render(outboxBacklogSQL, schema))
+	return ReadBacklog(ctx, db, render(outboxBacklogSQL, schema))
+}
+
+// ReadBacklog runs query, a backlog query that returns a count and an age
+// in seconds (as the stall watchdogs' queries do too), on db.
+func ReadBacklog(ctx context.Context, db Querier, query string, args ...any) (int64, time.Duration, error) {
+	n, age, err := queryBacklog(ctx, db, query, args...)
 	return n, time.Duration(age * float64(time.Second)), err
 }
 

@@ -13,6 +13,7 @@ type Loop struct {
 	arriving metric.Int64Gauge
 	attrs    metric.MeasurementOption
 	paused   metric.Int64Gauge
+	stalled  metric.Int64Gauge
 }
 
 // NewLoop returns a work loop's instruments; attrs tell the loop apart
@@ -25,6 +26,8 @@ func NewLoop(mp metric.MeterProvider, attrs ...attribute.KeyValue) *Loop {
 		attrs: metric.WithAttributeSet(attribute.NewSet(attrs...)),
 		paused: must(m.Int64Gauge(ClaimingPaused, metric.WithUnit("1"),
 			metric.WithDescription("1 while claiming is paused because outcomes cannot be recorded in the database, 0 otherwise."))),
+		stalled: must(m.Int64Gauge(Stalled, metric.WithUnit("1"),
+			metric.WithDescription("1 while rows have waited the stall timeout and the loop has finished none of them (the log says what it waits on), 0 otherwise."))),
 	}
 }
 
@@ -42,6 +45,14 @@ func (l *Loop) Paused(paused bool) {
 		return
 	}
 	l.paused.Record(context.Background(), b2i(paused), l.attrs)
+}
+
+// Stalled records whether the loop is stalled.
+func (l *Loop) Stalled(stalled bool) {
+	if l == nil {
+		return
+	}
+	l.stalled.Record(context.Background(), b2i(stalled), l.attrs)
 }
 
 func b2i(b bool) int64 {

@@ -14,13 +14,14 @@ import (
 
 // Relay holds a relay's instruments and tracer.
 type Relay struct {
-	brokerDown metric.Int64Gauge
-	dead       metric.Int64Counter
-	failures   metric.Int64Counter
-	meter      metric.Meter
-	propagator propagation.TextMapPropagator
-	published  metric.Int64Counter
-	tracer     trace.Tracer
+	brokerDown  metric.Int64Gauge
+	dead        metric.Int64Counter
+	failures    metric.Int64Counter
+	meter       metric.Meter
+	propagator  propagation.TextMapPropagator
+	published   metric.Int64Counter
+	topicsStuck metric.Int64Gauge
+	tracer      trace.Tracer
 }
 
 // NewRelay returns a relay's instruments. propagator reads the producer's
@@ -39,6 +40,8 @@ func NewRelay(mp metric.MeterProvider, tp trace.TracerProvider, propagator propa
 		propagator: propagator,
 		published: must(m.Int64Counter(RelayPublished, metric.WithUnit("{message}"),
 			metric.WithDescription("Messages the publisher accepted."))),
+		topicsStuck: must(m.Int64Gauge(RelayTopicsStuck, metric.WithUnit("{topic}"),
+			metric.WithDescription("Topics whose Publish calls have had no answer for 3 PublishTimeouts and have not returned: their rows wait, uncharged."))),
 		tracer: Tracer(tp),
 	}
 }
@@ -88,6 +91,11 @@ func (r *Relay) Publishing(topic string, msgs []*message.Message) (end func(erro
 // Unreachable records whether publishing is paused by a broker outage.
 func (r *Relay) Unreachable(down bool) {
 	r.brokerDown.Record(context.Background(), b2i(down))
+}
+
+// TopicsStuck records how many topics hang past the bound.
+func (r *Relay) TopicsStuck(n int) {
+	r.topicsStuck.Record(context.Background(), int64(n))
 }
 
 // Dead counts an outbox row of topic that became dead, once its dead mark

@@ -71,12 +71,14 @@ const (
 	RelayDead             = "pgbox.relay.dead"
 	RelayLag              = "pgbox.relay.lag"
 	RelayBrokerDown       = "pgbox.relay.broker_unreachable"
+	RelayTopicsStuck      = "pgbox.relay.topics_stuck"
 	OutboxBacklog         = "pgbox.outbox.backlog"
 	MaintenanceDeleted    = "pgbox.maintenance.deleted"
 	MaintenanceReplayed   = "pgbox.maintenance.replayed"
 	MaintenancePartitions = "pgbox.maintenance.partitions"
 	NotificationsArriving = "pgbox.notifications.arriving"
 	ClaimingPaused        = "pgbox.claiming.paused"
+	Stalled               = "pgbox.stalled"
 )
 
 // DurationBuckets are the handler duration histogram's bucket bounds, in

@@ -3,13 +3,16 @@
 // LISTEN/NOTIFY and by polling as the fallback, with a stop that drains the
 // work in flight and, at its deadline, cancels it.
 //
-// Two kinds of trouble are watched for and reported (logs, NotifyErr and
-// RecordErr for the health check, gauges):
+// Three kinds of trouble are watched for and reported (logs, NotifyErr,
+// RecordErr and StallErr for the health check, gauges):
 //   - notifications that never arrive (a LISTEN through a transaction
 //     pooler): the listener checks itself, and the loop goes on polling;
 //   - outcomes that cannot be recorded: Record retries them, and no worker
 //     claims anything until they are recorded, so that rows are not handled
-//     again and again while their results go nowhere.
+//     again and again while their results go nowhere;
+//   - a loop that has work and finishes none of it, whatever the cause: a
+//     watchdog (watchdog.go) says so once the stall timeout has passed,
+//     with what the loop waits on.
 //
 // A Service has the life cycle of River's clients: Start does not block and
 // fails fast if its preflight check (a schema check) fails; Stop may be
@@ -48,6 +51,11 @@ type Config struct {
 	Channel string
 	// ConnConfig is how the listener connects (its own connection).
 	ConnConfig *pgx.ConnConfig
+	// DueFunc reads the backlog for the watchdog: how many rows wait to be
+	// finished (due, backing off, or claimed), counted up to DueCountMax,
+	// and how long the oldest that a claim could take now has been due.
+	// Nil, or a StallTimeout of 0, runs no watchdog.
+	DueFunc func(ctx context.Context) (n int64, oldestDue time.Duration, err error)
 	// Notifier sends the listener's self-check notification, the way
 	// producers send theirs: the service's pool.
 	Notifier notify.Execer
@@ -63,8 +71,15 @@ type Config struct {
 	// ProbeTimeout is how long the listener's self-check notification may
 	// take to come back. Zero means notify.ProbeTimeoutDefault.
 	ProbeTimeout time.Duration
+	// StallTimeout is how long rows may wait with none finished before the
+	// watchdog reports the loop stalled (see watchdog); 0 runs none.
+	StallTimeout time.Duration
 	// Telemetry records the loop's gauges.
 	Telemetry *telemetry.Loop
+	// WaitingOnFunc names what the owner knows the loop waits on (a broker
+	// outage, a topic that hangs), for the watchdog's report; nil if
+	// nothing.
+	WaitingOnFunc func() []string
 	// Wanted reports whether a notification's payload concerns this
 	// service; nil means every notification does.
 	Wanted func(payload string) bool
@@ -98,6 +113,9 @@ type Service struct {
 	recSince   time.Time     // when recFailing last left 0
 	recLogged  time.Time     // when the trouble was last logged
 	recResumed chan struct{} // closed when recFailing drops to 0; nil while 0
+
+	stall     watchdog
+	watchDone sync.WaitGroup
 }
 
 // New returns a Service that has not started.
@@ -105,6 +123,7 @@ func New(cfg Config) *Service {
 	workCtx, cancel := context.WithCancelCause(context.Background())
 	return &Service{
 		cfg:        cfg,
+		stall:      watchdog{busy: map[int]time.Time{}},
 		stopping:   make(chan struct{}),
 		stopped:    make(chan struct{}),
 		wake:       make(chan struct{}, 1),
@@ -147,8 +166,14 @@ func (s *Service) Start(ctx context.Context, preflight func(context.Context) err
 			ProbeTimeout: s.cfg.ProbeTimeout,
 		})
 	}
-	for range s.cfg.Workers {
-		s.workers.Go(s.work)
+	s.stall.mu.Lock()
+	s.stall.progress = time.Now() // a loop is not stalled before it has run
+	s.stall.mu.Unlock()
+	for i := range s.cfg.Workers {
+		s.workers.Go(func() { s.work(i) })
+	}
+	if s.cfg.StallTimeout > 0 && s.cfg.DueFunc != nil {
+		s.watchDone.Go(s.watch)
 	}
 	s.started = true
 	return nil
@@ -175,6 +200,7 @@ func (s *Service) Stop(ctx context.Context) error {
 		if s.listener != nil {
 			s.listener.Close()
 		}
+		s.watchDone.Wait()
 	}
 	s.cancelWork(ErrStopped)
 	s.stoppedOnce.Do(func() { close(s.stopped) })
@@ -225,16 +251,18 @@ func (s *Service) Wake() {
 	}
 }
 
-// work is one worker's loop: claim and handle batches while there is work,
+// work is worker i's loop: claim and handle batches while there is work,
 // then wait for a notification or the poll interval.
-func (s *Service) work() {
+func (s *Service) work(i int) {
 	const minErrWait, maxErrWait = 100 * time.Millisecond, 5 * time.Second
 	errWait := minErrWait
 	for !s.Stopping() {
 		if !s.awaitRecording() {
 			return
 		}
+		s.batchStarted(i)
 		n, err := s.cfg.Batch()
+		s.batchEnded(i, n, err)
 		if err != nil {
 			s.cfg.Logger.Error(s.cfg.Name+": claiming failed; retrying",
 				slog.Duration("wait", errWait), slog.String("error", err.Error()))
