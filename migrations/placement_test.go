@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/logtest"
 	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/migrations"
 )
@@ -157,7 +159,9 @@ func TestMigrateLeavesNoLockBehind(t *testing.T) {
 	require.Zero(t, advisoryLocksHeld(t, pool, schema))
 }
 
-// A migrator waiting for the lock gives up when its context ends.
+// A migrator waiting for the lock says so, waits outside any transaction
+// (no server session waits in the lock's queue for it), and gives up when
+// its context ends.
 func TestMigrateWaitsForTheLockUntilCanceled(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -170,12 +174,18 @@ func TestMigrateWaitsForTheLockUntilCanceled(t *testing.T) {
 	_, err = tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrations.LockID(schema))
 	require.NoError(t, err)
 
+	logs := &logtest.Recorder{}
 	waitCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- migrations.Migrate(waitCtx, pool, migrations.Options{Schema: schema}) }()
-	require.Eventually(t, func() bool { return advisoryWaiters(t, pool, schema) == 1 }, 10*time.Second, 10*time.Millisecond)
+	go func() {
+		done <- migrations.Migrate(waitCtx, pool, migrations.Options{Logger: slog.New(logs), Schema: schema})
+	}()
+	require.Eventually(t, func() bool { return logs.Count(slog.LevelInfo, "another migrator holds the migration lock") == 1 },
+		10*time.Second, 10*time.Millisecond)
+	require.Zero(t, advisoryWaiters(t, pool, schema), "a waiting migrator must not wait in a transaction")
 	cancel()
 	require.ErrorContains(t, <-done, "wait for the migration lock")
+	require.Equal(t, 1, logs.Count(slog.LevelInfo, "another migrator holds the migration lock"), "said once, not per try")
 	require.NoError(t, tx.Rollback(ctx))
 	require.Empty(t, tablesIn(t, pool, schema), "nothing ran without the lock")
 }
