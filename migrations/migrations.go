@@ -247,8 +247,11 @@ func (m *Migrator) lock(ctx context.Context) (*sql.Tx, error) {
 		if err != nil {
 			return nil, m.explain(fmt.Errorf("connect: %w", err))
 		}
-		var locked bool
-		if err := tx.QueryRowContext(ctx, tryLockSQL, m.lockID).Scan(&locked); err != nil {
+		var (
+			idleTimeout string // set_config's answer
+			locked      bool
+		)
+		if err := tx.QueryRowContext(ctx, tryLockSQL, m.lockID).Scan(&idleTimeout, &locked); err != nil {
 			return nil, errors.Join(m.explain(fmt.Errorf("wait for the migration lock: %w", err)), tx.Rollback())
 		}
 		if locked {
@@ -524,8 +527,12 @@ func isUndefined(err error) bool {
 }
 
 // tryLockSQL takes the migration lock for the rest of the transaction if
-// it is free, without waiting, and reports whether it did.
-const tryLockSQL = "SELECT pg_catalog.pg_try_advisory_xact_lock($1)"
+// it is free, without waiting, and reports whether it did. It also
+// switches idle_in_transaction_session_timeout off for that transaction
+// alone (set_config(…, true)), which sits idle while the migrations run: a
+// timeout set for the role or the database would otherwise end it, and the
+// lock with it, mid-run.
+const tryLockSQL = "SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', '0', true), pg_catalog.pg_try_advisory_xact_lock($1)"
 
 // lockID is the advisory lock that serializes migrators of one schema.
 // Migrators of different schemas do not wait for each other.
