@@ -20,9 +20,11 @@
 // a transaction-level advisory lock (pg_try_advisory_xact_lock), held by a
 // transaction that stays open on a connection of its own for the whole run,
 // so the server releases it at commit, rollback or disconnection and never
-// on the wrong connection. Through PgBouncer, configure the pool with
-// default_query_exec_mode=exec or simple_protocol: pgx's default statement
-// cache needs a session. After Up, the migrator checks that every table
+// on the wrong connection. Through PgBouncer, give the pool's URL
+// default_query_exec_mode=cache_describe, as for the rest of pgbox
+// (docs/operations.md, "Deployment shapes"): pgx's default mode prepares
+// named statements, which the next transaction's server connection does
+// not have. After Up, the migrator checks that every table
 // landed in the schema and fails, naming what it found where, if not.
 //
 // Migration 4 also installs River's tables (river_job, river_leader, …) in

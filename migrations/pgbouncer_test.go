@@ -23,53 +23,12 @@ import (
 	"github.com/pgbox/pgbox/migrations"
 )
 
-// bouncerPool returns a pool through the PgBouncer (transaction pooling)
-// at PGBOUNCER_URL, in front of the test database, and skips the test when
-// PGBOUNCER_URL is unset. Unless the URL picks a query exec mode, it uses
-// exec: pgx's default statement cache needs a session, which transaction
-// pooling does not give (PgBouncer 1.18 has no prepared-statement support).
-func bouncerPool(t *testing.T, maxConns int32) *pgxpool.Pool {
-	t.Helper()
-	raw := os.Getenv("PGBOUNCER_URL")
-	if raw == "" {
-		t.Skip("PGBOUNCER_URL is unset: start a PgBouncer in transaction pooling mode in front of the test database " +
-			"(PGBOUNCER_URL=$(scripts/pgbouncer.sh up \"$DATABASE_URL\")) to run the tests that migrate through it")
-	}
-	u, err := url.Parse(raw)
-	require.NoError(t, err, "PGBOUNCER_URL")
-	q := u.Query()
-	if q.Get("default_query_exec_mode") == "" {
-		q.Set("default_query_exec_mode", "exec")
-		u.RawQuery = q.Encode()
-	}
-	cfg, err := pgxpool.ParseConfig(u.String())
-	require.NoError(t, err, "PGBOUNCER_URL")
-	cfg.MaxConns = maxConns
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-
-	// The tests check through a direct connection what happened through
-	// the pooler: both must reach the same database.
-	type server struct {
-		Database string
-		Port     int32
-	}
-	const whoSQL = "SELECT pg_catalog.current_database(), pg_catalog.inet_server_port()"
-	var viaBouncer, direct server
-	require.NoError(t, pool.QueryRow(context.Background(), whoSQL).Scan(&viaBouncer.Database, &viaBouncer.Port),
-		"connect through PGBOUNCER_URL")
-	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(), whoSQL).Scan(&direct.Database, &direct.Port))
-	require.Equal(t, direct, viaBouncer, "PGBOUNCER_URL must lead to the test database (DATABASE_URL)")
-	return pool
-}
-
 // Through a transaction-pooling PgBouncer, Up puts every table in the
 // schema, Down and DownTo take them away again, and the lock is released.
 func TestPgBouncerMigrateUpAndDown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := bouncerPool(t, 4)
+	pool := pgtest.BouncerPool(t, 4)
 	direct := pgtest.Pool(t)
 	schema := pgtest.EmptySchema(t)
 
@@ -123,7 +82,7 @@ func TestPgBouncerConcurrentMigratorsAreSerialized(t *testing.T) {
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range migrators {
-		pool := bouncerPool(t, 2)
+		pool := pgtest.BouncerPool(t, 2)
 		wg.Go(func() {
 			<-start
 			errs[i] = migrations.Migrate(ctx, pool, migrations.Options{Schema: schema})
