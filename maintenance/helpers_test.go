@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox/internal/ident"
@@ -66,8 +67,14 @@ func (b *testBundle) waitFor(t *testing.T, q string, args ...any) {
 // test ends.
 func (b *testBundle) start(t *testing.T, cfg maintenance.Config) *maintenance.Maintainer {
 	t.Helper()
+	return b.startOn(t, pgtest.Pool(t), cfg)
+}
+
+// startOn is start with a pool of the test's choosing.
+func (b *testBundle) startOn(t *testing.T, pool *pgxpool.Pool, cfg maintenance.Config) *maintenance.Maintainer {
+	t.Helper()
 	cfg.Schema = b.schema
-	m, err := maintenance.New(pgtest.Pool(t), cfg)
+	m, err := maintenance.New(pool, cfg)
 	require.NoError(t, err)
 	require.NoError(t, m.Start(context.Background()))
 	t.Cleanup(func() {
@@ -101,4 +108,18 @@ func (b *testBundle) completedJobs(t *testing.T, kind string) []job {
 	})
 	require.NoError(t, err)
 	return jobs
+}
+
+// directPool returns a pool of at most maxConns connections straight to the
+// test database (pgtest.DirectURL), even when the tests run through a
+// pooler, closed when the test ends.
+func directPool(t *testing.T, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.DirectURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
 }

@@ -123,7 +123,10 @@ type Config struct {
 	// it opens no LISTEN connection, and learns of leadership changes and
 	// new jobs by polling. Set it when the pool goes through a
 	// transaction-pooling PgBouncer, where River's listener, which takes a
-	// connection from the pool, would hear nothing. The maintenance jobs
+	// connection from the pool, would hear nothing: without it, Start
+	// checks that a notification sent through the pool comes back to a
+	// LISTEN made as River's, and when it does not, logs a warning that
+	// names this field (once; maintenance goes on). The maintenance jobs
 	// are periodic, so polling costs them nothing that matters; a new
 	// leader is elected at River's poll pace after the old one stops.
 	// Defaults to false.
@@ -248,11 +251,13 @@ type Maintainer struct {
 	q      queries
 	tel    *telemetry.Maintenance
 
-	mu       sync.Mutex
-	started  bool
-	stopping bool
-	stopOnce sync.Once
-	stopped  chan struct{}
+	mu        sync.Mutex
+	started   bool
+	stopping  bool
+	stopOnce  sync.Once
+	stopped   chan struct{}
+	probeStop chan struct{} // closed by Stop: end the self-check (see startProbe)
+	probeDone chan struct{} // closed when the self-check has ended; nil if none ran
 }
 
 type queries struct {
@@ -285,8 +290,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Maintainer, error) {
 			pruneOutboxUndated: ident.Render(pruneOutboxSQL(partition.Outbox.Undated().Name), cfg.Schema),
 			pruneProcesses:     ident.Render(pruneProcessesSQL, cfg.Schema),
 		},
-		stopped: make(chan struct{}),
-		tel:     telemetry.NewMaintenance(cfg.MeterProvider),
+		stopped:   make(chan struct{}),
+		probeStop: make(chan struct{}),
+		tel:       telemetry.NewMaintenance(cfg.MeterProvider),
 	}
 
 	workers := river.NewWorkers()
@@ -318,8 +324,9 @@ func (m *Maintainer) ID() string { return m.client.ID() }
 // River's tables included, then joins River's leader election, starts
 // working maintenance jobs and registers the maintainer in the processes
 // table (see Config.ProcessHeartbeat; a failure there is logged, never
-// fatal), and returns. ctx bounds only the start-up
-// checks; the Maintainer runs until Stop.
+// fatal), and, unless Config.PollOnly, checks in the background that
+// notifications arrive (a warning says when they do not), and returns.
+// ctx bounds only the start-up checks; the Maintainer runs until Stop.
 func (m *Maintainer) Start(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -350,6 +357,9 @@ func (m *Maintainer) Start(ctx context.Context) error {
 		return fmt.Errorf("maintenance: start River: %w", err)
 	}
 	m.proc.Start(ctx)
+	if !m.cfg.PollOnly {
+		m.startProbe()
+	}
 	m.started = true
 	return nil
 }
@@ -382,6 +392,10 @@ func (m *Maintainer) Stop(ctx context.Context) error {
 		}
 		if err != nil {
 			err = fmt.Errorf("maintenance: stop: %w", err)
+		}
+		close(m.probeStop)
+		if m.probeDone != nil {
+			<-m.probeDone
 		}
 		m.proc.Stop(ctx)
 	})

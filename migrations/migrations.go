@@ -5,19 +5,26 @@
 // lands in one PostgreSQL schema (default "pgbox"), created on first use.
 // Migrators in several processes may start at once: a PostgreSQL advisory
 // lock, one per schema, lets one run at a time, and the others then find
-// nothing left to do.
+// nothing left to do. A migrator waiting for the lock holds no server
+// connection while it waits: it asks for the lock again every second or
+// less, each time in a short transaction of its own. So any number of
+// replicas migrating at start-up through a transaction pooler all finish,
+// as long as its pool has two server connections, which the one migrating
+// needs at a time.
 //
 // The migrator keeps no session state, so it works through PgBouncer in
 // transaction pooling mode as well as on a direct connection: it sends no
 // startup parameter; each migration's own transaction points search_path
 // at the schema (set_config(…, true), which ends with the transaction);
 // goose's version table is always named with its schema; and the lock is
-// a transaction-level advisory lock (pg_advisory_xact_lock), held by a
+// a transaction-level advisory lock (pg_try_advisory_xact_lock), held by a
 // transaction that stays open on a connection of its own for the whole run,
 // so the server releases it at commit, rollback or disconnection and never
-// on the wrong connection. Through PgBouncer, configure the pool with
-// default_query_exec_mode=exec or simple_protocol: pgx's default statement
-// cache needs a session. After Up, the migrator checks that every table
+// on the wrong connection. Through PgBouncer, give the pool's URL
+// default_query_exec_mode=cache_describe, as for the rest of pgbox
+// (docs/operations.md, "Deployment shapes"): pgx's default mode prepares
+// named statements, which the next transaction's server connection does
+// not have. After Up, the migrator checks that every table
 // landed in the schema and fails, naming what it found where, if not.
 //
 // Migration 4 also installs River's tables (river_job, river_leader, …) in
@@ -54,6 +61,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/backoff"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/partition"
 )
@@ -63,8 +71,9 @@ var embedded embed.FS
 
 // Options configures a Migrator.
 type Options struct {
-	// Logger receives a line per migration applied or rolled back.
-	// Defaults to discarding them.
+	// Logger receives a line per migration applied or rolled back, and
+	// one at info when another migrator holds the schema's lock and this
+	// one waits for it. Defaults to discarding them.
 	Logger *slog.Logger
 
 	// Schema is the PostgreSQL schema that holds pgbox's tables. It is
@@ -106,6 +115,7 @@ const RiverSince = 4
 type Migrator struct {
 	db       *sql.DB // goose's connections: one holds the migration lock, goose migrates on the other
 	lockID   int64
+	logger   *slog.Logger
 	names    map[int64]string // migration file names by version
 	pool     *pgxpool.Pool
 	provider *goose.Provider
@@ -168,7 +178,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Migrator, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("migrations: river: %w", err), provider.Close())
 	}
-	return &Migrator{db: db, lockID: lockID(schema), names: names, pool: pool, provider: provider, river: river, schema: schema}, nil
+	return &Migrator{db: db, lockID: lockID(schema), logger: logger, names: names, pool: pool, provider: provider, river: river, schema: schema}, nil
 }
 
 // Close releases the Migrator's connections.
@@ -188,23 +198,27 @@ func (m *Migrator) Close() error {
 // connection until it ends, and the server releases the lock when it ends,
 // however it ends (rollback, a dropped client, a killed backend).
 //
-// The wait happens in the server (pg_advisory_xact_lock), so the next
-// migrator goes the moment the lock is free; goose's table-based locker
-// polls at intervals and would need its own stale-lock expiry instead.
+// A migrator that finds the lock taken does not wait for it in the server
+// (pg_advisory_xact_lock): a transaction waiting there would pin a server
+// connection for the whole wait, and behind a transaction pooler enough
+// waiting migrators take every server connection of the pool while the
+// holder needs one more to migrate on, so none finishes. Instead it asks
+// with pg_try_advisory_xact_lock in a short transaction, ends the
+// transaction when the answer is no, and asks again after a pause (see
+// lockPollFirst): between tries it holds no server connection. The holder
+// needs two at a time, its lock's and one to migrate on. Polling costs the
+// next migrator up to lockPollMax of latency; there is no stale lock to
+// expire, as with goose's table-based locker, since the server releases
+// the lock with its transaction.
+//
 // idle_in_transaction_session_timeout is switched off for the lock's
 // transaction alone, since that transaction sits idle while the migrations
 // run; PgBouncer's idle_transaction_timeout (off by default) must exceed
 // the migrations' duration for the same reason.
 func (m *Migrator) locked(ctx context.Context, fn func() error) error {
-	// The transaction outlives ctx's cancellation until fn has returned:
-	// database/sql would otherwise roll it back, releasing the lock, while
-	// fn's statements may still be finishing.
-	tx, err := m.db.BeginTx(context.WithoutCancel(ctx), nil)
+	tx, err := m.lock(ctx)
 	if err != nil {
-		return m.explain(fmt.Errorf("connect: %w", err))
-	}
-	if _, err := tx.ExecContext(ctx, lockSQL, m.lockID); err != nil {
-		return errors.Join(m.explain(fmt.Errorf("wait for the migration lock: %w", err)), tx.Rollback())
+		return err
 	}
 	fnErr := fn()
 	// Ending the transaction releases the lock. If it cannot be ended
@@ -214,6 +228,50 @@ func (m *Migrator) locked(ctx context.Context, fn func() error) error {
 		return errors.Join(fnErr, m.explain(fmt.Errorf("the migration lock's transaction ended early (%w): another migrator may have run at the same time; run the migration again to check the schema", err)))
 	}
 	return fnErr
+}
+
+// Bounds of the pause between two tries for the migration lock: it starts
+// at lockPollFirst and doubles up to lockPollMax, drawn at random from its
+// upper half so that migrators that started together spread out.
+const (
+	lockPollFirst = 20 * time.Millisecond
+	lockPollMax   = time.Second
+)
+
+// lock returns a transaction holding the schema's migration lock, trying
+// until it gets it or ctx ends (see locked).
+func (m *Migrator) lock(ctx context.Context) (*sql.Tx, error) {
+	for try := 1; ; try++ {
+		// The transaction outlives ctx's cancellation until fn has
+		// returned: database/sql would otherwise roll it back, releasing
+		// the lock, while fn's statements may still be finishing.
+		tx, err := m.db.BeginTx(context.WithoutCancel(ctx), nil)
+		if err != nil {
+			return nil, m.explain(fmt.Errorf("connect: %w", err))
+		}
+		var (
+			idleTimeout string // set_config's answer
+			locked      bool
+		)
+		if err := tx.QueryRowContext(ctx, tryLockSQL, m.lockID).Scan(&idleTimeout, &locked); err != nil {
+			return nil, errors.Join(m.explain(fmt.Errorf("wait for the migration lock: %w", err)), tx.Rollback())
+		}
+		if locked {
+			return tx, nil
+		}
+		if err := tx.Rollback(); err != nil {
+			return nil, m.explain(fmt.Errorf("wait for the migration lock: %w", err))
+		}
+		if try == 1 {
+			m.logger.InfoContext(ctx, "migrations: another migrator holds the migration lock; waiting for it",
+				slog.String("schema", m.schema))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, m.explain(fmt.Errorf("wait for the migration lock: %w", context.Cause(ctx)))
+		case <-time.After(backoff.Exponential(try, lockPollFirst, lockPollMax)):
+		}
+	}
 }
 
 // Up creates the schema if needed and applies every pending migration,
@@ -470,9 +528,13 @@ func isUndefined(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000")
 }
 
-// lockSQL takes the migration lock for the rest of the transaction,
-// waiting for it.
-const lockSQL = "SELECT pg_catalog.pg_advisory_xact_lock($1)"
+// tryLockSQL takes the migration lock for the rest of the transaction if
+// it is free, without waiting, and reports whether it did. It also
+// switches idle_in_transaction_session_timeout off for that transaction
+// alone (set_config(…, true)), which sits idle while the migrations run: a
+// timeout set for the role or the database would otherwise end it, and the
+// lock with it, mid-run.
+const tryLockSQL = "SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', '0', true), pg_catalog.pg_try_advisory_xact_lock($1)"
 
 // lockID is the advisory lock that serializes migrators of one schema.
 // Migrators of different schemas do not wait for each other.

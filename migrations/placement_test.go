@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/logtest"
 	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/migrations"
 )
@@ -157,7 +159,9 @@ func TestMigrateLeavesNoLockBehind(t *testing.T) {
 	require.Zero(t, advisoryLocksHeld(t, pool, schema))
 }
 
-// A migrator waiting for the lock gives up when its context ends.
+// A migrator waiting for the lock says so, waits outside any transaction
+// (no server session waits in the lock's queue for it), and gives up when
+// its context ends.
 func TestMigrateWaitsForTheLockUntilCanceled(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -170,14 +174,80 @@ func TestMigrateWaitsForTheLockUntilCanceled(t *testing.T) {
 	_, err = tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrations.LockID(schema))
 	require.NoError(t, err)
 
+	logs := &logtest.Recorder{}
 	waitCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- migrations.Migrate(waitCtx, pool, migrations.Options{Schema: schema}) }()
-	require.Eventually(t, func() bool { return advisoryWaiters(t, pool, schema) == 1 }, 10*time.Second, 10*time.Millisecond)
+	go func() {
+		done <- migrations.Migrate(waitCtx, pool, migrations.Options{Logger: slog.New(logs), Schema: schema})
+	}()
+	require.Eventually(t, func() bool { return logs.Count(slog.LevelInfo, "another migrator holds the migration lock") == 1 },
+		10*time.Second, 10*time.Millisecond)
+	require.Zero(t, advisoryWaiters(t, pool, schema), "a waiting migrator must not wait in a transaction")
 	cancel()
 	require.ErrorContains(t, <-done, "wait for the migration lock")
+	require.Equal(t, 1, logs.Count(slog.LevelInfo, "another migrator holds the migration lock"), "said once, not per try")
 	require.NoError(t, tx.Rollback(ctx))
 	require.Empty(t, tablesIn(t, pool, schema), "nothing ran without the lock")
+}
+
+// The lock's transaction sits idle while the migrations run. A session
+// that ends idle transactions (idle_in_transaction_session_timeout, here a
+// startup parameter, as a role's or database's default could set it) must
+// not end that one: the lock would go with it, and another migrator could
+// run at the same time.
+func TestMigrateLockOutlivesIdleInTransactionTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	const idleTimeout = time.Second
+
+	cfg, err := pgxpool.ParseConfig(pgtest.DirectURL(t)) // startup parameters do not pass a pooler
+	require.NoError(t, err)
+	cfg.MaxConns = 4
+	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = idleTimeout.String()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	m, err := migrations.New(pool, migrations.Options{Schema: schema})
+	require.NoError(t, err)
+	defer m.Close()
+	_, err = m.DownTo(ctx, pgbox.SchemaVersion-1)
+	require.NoError(t, err)
+
+	// Up waits, holding the lock, until the test lets it record the
+	// migration it applies (from a session without the idle timeout).
+	block, err := pgtest.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	defer block.Rollback(ctx) //nolint:errcheck
+	_, err = block.Exec(ctx, ident.Render("LOCK TABLE /* schema */"+pgbox.MigrationsTable+" IN EXCLUSIVE MODE", schema))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Up(ctx)
+		done <- err
+	}()
+	key := uint64(migrations.LockID(schema))
+	var holder int32
+	require.Eventually(t, func() bool {
+		err := pool.QueryRow(ctx, `SELECT pid FROM pg_catalog.pg_locks
+			WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND classid::bigint = $1 AND objid::bigint = $2`,
+			int64(key>>32), int64(key&0xffffffff)).Scan(&holder)
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	// Until the lock's session has sat idle for twice the timeout, or is
+	// gone.
+	require.Eventually(t, func() bool {
+		var waited bool
+		err := pool.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity
+			WHERE pid = $1 AND NOT (state = 'idle in transaction' AND state_change < now() - $2::interval))`,
+			holder, (2 * idleTimeout).String()).Scan(&waited)
+		return err == nil && waited
+	}, 30*time.Second, 10*time.Millisecond)
+	require.NoError(t, block.Rollback(ctx))
+	require.NoError(t, <-done, "the lock's transaction must outlive the session's idle timeout")
+	v, err := m.Version(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, pgbox.SchemaVersion, v)
 }
 
 func TestParseMigration(t *testing.T) {

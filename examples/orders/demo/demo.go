@@ -104,8 +104,8 @@ type Config struct {
 
 	// ServicesURL is the PostgreSQL URL the services and providers connect
 	// through, such as a transaction-pooling PgBouncer's in front of
-	// DatabaseURL's server (with default_query_exec_mode=exec: see
-	// docs/operations.md). Their dispatchers and relays then LISTEN
+	// DatabaseURL's server (with default_query_exec_mode=cache_describe:
+	// see docs/operations.md). Their dispatchers and relays then LISTEN
 	// through it too, find that notifications do not arrive, say so once
 	// and poll. Defaults to DatabaseURL.
 	ServicesURL string
