@@ -52,65 +52,13 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // that an outage charged to the rows would kill them.
 const natsDownFor = 5 * time.Second
 
-// fleet is the run's child processes, by role.
-type fleet struct {
-	t       *testing.T
-	url     string
-	env     []string // every child's environment besides DATABASE_URL
-	byRole  map[string][]*pgtest.Child
-	kills   map[string]int
-	started map[string]int
-}
-
-func (f *fleet) start(role string, env ...string) *pgtest.Child {
-	f.t.Helper()
-	child := pgtest.StartChild(f.t, "TestChildProcess", role, append(append(env, f.env...), "DATABASE_URL="+f.url)...)
-	if role != "producer" {
-		line, ok := child.Line(2 * time.Minute)
-		require.True(f.t, ok && line == "ready", "%s did not start: %s", role, child.Stderr())
-	}
-	f.byRole[role] = append(f.byRole[role], child)
-	f.started[role]++
-	return child
-}
-
-// killOne SIGKILLs a random process of role and starts its replacement.
-func (f *fleet) killOne(role string) {
-	children := f.byRole[role]
-	i := rand.N(len(children))
-	children[i].Kill()
-	f.kills[role]++
-	f.byRole[role] = append(children[:i], children[i+1:]...)
-	f.start(role)
-}
-
-// replaceExited starts a new process for every one of role that ended by
-// itself (a consumer whose subscription broke when the database restarted).
-func (f *fleet) replaceExited(role string) {
-	alive := f.byRole[role][:0]
-	exited := 0
-	for _, c := range f.byRole[role] {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		err := c.Wait(ctx)
-		cancel()
-		if err == context.DeadlineExceeded {
-			alive = append(alive, c)
-		} else {
-			exited++
-		}
-	}
-	f.byRole[role] = alive
-	for range exited {
-		f.start(role)
-	}
-}
-
 func TestChaos(t *testing.T) {
 	cl := startCluster(t)
 	pool := cl.pool(t)
 	setupSchemas(t, pool)
 
-	f := &fleet{t: t, url: cl.url, byRole: map[string][]*pgtest.Child{}, kills: map[string]int{}, started: map[string]int{}}
+	f := newFleet(t, cl.url)
+	defer f.logTailsIfFailed()
 	var nats *brokertest.Server
 	switch *flagBroker {
 	case "nats":
@@ -136,7 +84,7 @@ func TestChaos(t *testing.T) {
 	}
 	orders, producers := *flagOrders, *flagProducers
 	poisonEvery := max(orders/100, 10)
-	var producing []*pgtest.Child
+	var producing []*child
 	for p := range producers {
 		first, last := p*orders/producers+1, (p+1)*orders/producers
 		producing = append(producing, f.start("producer",
@@ -150,7 +98,7 @@ func TestChaos(t *testing.T) {
 	started := time.Now()
 	var terminated, restarted bool
 	var brokerKilled time.Time
-	var outageRelays []*pgtest.Child // the relays that ran through the outage
+	var outageRelays []*child // the relays that ran through the outage
 	brokerBack := nats == nil
 	lastKill := time.Now()
 	for !allExited(producing) {
@@ -192,7 +140,7 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	for _, p := range producing {
-		require.NoError(t, p.Wait(context.Background()), "a producer failed: %s", p.Stderr())
+		require.NoError(t, p.Wait(context.Background()), "%s failed:\n%s", p.name, p.tail())
 	}
 	if !brokerBack { // the producers finished within the outage
 		nats.Restart(t)
@@ -205,7 +153,7 @@ func TestChaos(t *testing.T) {
 	// replacing consumers that the restart took down.
 	time.Sleep(2 * time.Second)
 	for _, c := range f.byRole["flood"] {
-		c.Kill()
+		c.kill()
 	}
 	deadline := time.Now().Add(*flagSettle)
 	for !settled(t, pool) {
@@ -217,7 +165,7 @@ func TestChaos(t *testing.T) {
 
 	r := check(t, pool)
 	for _, c := range outageRelays {
-		if strings.Contains(c.Stderr(), "relay: the broker is unreachable") {
+		if strings.Contains(readLog(c.log), "relay: the broker is unreachable") {
 			r.relaysSawOutage++
 		}
 	}
@@ -234,18 +182,6 @@ func TestChaos(t *testing.T) {
 		appendReport(t, *flagReport, report)
 	}
 	r.assert(t)
-}
-
-func allExited(children []*pgtest.Child) bool {
-	for _, c := range children {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		err := c.Wait(ctx)
-		cancel()
-		if err == context.DeadlineExceeded {
-			return false
-		}
-	}
-	return true
 }
 
 // countOrders counts committed orders, 0 while the server is down.

@@ -71,7 +71,7 @@ func TestChildProcess(t *testing.T) {
 	}
 	ctx := context.Background()
 	pool := childPool(t, 16)
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	logger := childLogger(t)
 	switch role {
 	case "producer":
 		produce(t, ctx, pool)
@@ -94,6 +94,19 @@ func TestChildProcess(t *testing.T) {
 	}
 	fmt.Println("ready")
 	select {} // until killed
+}
+
+// childLogger is the child's logger: level Warn, so that what a process
+// waits on and what it retries shows, into the file the driver named
+// (CHAOS_LOG), which outlives a SIGKILL; stderr if it named none.
+func childLogger(t *testing.T) *slog.Logger {
+	out := os.Stderr
+	if path := os.Getenv("CHAOS_LOG"); path != "" {
+		var err error
+		out, err = os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		require.NoError(t, err)
+	}
+	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 func childPool(t *testing.T, conns int32) *pgxpool.Pool {

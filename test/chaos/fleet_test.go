@@ -1,0 +1,193 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox/internal/pgtest"
+)
+
+// logTailLines is how much of a child's log a failure shows.
+const logTailLines = 20
+
+// child is one of the run's processes, with its log: a file of its own
+// (CHAOS_LOG) that it writes at level Warn, kept after it is killed.
+type child struct {
+	*pgtest.Child
+	gone   chan struct{} // closed once the process has ended
+	err    error         // its exit error, once gone is closed
+	killed bool          // SIGKILLed by the driver's schedule
+	log    string        // the log file's path
+	name   string        // role-n: the nth process of its role
+	role   string
+}
+
+// exited reports whether the process has ended, and its exit error.
+func (c *child) exited() (bool, error) {
+	select {
+	case <-c.gone:
+		return true, c.err
+	default:
+		return false, nil
+	}
+}
+
+// kill SIGKILLs the process on the driver's schedule.
+func (c *child) kill() {
+	c.killed = true
+	c.Kill()
+}
+
+// tail is the end of the child's log, and of its stderr (a panic, a
+// failed start) if it wrote any, for a failure message.
+func (c *child) tail() string {
+	status := "running"
+	if gone, err := c.exited(); c.killed {
+		status = "SIGKILLed by the schedule"
+	} else if gone {
+		status = fmt.Sprintf("ended: %v", err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "--- the end of %s's log (%s; %s):\n%s", c.name, c.log, status, lastLines(readLog(c.log), logTailLines))
+	if stderr := strings.TrimSpace(c.Stderr()); stderr != "" {
+		fmt.Fprintf(&b, "--- and of its stderr:\n%s", lastLines(stderr, logTailLines))
+	}
+	return b.String()
+}
+
+func readLog(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(unreadable: %v)", err)
+	}
+	return string(b)
+}
+
+// lastLines returns the last n lines of s, each cut to a readable length,
+// or a note that s is empty.
+func lastLines(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "(empty)\n"
+	}
+	lines := strings.Split(s, "\n")
+	lines = lines[max(0, len(lines)-n):]
+	for i, l := range lines {
+		if len(l) > 600 {
+			lines[i] = l[:600] + "…"
+		}
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// fleet is the run's child processes, by role.
+type fleet struct {
+	t       *testing.T
+	url     string
+	env     []string // every child's environment besides DATABASE_URL
+	all     []*child // every child ever started, in order
+	byRole  map[string][]*child
+	kills   map[string]int
+	logDir  string
+	started map[string]int
+}
+
+// newFleet returns an empty fleet whose children log into a directory of
+// the run's own: next to the -chaos.report file, and kept; otherwise a
+// temporary one, deleted unless the test fails.
+func newFleet(t *testing.T, url string) *fleet {
+	var dir string
+	if *flagReport != "" {
+		dir = filepath.Join(filepath.Dir(*flagReport), "chaos-logs", time.Now().Format("20060102-150405"))
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+	} else {
+		var err error
+		dir, err = os.MkdirTemp("", "pgbox-chaos-logs-")
+		require.NoError(t, err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() && *flagReport == "" {
+			_ = os.RemoveAll(dir)
+		}
+	})
+	return &fleet{t: t, url: url, byRole: map[string][]*child{}, kills: map[string]int{}, logDir: dir, started: map[string]int{}}
+}
+
+// logTailsIfFailed shows, for a failed test, the end of every child's
+// log. The driver defers it: it must run before the test's cleanup kills
+// the children, so that it tells the ones that died from the ones alive.
+func (f *fleet) logTailsIfFailed() {
+	if !f.t.Failed() {
+		return
+	}
+	f.t.Logf("the children's logs are kept in %s; the end of each:", f.logDir)
+	for _, c := range f.all {
+		f.t.Log(c.tail())
+	}
+}
+
+func (f *fleet) start(role string, env ...string) *child {
+	f.t.Helper()
+	f.started[role]++
+	c := &child{gone: make(chan struct{}), name: fmt.Sprintf("%s-%d", role, f.started[role]), role: role}
+	c.log = filepath.Join(f.logDir, c.name+".log")
+	env = append(append(env, f.env...), "DATABASE_URL="+f.url, "CHAOS_LOG="+c.log)
+	c.Child = pgtest.StartChild(f.t, "TestChildProcess", role, env...)
+	go func() {
+		c.err = c.Wait(context.Background())
+		close(c.gone)
+	}()
+	f.all = append(f.all, c)
+	if role != "producer" {
+		line, ok := c.Line(2 * time.Minute)
+		require.True(f.t, ok && line == "ready", "%s did not start:\n%s", c.name, c.tail())
+	}
+	f.byRole[role] = append(f.byRole[role], c)
+	return c
+}
+
+// killOne SIGKILLs a random process of role and starts its replacement.
+func (f *fleet) killOne(role string) {
+	children := f.byRole[role]
+	i := rand.N(len(children))
+	children[i].kill()
+	f.kills[role]++
+	f.byRole[role] = append(children[:i], children[i+1:]...)
+	f.start(role)
+}
+
+// replaceExited starts a new process for every one of role that ended by
+// itself (a consumer whose subscription broke when the database restarted).
+func (f *fleet) replaceExited(role string) {
+	alive := f.byRole[role][:0]
+	exited := 0
+	for _, c := range f.byRole[role] {
+		if gone, _ := c.exited(); gone {
+			exited++
+		} else {
+			alive = append(alive, c)
+		}
+	}
+	f.byRole[role] = alive
+	for range exited {
+		f.start(role)
+	}
+}
+
+// allExited reports whether every child in children has ended.
+func allExited(children []*child) bool {
+	for _, c := range children {
+		if gone, _ := c.exited(); !gone {
+			return false
+		}
+	}
+	return true
+}
