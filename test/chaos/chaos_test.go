@@ -95,6 +95,8 @@ func TestChaos(t *testing.T) {
 	// (mostly dispatchers, sometimes a relay or a consumer), every pgbox
 	// connection cut at 30%, the NATS server SIGKILLed at 45% and started
 	// again natsDownFor later, the PostgreSQL server crash-restarted at 60%.
+	// Every process not killed on this schedule must stay up throughout.
+	f.phase = "producing"
 	started := time.Now()
 	var terminated, restarted bool
 	var brokerKilled time.Time
@@ -103,6 +105,7 @@ func TestChaos(t *testing.T) {
 	lastKill := time.Now()
 	for !allExited(producing) {
 		time.Sleep(200 * time.Millisecond)
+		f.requireAlive()
 		// While NATS is down no process is killed or replaced: a new
 		// consumer cannot say it is ready before the broker is back.
 		brokerDown := !brokerKilled.IsZero() && !brokerBack
@@ -118,25 +121,29 @@ func TestChaos(t *testing.T) {
 			}
 		}
 		if !brokerDown {
-			f.replaceExited("consumer")
+			f.replaceExited()
 		}
 		done := countOrders(pool)
 		if !terminated && done >= orders*3/10 {
 			terminateSessions(t, pool)
 			terminated = true
+			f.phase = "producing, after every pgbox connection was cut"
 		}
 		if nats != nil && brokerKilled.IsZero() && done >= orders*45/100 {
 			nats.Kill(t)
 			brokerKilled = time.Now()
 			outageRelays = append(outageRelays, f.byRole["relay"]...) // none is killed while NATS is down
+			f.phase = "producing, NATS down"
 		}
 		if !brokerBack && !brokerKilled.IsZero() && time.Since(brokerKilled) >= natsDownFor {
 			nats.Restart(t)
 			brokerBack = true
+			f.phase = "producing, after NATS came back"
 		}
 		if !restarted && done >= orders*6/10 {
 			cl.crashRestart(t)
 			restarted = true
+			f.phase = "producing, after the PostgreSQL crash-restart"
 		}
 	}
 	for _, p := range producing {
@@ -151,17 +158,19 @@ func TestChaos(t *testing.T) {
 
 	// Let the floods go on a little, then wait for everything to settle,
 	// replacing consumers that the restart took down.
+	f.phase = "settling"
 	time.Sleep(2 * time.Second)
-	for _, c := range f.byRole["flood"] {
-		c.kill()
-	}
+	f.killAll("flood")
 	deadline := time.Now().Add(*flagSettle)
 	for !settled(t, pool) {
 		require.Zero(t, deadOutboxRows(pool), "outbox rows are dead: the relays spent their %d attempts (a broker outage must spend none)", relayMaxAttempts)
 		require.True(t, time.Now().Before(deadline), "the run did not settle within %s:\n%s", *flagSettle, unsettled(t, pool))
-		f.replaceExited("consumer")
+		f.requireAlive()
+		f.replaceExited()
 		time.Sleep(200 * time.Millisecond)
 	}
+	f.phase = "settled"
+	f.requireAlive()
 
 	r := check(t, pool)
 	for _, c := range outageRelays {

@@ -2,9 +2,11 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +16,11 @@ import (
 
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
+
+// consumerExitCode is how a consumer ends by itself: its subscription
+// broke (the database restarted) and it leaves its replacement to the
+// driver (startConsumer). Any other end of any child is a failure.
+const consumerExitCode = 4
 
 // logTailLines is how much of a child's log a failure shows.
 const logTailLines = 20
@@ -97,6 +104,7 @@ type fleet struct {
 	byRole  map[string][]*child
 	kills   map[string]int
 	logDir  string
+	phase   string // the run's current phase, for a failure message
 	started map[string]int
 }
 
@@ -118,7 +126,7 @@ func newFleet(t *testing.T, url string) *fleet {
 			_ = os.RemoveAll(dir)
 		}
 	})
-	return &fleet{t: t, url: url, byRole: map[string][]*child{}, kills: map[string]int{}, logDir: dir, started: map[string]int{}}
+	return &fleet{t: t, url: url, byRole: map[string][]*child{}, kills: map[string]int{}, logDir: dir, phase: "start", started: map[string]int{}}
 }
 
 // logTailsIfFailed shows, for a failed test, the end of every child's
@@ -164,22 +172,65 @@ func (f *fleet) killOne(role string) {
 	f.start(role)
 }
 
-// replaceExited starts a new process for every one of role that ended by
-// itself (a consumer whose subscription broke when the database restarted).
-func (f *fleet) replaceExited(role string) {
-	alive := f.byRole[role][:0]
-	exited := 0
+// killAll SIGKILLs every process of role, for good.
+func (f *fleet) killAll(role string) {
 	for _, c := range f.byRole[role] {
-		if gone, _ := c.exited(); gone {
+		c.kill()
+	}
+	f.byRole[role] = nil
+}
+
+// replaceExited starts a new consumer for every one that ended by itself
+// (its subscription broke when the database restarted).
+func (f *fleet) replaceExited() {
+	alive := f.byRole["consumer"][:0]
+	exited := 0
+	for _, c := range f.byRole["consumer"] {
+		if gone, err := c.exited(); !gone {
+			alive = append(alive, c)
+		} else if exitCode(err) == consumerExitCode {
 			exited++
 		} else {
-			alive = append(alive, c)
+			f.failDead(c, err)
 		}
 	}
-	f.byRole[role] = alive
+	f.byRole["consumer"] = alive
 	for range exited {
-		f.start(role)
+		f.start("consumer")
 	}
+}
+
+// requireAlive fails the test, naming the child and showing its log,
+// unless every relay, dispatcher, flood and locker process the driver
+// started is running or was killed by its schedule. Consumers are
+// checked by replaceExited, which replaces those that end as planned.
+func (f *fleet) requireAlive() {
+	f.t.Helper()
+	for _, role := range []string{"relay", "dispatcher", "flood", "locker"} {
+		for _, c := range f.byRole[role] {
+			if gone, err := c.exited(); gone {
+				f.failDead(c, err)
+			}
+		}
+	}
+}
+
+func (f *fleet) failDead(c *child, err error) {
+	f.t.Helper()
+	require.Failf(f.t, "a child process died unexpectedly",
+		"%s ended by itself (%v) during the phase %q; none but the driver's schedule may end it\n%s", c.name, err, f.phase, c.tail())
+}
+
+// exitCode is a child's exit status, or -1 if it did not exit normally.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
 }
 
 // allExited reports whether every child in children has ended.
