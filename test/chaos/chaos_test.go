@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,18 +99,18 @@ func TestChaos(t *testing.T) {
 	// Every process not killed on this schedule must stay up throughout.
 	f.phase = "producing"
 	started := time.Now()
-	var terminated, restarted bool
-	var brokerKilled time.Time
-	var outageRelays []*child // the relays that ran through the outage
-	brokerBack := nats == nil
+	var (
+		terminated, restarted bool
+		outages               []brokerOutage // the broker's, once over
+		down                  *brokerOutage  // the one going on
+	)
 	lastKill := time.Now()
 	for !allExited(producing) {
 		time.Sleep(200 * time.Millisecond)
 		f.requireAlive()
 		// While NATS is down no process is killed or replaced: a new
 		// consumer cannot say it is ready before the broker is back.
-		brokerDown := !brokerKilled.IsZero() && !brokerBack
-		if !brokerDown && time.Since(lastKill) >= *flagKillEvery {
+		if down == nil && time.Since(lastKill) >= *flagKillEvery {
 			lastKill = time.Now()
 			switch n := rand.N(10); {
 			case n < 6:
@@ -120,7 +121,7 @@ func TestChaos(t *testing.T) {
 				f.killOne("consumer")
 			}
 		}
-		if !brokerDown {
+		if down == nil {
 			f.replaceExited()
 		}
 		done := countOrders(pool)
@@ -129,15 +130,15 @@ func TestChaos(t *testing.T) {
 			terminated = true
 			f.phase = "producing, after every pgbox connection was cut"
 		}
-		if nats != nil && brokerKilled.IsZero() && done >= orders*45/100 {
+		if nats != nil && len(outages) == 0 && down == nil && done >= orders*45/100 {
+			down = &brokerOutage{from: time.Now(), relays: slices.Clone(f.byRole["relay"])}
 			nats.Kill(t)
-			brokerKilled = time.Now()
-			outageRelays = append(outageRelays, f.byRole["relay"]...) // none is killed while NATS is down
 			f.phase = "producing, NATS down"
 		}
-		if !brokerBack && !brokerKilled.IsZero() && time.Since(brokerKilled) >= natsDownFor {
+		if down != nil && time.Since(down.from) >= natsDownFor {
 			nats.Restart(t)
-			brokerBack = true
+			down.to = time.Now()
+			outages, down = append(outages, *down), nil
 			f.phase = "producing, after NATS came back"
 		}
 		if !restarted && done >= orders*6/10 {
@@ -149,9 +150,10 @@ func TestChaos(t *testing.T) {
 	for _, p := range producing {
 		require.NoError(t, p.Wait(context.Background()), "%s failed:\n%s", p.name, p.tail())
 	}
-	if !brokerBack { // the producers finished within the outage
+	if down != nil { // the producers finished within the outage
 		nats.Restart(t)
-		brokerBack = true
+		down.to = time.Now()
+		outages, down = append(outages, *down), nil
 	}
 	require.True(t, terminated && restarted, "the run was too short for the planned faults")
 	produced := time.Since(started)
@@ -173,16 +175,22 @@ func TestChaos(t *testing.T) {
 	f.requireAlive()
 
 	r := check(t, pool)
-	for _, c := range outageRelays {
-		if strings.Contains(readLog(c.log), "relay: the broker is unreachable") {
-			r.relaysSawOutage++
+	for _, o := range outages {
+		for _, c := range o.relays {
+			r.outageRelays++
+			if reportedOutage(t, c, o) {
+				r.relaysSawOutage++
+			} else {
+				r.silentRelays = append(r.silentRelays, c.name)
+				r.silentLogs += silentRelay(t, c, o)
+			}
 		}
 	}
-	r.outageRelays = len(outageRelays)
+	r.outages = len(outages)
 	r.faults = fmt.Sprintf("%d dispatcher, %d relay and %d consumer processes SIGKILLed; every pgbox connection cut once (pg_terminate_backend); the server crash-restarted once (pg_ctl restart -m immediate)",
 		f.kills["dispatcher"], f.kills["relay"], f.kills["consumer"])
-	if nats != nil {
-		r.faults += fmt.Sprintf("; the NATS JetStream server SIGKILLed once and restarted %s later", natsDownFor)
+	for _, o := range outages {
+		r.faults += fmt.Sprintf("; the NATS JetStream server SIGKILLed and restarted %s later", o.to.Sub(o.from).Round(100*time.Millisecond))
 	}
 	r.duration = fmt.Sprintf("%s producing, %s in all", produced.Round(time.Second), time.Since(started).Round(time.Second))
 	report := r.markdown(orders)

@@ -61,6 +61,10 @@ const maxAttempts = 8
 // relayMaxAttempts is the relays' attempt budget (see startRelay).
 const relayMaxAttempts = 3
 
+// relayLease is the relays' claim lease: a round's publishing ends within
+// three quarters of it (relay/batch.go).
+const relayLease = 2 * time.Second
+
 // TestChildProcess is not a test: it is the body of the processes the
 // chaos driver starts, restarts and kills. The role comes from
 // pgtest.ChildRole; the database from DATABASE_URL.
@@ -258,7 +262,7 @@ func startRelay(t *testing.T, ctx context.Context, pool *pgxpool.Pool, logger *s
 	r, err := relay.New(pool, relay.Config{
 		AtomicPublisher:   natsURL() == "", // watermill-sql inserts a batch all or none
 		BatchSize:         50,
-		Lease:             2 * time.Second,
+		Lease:             relayLease,
 		Logger:            logger,
 		MaxAttempts:       relayMaxAttempts,
 		OutageBackoffFunc: func(int) time.Duration { return 200 * time.Millisecond },
