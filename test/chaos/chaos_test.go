@@ -187,6 +187,7 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	r.outages = len(outages)
+	r.outageCharged, r.chargedList, r.charged = chargedDuringOutages(t, pool, outages)
 	r.faults = fmt.Sprintf("%d dispatcher, %d relay and %d consumer processes SIGKILLed; every pgbox connection cut once (pg_terminate_backend); the server crash-restarted once (pg_ctl restart -m immediate)",
 		f.kills["dispatcher"], f.kills["relay"], f.kills["consumer"])
 	for _, o := range outages {

@@ -39,6 +39,9 @@ type result struct {
 	relaysSawOutage int            // of which logged that they paused for it, or made no progress
 	silentRelays    []string       // the others, by name
 	silentLogs      string         // what they logged (silentRelay)
+	outageCharged   int            // publish attempts charged to rows during the outages
+	chargedList     string         // the first of them
+	charged         int            // publish attempts charged to rows in the whole run
 	faults          string
 	duration        string
 }
@@ -129,6 +132,8 @@ func (r *result) markdown(orders int) string {
 	if r.outages > 0 {
 		row(fmt.Sprintf("relays that paused for the broker outage (attempt budget %d): must be all", relayMaxAttempts),
 			fmt.Sprintf("%d of %d", r.relaysSawOutage, r.outageRelays))
+		row("attempts charged during the broker outage (publish failures recorded from the kill to a lease after the restart): must be 0",
+			fmt.Sprintf("%d (of %d in the whole run)", r.outageCharged, r.charged))
 	}
 	if r.brokerCopies > 0 { // watermill-sql's table; NATS keeps its own count
 		row("copies the broker holds (a row published again after a relay was killed counts twice)", r.brokerCopies)
@@ -172,4 +177,6 @@ func (r *result) assert(t *testing.T) {
 	require.Equal(t, r.poison, r.totalDead(), "every poison message, and only those, ends dead")
 	require.Zero(t, r.badHistory)
 	require.Positive(t, r.timeouts, "handlers must have hit statement and lock timeouts")
+	// Last, so that a failure here leaves every other invariant checked.
+	require.Zero(t, r.outageCharged, "a broker outage must charge no row an attempt; the first charged (at, row, attempt, error):\n%s", r.chargedList)
 }

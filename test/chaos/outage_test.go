@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox/internal/ident"
 )
 
 // brokerOutage is one stretch of the driver's schedule during which the
@@ -22,11 +26,12 @@ type brokerOutage struct {
 }
 
 // outageGrace extends an outage past the broker's return: a relay round
-// that began while the broker was down may end, and report it, up to a
-// lease later.
+// that began while the broker was down may end, and report it or record
+// what it charged, up to a lease later.
 const outageGrace = relayLease
 
-// window is when a relay may report the outage.
+// window is when a relay may report the outage, and when a row charged an
+// attempt for a publish failure was charged for the outage.
 func (o brokerOutage) window() (from, to time.Time) { return o.from, o.to.Add(outageGrace) }
 
 // outageReports are the messages, logged at level Error, by which a relay
@@ -100,6 +105,45 @@ func parseLogLine(line string) (at time.Time, level, msg string, ok bool) {
 	}
 	msg, _, _ = strings.Cut(rest, " ")
 	return at, level, msg, true
+}
+
+// maxChargedShown is how many charged attempts a failure lists.
+const maxChargedShown = 20
+
+// chargedDuringOutages counts the publish attempts charged to outbox rows
+// during the outages, from the rows' own histories: every failed publish
+// that charges its row an attempt appends to the row's errors an entry
+// {attempt, at, error} whose error starts "publish: " (relay/batch.go
+// failed), while a refunded attempt appends nothing, and a lease that
+// expired (a relay killed mid-round) appends an error of its own wording.
+// It also returns the first maxChargedShown of them, one per line, and
+// how many publish attempts were charged in the whole run.
+func chargedDuringOutages(t *testing.T, pool *pgxpool.Pool, outages []brokerOutage) (n int, list string, total int) {
+	total = scalar(t, pool, ident.Render(`SELECT count(*) FROM /* schema */outbox AS o, jsonb_array_elements(o.errors) AS e
+		WHERE e->>'error' LIKE 'publish: %'`, producerSchema))
+	var b strings.Builder
+	q := ident.Render(`
+		SELECT e->>'at', o.id::text, coalesce(e->>'attempt', ''), o.attempts, o.status::text, e->>'error'
+		FROM /* schema */outbox AS o, jsonb_array_elements(o.errors) AS e
+		WHERE e->>'error' LIKE 'publish: %' AND (e->>'at')::timestamptz BETWEEN $1 AND $2
+		ORDER BY (e->>'at')::timestamptz`, producerSchema)
+	for _, o := range outages {
+		from, to := o.window()
+		rows, err := pool.Query(context.Background(), q, from, to)
+		require.NoError(t, err)
+		for rows.Next() {
+			var (
+				at, id, attempt, status, msg string
+				attempts                     int
+			)
+			require.NoError(t, rows.Scan(&at, &id, &attempt, &attempts, &status, &msg))
+			if n++; n <= maxChargedShown {
+				fmt.Fprintf(&b, "%s row %s attempt %s (attempts now %d, %s): %s\n", at, id, attempt, attempts, status, msg)
+			}
+		}
+		require.NoError(t, rows.Err())
+	}
+	return n, b.String(), total
 }
 
 // The driver reads the children's logs as slog.TextHandler writes them.
