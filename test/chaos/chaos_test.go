@@ -148,7 +148,9 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	for _, p := range producing {
-		require.NoError(t, p.Wait(context.Background()), "%s failed:\n%s", p.name, p.tail())
+		if err := p.Wait(context.Background()); err != nil {
+			require.NoError(t, err, "%s failed; it printed:\n%s\n%s", p.name, p.printed(), p.tail())
+		}
 	}
 	if down != nil { // the producers finished within the outage
 		nats.Restart(t)

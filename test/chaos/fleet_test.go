@@ -70,6 +70,17 @@ func (c *child) tail() string {
 	return b.String()
 }
 
+// printed returns the next lines the child printed on stdout and no one
+// has read, up to logTailLines: where a child that failed (t.Fatal) said
+// why.
+func (c *child) printed() string {
+	var out []string
+	for l, ok := c.Line(100 * time.Millisecond); ok && len(out) < logTailLines; l, ok = c.Line(100 * time.Millisecond) {
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
+}
+
 func readLog(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -156,7 +167,13 @@ func (f *fleet) start(role string, env ...string) *child {
 	f.all = append(f.all, c)
 	if role != "producer" {
 		line, ok := c.Line(2 * time.Minute)
-		require.True(f.t, ok && line == "ready", "%s did not start:\n%s", c.name, c.tail())
+		if !ok || line != "ready" {
+			select { // so that the message says how it ended, if it did
+			case <-c.gone:
+			case <-time.After(time.Second):
+			}
+			require.Fail(f.t, "a child process did not start", "%s did not say ready; it printed:\n%s\n%s", c.name, line+"\n"+c.printed(), c.tail())
+		}
 	}
 	f.byRole[role] = append(f.byRole[role], c)
 	return c
