@@ -100,8 +100,9 @@ test:
 
 # The fault-injection suite at full size: 50,000 orders (100,000 messages)
 # under SIGKILLs, cut connections and a crash-restart, then a 1,000,000
-# message backlog drain. It runs on a PostgreSQL cluster of its own and
-# appends its figures to .pgbox/chaos-report.md.
+# message backlog drain. It runs on a PostgreSQL cluster of its own,
+# appends its figures to .pgbox/chaos-report.md and keeps each child
+# process's log (level Warn) in .pgbox/chaos-logs/<time of the run>/.
 chaos:
 	@url=$(DB); \
 	DATABASE_URL="$$url" go test ./test/chaos -run 'TestChaos' -count=1 -v -timeout 120m -args \

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,65 +53,13 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // that an outage charged to the rows would kill them.
 const natsDownFor = 5 * time.Second
 
-// fleet is the run's child processes, by role.
-type fleet struct {
-	t       *testing.T
-	url     string
-	env     []string // every child's environment besides DATABASE_URL
-	byRole  map[string][]*pgtest.Child
-	kills   map[string]int
-	started map[string]int
-}
-
-func (f *fleet) start(role string, env ...string) *pgtest.Child {
-	f.t.Helper()
-	child := pgtest.StartChild(f.t, "TestChildProcess", role, append(append(env, f.env...), "DATABASE_URL="+f.url)...)
-	if role != "producer" {
-		line, ok := child.Line(2 * time.Minute)
-		require.True(f.t, ok && line == "ready", "%s did not start: %s", role, child.Stderr())
-	}
-	f.byRole[role] = append(f.byRole[role], child)
-	f.started[role]++
-	return child
-}
-
-// killOne SIGKILLs a random process of role and starts its replacement.
-func (f *fleet) killOne(role string) {
-	children := f.byRole[role]
-	i := rand.N(len(children))
-	children[i].Kill()
-	f.kills[role]++
-	f.byRole[role] = append(children[:i], children[i+1:]...)
-	f.start(role)
-}
-
-// replaceExited starts a new process for every one of role that ended by
-// itself (a consumer whose subscription broke when the database restarted).
-func (f *fleet) replaceExited(role string) {
-	alive := f.byRole[role][:0]
-	exited := 0
-	for _, c := range f.byRole[role] {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		err := c.Wait(ctx)
-		cancel()
-		if err == context.DeadlineExceeded {
-			alive = append(alive, c)
-		} else {
-			exited++
-		}
-	}
-	f.byRole[role] = alive
-	for range exited {
-		f.start(role)
-	}
-}
-
 func TestChaos(t *testing.T) {
 	cl := startCluster(t)
 	pool := cl.pool(t)
 	setupSchemas(t, pool)
 
-	f := &fleet{t: t, url: cl.url, byRole: map[string][]*pgtest.Child{}, kills: map[string]int{}, started: map[string]int{}}
+	f := newFleet(t, cl.url)
+	defer f.logTailsIfFailed()
 	var nats *brokertest.Server
 	switch *flagBroker {
 	case "nats":
@@ -136,7 +85,7 @@ func TestChaos(t *testing.T) {
 	}
 	orders, producers := *flagOrders, *flagProducers
 	poisonEvery := max(orders/100, 10)
-	var producing []*pgtest.Child
+	var producing []*child
 	for p := range producers {
 		first, last := p*orders/producers+1, (p+1)*orders/producers
 		producing = append(producing, f.start("producer",
@@ -147,18 +96,21 @@ func TestChaos(t *testing.T) {
 	// (mostly dispatchers, sometimes a relay or a consumer), every pgbox
 	// connection cut at 30%, the NATS server SIGKILLed at 45% and started
 	// again natsDownFor later, the PostgreSQL server crash-restarted at 60%.
+	// Every process not killed on this schedule must stay up throughout.
+	f.phase = "producing"
 	started := time.Now()
-	var terminated, restarted bool
-	var brokerKilled time.Time
-	var outageRelays []*pgtest.Child // the relays that ran through the outage
-	brokerBack := nats == nil
+	var (
+		terminated, restarted bool
+		outages               []brokerOutage // the broker's, once over
+		down                  *brokerOutage  // the one going on
+	)
 	lastKill := time.Now()
 	for !allExited(producing) {
 		time.Sleep(200 * time.Millisecond)
+		f.requireAlive()
 		// While NATS is down no process is killed or replaced: a new
 		// consumer cannot say it is ready before the broker is back.
-		brokerDown := !brokerKilled.IsZero() && !brokerBack
-		if !brokerDown && time.Since(lastKill) >= *flagKillEvery {
+		if down == nil && time.Since(lastKill) >= *flagKillEvery {
 			lastKill = time.Now()
 			switch n := rand.N(10); {
 			case n < 6:
@@ -169,63 +121,79 @@ func TestChaos(t *testing.T) {
 				f.killOne("consumer")
 			}
 		}
-		if !brokerDown {
-			f.replaceExited("consumer")
+		if down == nil {
+			f.replaceExited()
 		}
 		done := countOrders(pool)
 		if !terminated && done >= orders*3/10 {
 			terminateSessions(t, pool)
 			terminated = true
+			f.phase = "producing, after every pgbox connection was cut"
 		}
-		if nats != nil && brokerKilled.IsZero() && done >= orders*45/100 {
+		if nats != nil && len(outages) == 0 && down == nil && done >= orders*45/100 {
+			down = &brokerOutage{from: time.Now(), relays: slices.Clone(f.byRole["relay"])}
 			nats.Kill(t)
-			brokerKilled = time.Now()
-			outageRelays = append(outageRelays, f.byRole["relay"]...) // none is killed while NATS is down
+			f.phase = "producing, NATS down"
 		}
-		if !brokerBack && !brokerKilled.IsZero() && time.Since(brokerKilled) >= natsDownFor {
+		if down != nil && time.Since(down.from) >= natsDownFor {
 			nats.Restart(t)
-			brokerBack = true
+			down.to = time.Now()
+			outages, down = append(outages, *down), nil
+			f.phase = "producing, after NATS came back"
 		}
 		if !restarted && done >= orders*6/10 {
 			cl.crashRestart(t)
 			restarted = true
+			f.phase = "producing, after the PostgreSQL crash-restart"
 		}
 	}
 	for _, p := range producing {
-		require.NoError(t, p.Wait(context.Background()), "a producer failed: %s", p.Stderr())
+		if err := p.Wait(context.Background()); err != nil {
+			require.NoError(t, err, "%s failed; it printed:\n%s\n%s", p.name, p.printed(), p.tail())
+		}
 	}
-	if !brokerBack { // the producers finished within the outage
+	if down != nil { // the producers finished within the outage
 		nats.Restart(t)
-		brokerBack = true
+		down.to = time.Now()
+		outages, down = append(outages, *down), nil
 	}
 	require.True(t, terminated && restarted, "the run was too short for the planned faults")
 	produced := time.Since(started)
 
 	// Let the floods go on a little, then wait for everything to settle,
 	// replacing consumers that the restart took down.
+	f.phase = "settling"
 	time.Sleep(2 * time.Second)
-	for _, c := range f.byRole["flood"] {
-		c.Kill()
-	}
+	f.killAll("flood")
 	deadline := time.Now().Add(*flagSettle)
 	for !settled(t, pool) {
 		require.Zero(t, deadOutboxRows(pool), "outbox rows are dead: the relays spent their %d attempts (a broker outage must spend none)", relayMaxAttempts)
 		require.True(t, time.Now().Before(deadline), "the run did not settle within %s:\n%s", *flagSettle, unsettled(t, pool))
-		f.replaceExited("consumer")
+		f.requireAlive()
+		f.replaceExited()
 		time.Sleep(200 * time.Millisecond)
 	}
+	f.phase = "settled"
+	f.requireAlive()
 
 	r := check(t, pool)
-	for _, c := range outageRelays {
-		if strings.Contains(c.Stderr(), "relay: the broker is unreachable") {
-			r.relaysSawOutage++
+	for _, o := range outages {
+		for _, c := range o.relays {
+			r.outageRelays++
+			if reportedOutage(t, c, o) {
+				r.relaysSawOutage++
+			} else {
+				r.silentRelays = append(r.silentRelays, c.name)
+				r.silentLogs += silentRelay(t, c, o)
+			}
 		}
 	}
-	r.outageRelays = len(outageRelays)
+	r.outages = len(outages)
+	r.outageCharged, r.chargedList, r.charged = chargedDuringOutages(t, pool, outages)
 	r.faults = fmt.Sprintf("%d dispatcher, %d relay and %d consumer processes SIGKILLed; every pgbox connection cut once (pg_terminate_backend); the server crash-restarted once (pg_ctl restart -m immediate)",
 		f.kills["dispatcher"], f.kills["relay"], f.kills["consumer"])
-	if nats != nil {
-		r.faults += fmt.Sprintf("; the NATS JetStream server SIGKILLed once and restarted %s later", natsDownFor)
+	for _, o := range outages {
+		r.faults += fmt.Sprintf("; the NATS JetStream server SIGKILLed and restarted %s later", o.to.Sub(o.from).Round(100*time.Millisecond))
 	}
 	r.duration = fmt.Sprintf("%s producing, %s in all", produced.Round(time.Second), time.Since(started).Round(time.Second))
 	report := r.markdown(orders)
@@ -234,18 +202,6 @@ func TestChaos(t *testing.T) {
 		appendReport(t, *flagReport, report)
 	}
 	r.assert(t)
-}
-
-func allExited(children []*pgtest.Child) bool {
-	for _, c := range children {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		err := c.Wait(ctx)
-		cancel()
-		if err == context.DeadlineExceeded {
-			return false
-		}
-	}
-	return true
 }
 
 // countOrders counts committed orders, 0 while the server is down.

@@ -61,6 +61,10 @@ const maxAttempts = 8
 // relayMaxAttempts is the relays' attempt budget (see startRelay).
 const relayMaxAttempts = 3
 
+// relayLease is the relays' claim lease: a round's publishing ends within
+// three quarters of it (relay/batch.go).
+const relayLease = 2 * time.Second
+
 // TestChildProcess is not a test: it is the body of the processes the
 // chaos driver starts, restarts and kills. The role comes from
 // pgtest.ChildRole; the database from DATABASE_URL.
@@ -71,7 +75,7 @@ func TestChildProcess(t *testing.T) {
 	}
 	ctx := context.Background()
 	pool := childPool(t, 16)
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	logger := childLogger(t)
 	switch role {
 	case "producer":
 		produce(t, ctx, pool)
@@ -94,6 +98,19 @@ func TestChildProcess(t *testing.T) {
 	}
 	fmt.Println("ready")
 	select {} // until killed
+}
+
+// childLogger is the child's logger: level Warn, so that what a process
+// waits on and what it retries shows, into the file the driver named
+// (CHAOS_LOG), which outlives a SIGKILL; stderr if it named none.
+func childLogger(t *testing.T) *slog.Logger {
+	out := os.Stderr
+	if path := os.Getenv("CHAOS_LOG"); path != "" {
+		var err error
+		out, err = os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		require.NoError(t, err)
+	}
+	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 func childPool(t *testing.T, conns int32) *pgxpool.Pool {
@@ -245,7 +262,7 @@ func startRelay(t *testing.T, ctx context.Context, pool *pgxpool.Pool, logger *s
 	r, err := relay.New(pool, relay.Config{
 		AtomicPublisher:   natsURL() == "", // watermill-sql inserts a batch all or none
 		BatchSize:         50,
-		Lease:             2 * time.Second,
+		Lease:             relayLease,
 		Logger:            logger,
 		MaxAttempts:       relayMaxAttempts,
 		OutageBackoffFunc: func(int) time.Duration { return 200 * time.Millisecond },
