@@ -32,6 +32,7 @@ func (m *Maintainer) startProbe() {
 		mu      sync.Mutex
 		warned  bool
 		arrived = make(chan struct{})
+		once    sync.Once // the listener may report once more before it is closed
 	)
 	listener := notify.Start(notify.Config{
 		Channel:    channel,
@@ -55,7 +56,7 @@ func (m *Maintainer) startProbe() {
 				} else {
 					m.cfg.Logger.Debug("maintenance: notifications arrive: the self-check notification came back", slog.String("channel", channel))
 				}
-				close(arrived) // a listener probes until a probe comes back, then no more
+				once.Do(func() { close(arrived) }) // its work is done: close it
 			}
 		},
 		Probe: func(ctx context.Context, payload string) error {
