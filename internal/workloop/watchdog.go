@@ -28,25 +28,25 @@ const (
 // outcomes that cannot be recorded, claims that fail or find nothing while
 // rows wait, handlers that do not return. Its one signal is Progress, which
 // the Batch calls with the rows it finished (an outcome recorded that is
-// not a hand-back), and one look at the database, made only once nothing
-// has been finished for the stall timeout: rows wait, and one has been
-// claimable for as long, or claims have been taking rows for as long
-// without finishing one, or a batch has been under way for as long? Then
-// the loop is stalled: it is
-// logged at error with what the loop waits on, StallErr says so, and the
-// stalled gauge is 1, until the next row is finished or no work is left.
-// A loop with nothing to do is never stalled, and a busy one never looks.
+// not a hand-back). Once nothing has been finished for the stall timeout,
+// it looks at the database (DueFunc), at each quarter of the timeout: the
+// loop is stalled if rows wait and one has been claimable for the timeout,
+// or claims have been taking rows for as long without finishing one, or a
+// batch has been under way for as long. Then it is logged at error with
+// what the loop waits on, StallErr says so, and the stalled gauge is 1,
+// until the next row is finished or no row waits. A loop with nothing to
+// do is never stalled, and a busy one never looks.
 type watchdog struct {
 	mu        sync.Mutex
-	progress  time.Time // when a row was last finished (or the loop started)
-	claims    int       // claims made since progress
-	rows      int       // rows they took
-	claimedAt time.Time // when the first of them that took rows ran; zero if none
-	claimErr  error     // the last claim's error since progress, if it failed
-	busy      map[int]time.Time
-	stalled   error     // why the loop is stalled; nil if it is not
-	since     time.Time // when it was found stalled
-	logged    time.Time // when that was last logged
+	progress  time.Time         // when a row was last finished (or the loop started)
+	claims    int               // claims made since progress
+	rows      int               // rows they took
+	claimedAt time.Time         // when the first of them that took rows ran; zero if none
+	claimErr  error             // the last claim's error since progress, if it failed
+	busy      map[int]time.Time // when each worker inside a Batch entered it
+	stalled   error             // why the loop is stalled; nil if it is not
+	since     time.Time         // when it was found stalled
+	logged    time.Time         // when that was last logged
 }
 
 // Progress tells the loop that n rows were finished: it is not stalled.
