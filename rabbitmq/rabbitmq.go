@@ -11,7 +11,12 @@
 // publisher declares, before its first publish to a topic, the topic's
 // exchange and the queue of every consumer it names, bound to it; the
 // subscriber declares the same. Messages published before a consumer
-// starts wait in its queue.
+// starts wait in its queue. Should the exchange still have no queue bound
+// when a message reaches it (a queue deleted since), the publisher
+// publishes mandatory, so RabbitMQ returns the message instead of
+// dropping it, and the call fails with an *UnroutableError: the relay
+// charges the row and publishes it again, and the publisher declares the
+// queues again first.
 //
 //	pub, _ := rabbitmq.NewPublisher(url, []string{"payments", "notifications"}, logger)
 //	r, _ := relay.New(pool, relay.Config{Publisher: pub})
