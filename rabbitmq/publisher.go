@@ -326,8 +326,8 @@ func (p *Publisher) declare(ch *channel, topic string) error {
 	return nil
 }
 
-// declareOn declares topic's exchange and its consumers' queues, bound to
-// it, on ch. Declarations are idempotent; one that differs from what
+// declareOn declares topic's exchange, its consumers' queues, bound to
+// it, and its marker, on ch. Declarations are idempotent; one that differs from what
 // exists (a queue declared with other arguments) fails.
 func (p *Publisher) declareOn(ch *amqp091.Channel, topic string) error {
 	c := p.cfg
@@ -343,7 +343,8 @@ func (p *Publisher) declareOn(ch *amqp091.Channel, topic string) error {
 			return fmt.Errorf("rabbitmq: bind queue %q to exchange %q: %w", q, topic, err)
 		}
 	}
-	return nil
+	// Last, once the queues are bound: see SubscriberConfig.
+	return declareMarker(ch, topic)
 }
 
 // failed returns err, marked as an outage when the connection it happened
