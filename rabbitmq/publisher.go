@@ -59,11 +59,26 @@ type Publisher struct {
 	redialAt time.Time // ...and when to try again
 }
 
-// channel is a channel in confirm mode and the connection it belongs to.
+// channel is a channel in confirm mode, the connection it belongs to, and
+// the messages RabbitMQ returns on it.
 type channel struct {
 	*amqp091.Channel
 	conn *amqp091.Connection
+	// returns receives the messages RabbitMQ returns unroutable. Only the
+	// Publish call holding the channel reads it: a channel goes back to
+	// idle only after every message published on it was confirmed, and
+	// RabbitMQ sends a message's return before its confirm, so no return
+	// can arrive on an idle channel (see publish).
+	returns chan amqp091.Return
 }
+
+// returnsBuffer is how many returns a channel holds for the Publish call
+// that reads them. amqp091-go hands a return over from the goroutine that
+// reads the whole connection, so a full buffer would stall every channel
+// of the connection until the call reads it: publish reads returns while
+// it waits for confirms, and a call that gives up drains them until the
+// channel closes.
+const returnsBuffer = 16
 
 var _ message.Publisher = (*Publisher)(nil)
 
@@ -109,45 +124,107 @@ func NewPublisher(url string, consumers []string, logger watermill.LoggerAdapter
 // Publish publishes msgs to topic's exchange and returns once RabbitMQ has
 // confirmed each of them, that is once each is safe in every queue bound
 // to the exchange. A message's context bounds the wait for its confirm.
+// Messages go out with the mandatory flag: those RabbitMQ returns because
+// no queue is bound to the exchange fail the call with an
+// *UnroutableError, a refusal, not an outage.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	ch, err := p.channel(topic)
 	if err != nil {
 		return err
 	}
-	if err := publish(ch, topic, msgs, p.cfg.Marshaler); err != nil {
+	returned, err := publish(ch, msgs, topic, p.cfg.Marshaler)
+	if err != nil {
+		// Nothing reads the returns once the call gives up: drain them
+		// until the channel closes, so that a return still on its way
+		// cannot stall the connection's reader.
+		go func() {
+			for range ch.returns {
+			}
+		}()
 		_ = ch.Close()
 		return p.failed(ch.conn, fmt.Errorf("rabbitmq: publish to %q: %w", topic, err))
+	}
+	if len(returned) > 0 {
+		// The exchange had no queue bound: one of the queues this
+		// publisher declared was deleted, or the exchange deleted and
+		// declared again, since it declared them. Declare them again on
+		// the next publish, so that the messages retried go to them. The
+		// channel is sound: every message was confirmed.
+		p.mu.Lock()
+		if ch.conn == p.conn {
+			delete(p.declared, topic)
+		}
+		p.mu.Unlock()
 	}
 	select {
 	case p.idle <- ch:
 	default:
 		_ = ch.Close()
 	}
+	if len(returned) > 0 {
+		return unroutable(topic, returned)
+	}
 	return nil
 }
 
-// publish publishes msgs on ch, then waits for their confirms.
-func publish(ch *channel, topic string, msgs []*message.Message, m amqp.Marshaler) error {
+// publish publishes msgs to topic's exchange on ch, mandatory, then waits
+// for their confirms, and returns the messages RabbitMQ returned
+// unroutable: it confirms those too.
+//
+// The returns are this call's own: RabbitMQ sends a message's return
+// before its confirm, on the channel it was published on, and amqp091-go
+// hands both over from one goroutine in the order they came, so once the
+// last confirm is in, every return of msgs has been received or waits in
+// ch.returns; and a channel is used by one call at a time, and goes back
+// to idle only once every message published on it is confirmed.
+func publish(ch *channel, msgs []*message.Message, topic string, m amqp.Marshaler) (returned []amqp091.Return, err error) {
 	confirms := make([]*amqp091.DeferredConfirmation, len(msgs))
 	for i, msg := range msgs {
 		pub, err := m.Marshal(msg)
 		if err != nil {
-			return fmt.Errorf("message %s: %w", msg.UUID, err)
+			return returned, fmt.Errorf("message %s: %w", msg.UUID, err)
 		}
-		if confirms[i], err = ch.PublishWithDeferredConfirmWithContext(msg.Context(), topic, "", false, false, pub); err != nil {
-			return fmt.Errorf("message %s: %w", msg.UUID, err)
+		if confirms[i], err = ch.PublishWithDeferredConfirmWithContext(msg.Context(), topic, "", true, false, pub); err != nil {
+			return returned, fmt.Errorf("message %s: %w", msg.UUID, err)
 		}
+		returned = drainReturns(ch.returns, returned)
 	}
+	returns := ch.returns
 	for i, c := range confirms {
-		ack, err := c.WaitContext(msgs[i].Context())
-		if err != nil {
-			return fmt.Errorf("message %s: waiting for its confirm: %w", msgs[i].UUID, err)
+		for waiting := true; waiting; {
+			select {
+			case <-c.Done():
+				waiting = false
+			case r, ok := <-returns:
+				if !ok { // the channel closed: its confirms fail
+					returns = nil
+					continue
+				}
+				returned = append(returned, r)
+			case <-msgs[i].Context().Done():
+				return returned, fmt.Errorf("message %s: waiting for its confirm: %w", msgs[i].UUID, msgs[i].Context().Err())
+			}
 		}
-		if !ack {
-			return fmt.Errorf("message %s: not confirmed: RabbitMQ refused it, or the channel closed before it confirmed", msgs[i].UUID)
+		if !c.Acked() {
+			return returned, fmt.Errorf("message %s: not confirmed: RabbitMQ refused it, or the channel closed before it confirmed", msgs[i].UUID)
 		}
 	}
-	return nil
+	return drainReturns(returns, returned), nil
+}
+
+// drainReturns appends to returned the returns waiting in returns.
+func drainReturns(returns <-chan amqp091.Return, returned []amqp091.Return) []amqp091.Return {
+	for {
+		select {
+		case r, ok := <-returns:
+			if !ok {
+				return returned
+			}
+			returned = append(returned, r)
+		default:
+			return returned
+		}
+	}
 }
 
 // channel returns a channel in confirm mode on which topic is declared:
@@ -169,7 +246,7 @@ func (p *Publisher) channel(topic string) (*channel, error) {
 	if err != nil {
 		return nil, p.failed(conn, fmt.Errorf("rabbitmq: open a channel: %w", err))
 	}
-	ch := &channel{Channel: c, conn: conn}
+	ch := &channel{Channel: c, conn: conn, returns: c.NotifyReturn(make(chan amqp091.Return, returnsBuffer))}
 	if err := c.Confirm(false); err != nil {
 		_ = c.Close()
 		return nil, p.failed(conn, fmt.Errorf("rabbitmq: put a channel in confirm mode: %w", err))
@@ -249,8 +326,8 @@ func (p *Publisher) declare(ch *channel, topic string) error {
 	return nil
 }
 
-// declareOn declares topic's exchange and its consumers' queues, bound to
-// it, on ch. Declarations are idempotent; one that differs from what
+// declareOn declares topic's exchange, its consumers' queues, bound to
+// it, and its marker, on ch. Declarations are idempotent; one that differs from what
 // exists (a queue declared with other arguments) fails.
 func (p *Publisher) declareOn(ch *amqp091.Channel, topic string) error {
 	c := p.cfg
@@ -266,7 +343,8 @@ func (p *Publisher) declareOn(ch *amqp091.Channel, topic string) error {
 			return fmt.Errorf("rabbitmq: bind queue %q to exchange %q: %w", q, topic, err)
 		}
 	}
-	return nil
+	// Last, once the queues are bound: see SubscriberConfig.
+	return declareMarker(ch, topic)
 }
 
 // failed returns err, marked as an outage when the connection it happened

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -150,4 +151,116 @@ func publishWithin(t *testing.T, pub *rabbitmq.Publisher, topic string, d time.D
 		t.Errorf("a publish has not returned after %s", d)
 		return errHung
 	}
+}
+
+// A message that reaches no queue is not published: RabbitMQ confirms a
+// publish to an exchange no queue is bound to and drops it, so the
+// publisher publishes mandatory and fails the call on the return, as a
+// refusal (a relay charges the row and publishes it again), never as an
+// outage. The next publish declares the queues again and goes through.
+// Before returns were handled, the publish after the delete was confirmed
+// and lost.
+func TestPublisherRefusesUnroutable(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.Start(t, brokertest.RabbitMQ)
+	const topic, consumer = "unroutable", "audit"
+	pub, err := rabbitmq.NewPublisher(srv.URL(), []string{consumer}, watermill.NopLogger{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	require.NoError(t, pub.Publish(topic, message.NewMessage(uuid.NewString(), []byte("{}"))))
+
+	// An operator deletes the queue the publisher declared.
+	conn, err := amqp091.Dial(srv.URL())
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	queue := rabbitmq.Queue(topic, consumer)
+	_, err = ch.QueueDelete(queue, false, false, false)
+	require.NoError(t, err)
+
+	lost := message.NewMessage(uuid.NewString(), []byte("{}"))
+	err = pub.Publish(topic, lost)
+	var unroutable *rabbitmq.UnroutableError
+	require.ErrorAs(t, err, &unroutable, "a message no queue received must not count as published")
+	require.Equal(t, []string{lost.UUID}, unroutable.Messages)
+	require.Equal(t, topic, unroutable.Topic)
+	require.False(t, relay.IsUnreachable(err), "a refusal, not an outage: %v", err)
+	require.ErrorContains(t, err, "name every consumer in rabbitmq.NewPublisher")
+
+	require.NoError(t, pub.Publish(topic, lost), "published again once the queue is declared again")
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, q.Messages)
+}
+
+// Returns are matched to the call that published them, though channels
+// are reused across calls and topics: publishers to a topic whose queue
+// keeps being deleted see UnroutableErrors naming their own message and
+// no other, and publishers to a sound topic on the same channels never
+// fail.
+func TestPublisherMatchesReturnsToTheirCall(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.Start(t, brokertest.RabbitMQ)
+	const sound, deleted, consumer = "sound", "deleted", "audit"
+	pub, err := rabbitmq.NewPublisher(srv.URL(), []string{consumer}, watermill.NopLogger{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	conn, err := amqp091.Dial(srv.URL())
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+
+	var returned, confirmed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range rabbitmq.PublisherChannels {
+		topic := []string{sound, deleted}[i%2]
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				msg := message.NewMessage(uuid.NewString(), []byte("{}"))
+				err := pub.Publish(topic, msg)
+				var unroutable *rabbitmq.UnroutableError
+				switch {
+				case err == nil:
+					confirmed.Add(1)
+				case topic == sound:
+					t.Errorf("a publish to a topic with its queue failed: %v", err)
+					return
+				case errors.As(err, &unroutable):
+					returned.Add(1)
+					if !slices.Equal([]string{msg.UUID}, unroutable.Messages) || unroutable.Topic != topic {
+						t.Errorf("a call publishing %s to %q got the return of %v to %q", msg.UUID, topic, unroutable.Messages, unroutable.Topic)
+						return
+					}
+				default:
+					// A declaration racing the delete below (binding a
+					// queue just deleted) fails the call: the publisher
+					// declares again on the next.
+					if relay.IsUnreachable(err) {
+						t.Errorf("a publish failed as an outage, RabbitMQ being up: %v", err)
+						return
+					}
+				}
+			}
+		})
+	}
+	require.Eventually(t, func() bool {
+		if _, err := ch.QueueDelete(rabbitmq.Queue(deleted, consumer), false, false, false); err != nil {
+			t.Errorf("delete the queue: %v", err)
+			return true
+		}
+		return returned.Load() >= 50 && confirmed.Load() >= 500
+	}, time.Minute, time.Millisecond, later(func() string {
+		return fmt.Sprintf("%d returned, %d confirmed", returned.Load(), confirmed.Load())
+	}))
+	close(stop)
+	wg.Wait()
+	t.Logf("%d returned, %d confirmed", returned.Load(), confirmed.Load())
 }

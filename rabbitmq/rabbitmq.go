@@ -13,6 +13,15 @@
 // subscriber declares the same. Messages published before a consumer
 // starts wait in its queue.
 //
+// What is still lost is said, never silent. A consumer not named in
+// NewPublisher has no queue until its subscriber first declares it, and
+// misses what was published before: SubscriberConfig's subscriber notices
+// and logs it at error level. A message that reaches an exchange with no
+// queue bound at all (a queue deleted behind the publisher's back) is
+// returned, not dropped, since the publisher publishes mandatory: the call
+// fails with an *UnroutableError, the relay charges the row and publishes
+// it again, and the publisher declares the queues again first.
+//
 //	pub, _ := rabbitmq.NewPublisher(url, []string{"payments", "notifications"}, logger)
 //	r, _ := relay.New(pool, relay.Config{Publisher: pub})
 //
@@ -42,11 +51,4 @@ func config(url string, queue amqp.QueueNameGenerator) amqp.Config {
 	c := amqp.NewDurablePubSubConfig(url, queue)
 	c.Publish.ConfirmDelivery = true
 	return c
-}
-
-// SubscriberConfig returns the configuration of consumer's subscriber: it
-// consumes Queue(topic, consumer), declared and bound as the publisher
-// declares it.
-func SubscriberConfig(url, consumer string) amqp.Config {
-	return config(url, func(topic string) string { return Queue(topic, consumer) })
 }

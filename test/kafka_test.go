@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,9 +17,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/logtest"
+	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/kafka"
 	"github.com/pgbox/pgbox/relay"
+	"github.com/pgbox/pgbox/watermillinbox"
 )
 
 // sarama's metrics start a process-wide goroutine that never ends, which
@@ -235,4 +240,74 @@ func kafkaBroker(t *testing.T, topic string, partitions int32) (broker, []string
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close(); _ = sub.Close() })
 	return broker{publisher: pub, subscriber: sub, topic: topic}, brokers
+}
+
+// A record from a producer that is not Watermill has no Watermill UUID, so
+// a consumer on watermillinbox's default Config cannot store it: it is
+// nacked, and Kafka redelivers it for ever with its partition stopped
+// behind it. The handler says so once, at error level, through the
+// Config's logger, naming IDFunc and PoisonPublisher, however often the
+// record comes back. Before, pgbox logged nothing, and the only text was
+// Watermill's, "ID is empty: set it", once per redelivery.
+func TestKafkaForeignRecordOnTheDefaultConfig(t *testing.T) {
+	t.Parallel()
+	const topic = "ledger"
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	brokers := cluster.ListenAddrs()
+
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	require.NoError(t, err)
+	t.Cleanup(producer.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Value: []byte(`{"n":1}`)}, &kgo.Record{Value: []byte(`{"n":2}`)}).FirstErr())
+
+	pool, schema := pgtest.Pool(t), pgtest.Schema(t)
+	in, err := inbox.New(pool, inbox.Config{Consumer: "ledger", Schema: schema})
+	require.NoError(t, err)
+	logger := watermillLogger(t)
+	saramaCfg := wmkafka.DefaultSaramaSubscriberConfig()
+	saramaCfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sub, err := wmkafka.NewSubscriber(wmkafka.SubscriberConfig{
+		Brokers: brokers, ConsumerGroup: "ledger", OverwriteSaramaConfig: saramaCfg, Unmarshaler: wmkafka.DefaultMarshaler{},
+	}, logger)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	router, err := message.NewRouter(message.RouterConfig{}, logger)
+	require.NoError(t, err)
+	logs := &logtest.Recorder{}
+	store := watermillinbox.Handler(watermillinbox.Config{Inbox: in, Logger: slog.New(logs)})
+	var deliveries atomic.Int64
+	router.AddConsumerHandler("ledger-inbox", topic, sub, func(m *message.Message) error {
+		deliveries.Add(1)
+		return store(m)
+	})
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- router.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	require.Eventually(t, func() bool { return deliveries.Load() >= 5 }, time.Minute, 10*time.Millisecond,
+		"the record is redelivered (%d deliveries)", deliveries.Load())
+	recs := logs.Records(slog.LevelError, "a message that can never be stored is nacked")
+	require.Len(t, recs, 1, "said once, not once per redelivery (%d deliveries)", deliveries.Load())
+	require.Contains(t, recs[0].Message, "Config.IDFunc")
+	require.Contains(t, recs[0].Message, "Config.PoisonPublisher")
+	var topicAttr, errAttr string
+	recs[0].Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "topic":
+			topicAttr = a.Value.String()
+		case "error":
+			errAttr = a.Value.String()
+		}
+		return true
+	})
+	require.Equal(t, topic, topicAttr)
+	require.Contains(t, errAttr, "no Watermill UUID")
+	var stored int
+	require.NoError(t, pool.QueryRow(context.Background(), ident.Render("SELECT count(*) FROM /* schema */inbox", schema)).Scan(&stored))
+	require.Zero(t, stored, "the record behind it waits: the partition is stopped")
 }

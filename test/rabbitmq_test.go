@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
@@ -38,6 +39,103 @@ func TestRabbitMQ(t *testing.T) {
 	srv := brokertest.Start(t, brokertest.RabbitMQ)
 	t.Run("QueuesExistBeforeTheFirstPublish", func(t *testing.T) { runRabbitTopology(t, srv.URL()) })
 	t.Run("KilledMidRun", func(t *testing.T) { runRabbitKilled(t, srv) })
+	t.Run("AnUnnamedConsumerIsToldWhatItMissed", func(t *testing.T) { runRabbitUnnamedConsumer(t, srv.URL()) })
+	t.Run("ADeletedQueueFailsThePublish", func(t *testing.T) { runRabbitDeletedQueue(t, srv.URL()) })
+}
+
+// A consumer the producer's NewPublisher does not name has no queue until
+// its subscriber first declares it: what the relay published before then
+// went only to the named consumers' queues, and the outbox counts it
+// published. The subscriber (SubscriberConfig) says so, once, at error
+// level, naming the fix; it says nothing for a consumer that was named,
+// for a topic nothing was published to, or when it subscribes again. It
+// said nothing at all before the check was added.
+func runRabbitUnnamedConsumer(t *testing.T, url string) {
+	const topic = "late"
+	pub, err := rabbitmq.NewPublisher(url, []string{"payments"}, watermillLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	p := newProducer(t, topic)
+	p.startRelay(t, pub)
+	for i := range 5 {
+		p.place(t, order{ID: orderID(i), Cents: i}, "", true)
+	}
+	waitPublished(t, p)
+
+	logs := &logtest.Recorder{}
+	logger := watermill.NewSlogLogger(slog.New(logs))
+	const missed = `has no queue "late.mail", though topic "late" has been published to`
+	subscribe := func(consumer, topic string) <-chan *message.Message {
+		sub, err := amqp.NewSubscriber(rabbitmq.SubscriberConfig(url, consumer), logger)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Close() })
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		msgs, err := sub.Subscribe(ctx, topic)
+		require.NoError(t, err)
+		return msgs
+	}
+	mail := subscribe("mail", topic)
+	recs := logs.Records(slog.LevelError, missed)
+	require.Len(t, recs, 1, "the consumer not named is told it missed what was published")
+	require.Contains(t, recs[0].Message, `Name "mail" among the consumers in the producer's rabbitmq.NewPublisher`)
+
+	subscribe("mail", topic)
+	subscribe("payments", topic)
+	subscribe("mail", "nothing-published")
+	require.Equal(t, 1, logs.Count(slog.LevelError, "rabbitmq: consumer"), "said once, and only where messages were missed")
+
+	// From now on the queue exists, and the consumer gets what follows.
+	id := p.place(t, order{ID: orderID(5), Cents: 5}, "", true)
+	select {
+	case m := <-mail:
+		require.Equal(t, id.String(), m.UUID)
+		m.Ack()
+	case <-time.After(time.Minute):
+		t.Fatal("the consumer did not receive what was published after it subscribed")
+	}
+}
+
+// A message that reaches no queue (the consumer's queue deleted behind
+// the publisher's back) is returned by RabbitMQ, and its row is charged
+// an attempt, not marked published and not taken for an outage; the
+// publisher declares the queue again, and the retry lands in it. Before
+// the publisher handled returns, the rows were marked published and the
+// queue was gone.
+func runRabbitDeletedQueue(t *testing.T, url string) {
+	const topic, rows = "deleted", 5
+	pub, err := rabbitmq.NewPublisher(url, []string{"payments"}, watermillLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	p := newProducer(t, topic)
+	logs := &logtest.Recorder{}
+	p.startRelayWith(t, relay.Config{Logger: slog.New(logs), Publisher: pub})
+	p.place(t, order{ID: orderID(0)}, "", true)
+	waitPublished(t, p)
+
+	conn, err := amqp091.Dial(url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	queue := rabbitmq.Queue(topic, "payments")
+	_, err = ch.QueueDelete(queue, false, false, false)
+	require.NoError(t, err)
+
+	for i := 1; i <= rows; i++ {
+		p.place(t, order{ID: orderID(i), Cents: i}, "", true)
+	}
+	waitPublished(t, p)
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	require.NoError(t, err, "the queue is declared again")
+	require.Equal(t, rows, q.Messages, "every row placed after the delete is in it")
+	var charged, dead int
+	require.NoError(t, p.pool.QueryRow(context.Background(), ident.Render(
+		"SELECT count(*) FILTER (WHERE errors::text LIKE '%returned message%unroutable%'), count(*) FILTER (WHERE status = "+tables.OutboxDead+
+			") FROM /* schema */outbox", p.schema)).Scan(&charged, &dead))
+	require.Positive(t, charged, "rows whose message was returned were charged")
+	require.Zero(t, dead)
+	require.Zero(t, logs.Count(slog.LevelError, "the broker is unreachable"), "a refusal, not an outage")
 }
 
 // RabbitMQ confirms a publish to an exchange no queue is bound to, and

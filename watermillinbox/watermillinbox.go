@@ -19,8 +19,9 @@
 //
 // A message that can never be stored (no usable id, no event type, a
 // payload over the limit) would be redelivered for ever and, on Kafka,
-// stop its partition. Give Config.PoisonPublisher and Config.PoisonTopic:
-// Handler then publishes it there with the reason and acknowledges it.
+// stop its partition; Handler logs that once per cause, saying what to do.
+// Give Config.PoisonPublisher and Config.PoisonTopic: Handler then
+// publishes such a message there with the reason and acknowledges it.
 package watermillinbox
 
 import (
@@ -30,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
@@ -46,15 +48,21 @@ type Config struct {
 	// is absent, the topic the router received the message from.
 	EventTypeFunc func(*message.Message) string
 
-	// IDFunc returns a message's dedupe key. Defaults to its Watermill UUID.
-	// Use MetadataID for a header, or build a business key from the payload.
+	// IDFunc returns a message's dedupe key. Defaults to its Watermill UUID,
+	// which a message from a producer that is not Watermill does not have:
+	// such a message is refused. Use MetadataID for a header, PayloadID for
+	// a payload field, or build a business key.
 	IDFunc func(*message.Message) (string, error)
 
 	// Inbox is the consumer's inbox. Required.
 	Inbox *inbox.Inbox
 
-	// Logger receives conflicting redeliveries (acknowledged, and recorded
-	// in the inbox) at error level. Defaults to slog.Default().
+	// Logger receives, at error level: conflicting redeliveries
+	// (acknowledged, and recorded in the inbox); messages moved to the
+	// poison topic; and, without a PoisonPublisher, messages nacked because
+	// they can never be stored, once per cause, with what to do, and again
+	// each hour while that cause recurs, not once per redelivery.
+	// Defaults to slog.Default().
 	Logger *slog.Logger
 
 	// OrderingKeyFunc returns a message's ordering key, or "" for none.
@@ -135,7 +143,7 @@ func PayloadID(field string) func(*message.Message) (string, error) {
 //     payload over the limit): nil (ack) once it is published to
 //     Config.PoisonTopic, or, without a PoisonPublisher, an error wrapping
 //     inbox.ErrInvalidMessage (nack; it is redelivered for ever, never
-//     silently dropped).
+//     silently dropped), logged once per cause (see Config.Logger).
 //
 // Handler panics if cfg.Inbox is nil, or if only one of PoisonPublisher
 // and PoisonTopic is set: those are programming errors.
@@ -150,7 +158,7 @@ func Handler(cfg Config) message.NoPublishHandlerFunc {
 		cfg.EventTypeFunc = defaultEventType
 	}
 	if cfg.IDFunc == nil {
-		cfg.IDFunc = func(m *message.Message) (string, error) { return m.UUID, nil }
+		cfg.IDFunc = watermillUUID
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -158,20 +166,43 @@ func Handler(cfg Config) message.NoPublishHandlerFunc {
 	if cfg.OrderingKeyFunc == nil {
 		cfg.OrderingKeyFunc = func(m *message.Message) string { return m.Metadata.Get(pgbox.MetadataOrderingKey) }
 	}
+	stuck := &stuckCauses{last: map[string]time.Time{}}
 	return func(m *message.Message) error {
-		err := store(cfg, m)
-		if err == nil || cfg.PoisonPublisher == nil || !errors.Is(err, inbox.ErrInvalidMessage) {
+		id, err := store(cfg, m)
+		if err == nil || !errors.Is(err, inbox.ErrInvalidMessage) {
 			return err
 		}
-		return poison(cfg, m, err)
+		if cfg.PoisonPublisher != nil {
+			return poison(cfg, m, err)
+		}
+		if stuck.first(cause(err, id), time.Now()) {
+			logStuck(cfg, m, err)
+		}
+		return err
 	}
 }
 
-// store receives m into the inbox; see Handler for what it returns.
-func store(cfg Config, m *message.Message) error {
-	id, err := cfg.IDFunc(m)
+// watermillUUID is the default IDFunc: the message's Watermill UUID.
+func watermillUUID(m *message.Message) (string, error) {
+	if m.UUID == "" {
+		return "", errors.New("the message has no Watermill UUID, the default dedupe key: its producer is not pgbox's relay (which sets it to the outbox id) " +
+			"nor Watermill; set watermillinbox.Config.IDFunc to take the key from a header (MetadataID) or the payload (PayloadID)")
+	}
+	return m.UUID, nil
+}
+
+// errNoKey marks the errors of a message Config.IDFunc gives no dedupe key.
+var errNoKey = errors.New("no dedupe key")
+
+// store receives m into the inbox, and returns the dedupe key it used; see
+// Handler for the error it returns.
+func store(cfg Config, m *message.Message) (id string, err error) {
+	id, err = cfg.IDFunc(m)
+	if err == nil && id == "" {
+		err = errors.New("Config.IDFunc returned an empty key")
+	}
 	if err != nil {
-		return fmt.Errorf("watermillinbox: %w: %v", inbox.ErrInvalidMessage, err)
+		return "", fmt.Errorf("watermillinbox: %w: %w: %v", inbox.ErrInvalidMessage, errNoKey, err)
 	}
 	_, err = cfg.Inbox.Receive(m.Context(), inbox.Message{
 		EventType:   cfg.EventTypeFunc(m),
@@ -183,12 +214,12 @@ func store(cfg Config, m *message.Message) error {
 	if errors.Is(err, inbox.ErrPayloadConflict) {
 		cfg.Logger.ErrorContext(m.Context(), "watermillinbox: conflicting redelivery acknowledged and recorded, not applied",
 			slog.String("consumer", cfg.Inbox.Consumer()), slog.String("message_id", id), slog.String("error", err.Error()))
-		return nil
+		return id, nil
 	}
 	if err != nil {
-		return fmt.Errorf("watermillinbox: %w", err)
+		return id, fmt.Errorf("watermillinbox: %w", err)
 	}
-	return nil
+	return id, nil
 }
 
 // poison publishes m, which can never be stored because of err, to the

@@ -3,6 +3,7 @@ package watermillinbox_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/logtest"
 	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/watermillinbox"
 )
@@ -224,4 +226,63 @@ func TestUnstorableMessageGoesToThePoisonTopic(t *testing.T) {
 	require.PanicsWithValue(t, "watermillinbox: set both Config.PoisonPublisher and Config.PoisonTopic, or neither", func() {
 		watermillinbox.Handler(watermillinbox.Config{Inbox: b.inbox, PoisonTopic: "orders.poison"})
 	})
+}
+
+// A message that can never be stored, nacked for want of a poison route,
+// comes back for ever (on Kafka, at once, stopping its partition): the
+// handler says so at error level through Config.Logger, naming the fix,
+// once per cause, not once per redelivery nor once per message with the
+// same fault. Before, the only text was the error it returned, logged by
+// Watermill's router: "ID is empty: set it".
+func TestStuckMessageIsLoggedOncePerCause(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logs := &logtest.Recorder{}
+	handle := watermillinbox.Handler(watermillinbox.Config{Inbox: b.inbox, Logger: slog.New(logs)})
+	const stuck = "a message that can never be stored is nacked"
+
+	// A foreign producer's records carry no Watermill UUID.
+	foreign := func() *message.Message { return newMessage(`{"n":1}`) }
+	noUUID := foreign()
+	noUUID.UUID = ""
+	for range 5 {
+		err := handle(noUUID.Copy())
+		require.ErrorIs(t, err, inbox.ErrInvalidMessage)
+		require.ErrorContains(t, err, "no Watermill UUID")
+		require.ErrorContains(t, err, "Config.IDFunc")
+	}
+	another := foreign()
+	another.UUID = ""
+	require.Error(t, handle(another))
+	recs := logs.Records(slog.LevelError, stuck)
+	require.Len(t, recs, 1, "one cause, one line")
+	require.Contains(t, recs[0].Message, "Config.IDFunc")
+	require.Contains(t, recs[0].Message, "Config.PoisonPublisher")
+	require.Equal(t, "payments", attr(recs[0], "consumer"))
+	require.Contains(t, attr(recs[0], "error"), "no Watermill UUID")
+
+	// Another cause, shared by two messages: one more line, without the
+	// IDFunc advice, which does not apply.
+	for range 3 {
+		for _, untyped := range []*message.Message{message.NewMessage(uuid.NewString(), nil), message.NewMessage(uuid.NewString(), nil)} {
+			require.ErrorContains(t, handle(untyped), "EventType is empty")
+		}
+	}
+	recs = logs.Records(slog.LevelError, stuck)
+	require.Len(t, recs, 2)
+	require.NotContains(t, recs[1].Message, "IDFunc")
+	require.Contains(t, attr(recs[1], "error"), "EventType is empty")
+	require.Zero(t, b.count(t, "SELECT count(*) FROM /* schema */inbox"))
+}
+
+// attr returns the value of r's attribute key, as a string.
+func attr(r slog.Record, key string) (v string) {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == key {
+			v = a.Value.String()
+			return false
+		}
+		return true
+	})
+	return v
 }
