@@ -40,8 +40,9 @@
 // user they name, from the request's remote address. Every state-changing
 // request must be a POST that carries the page's CSRF token and passes
 // net/http's cross-origin protection (Sec-Fetch-Site and Origin). ReadOnly
-// refuses every action. Without credentials, an action is accepted only
-// with a loopback Host header, which defeats DNS rebinding; Exposure says
-// whether a listening address may go without them. Logs name requests
+// refuses every action. Without credentials, every request must name
+// localhost or an IP address as its Host, and an action a loopback one,
+// which defeats DNS rebinding; Exposure says whether a listening address
+// may go without them. Logs name requests
 // and targets, never payloads or connection strings.
 package console

@@ -2,6 +2,7 @@ package console
 
 import (
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -282,4 +283,44 @@ func TestErrorPagesRedactSecrets(t *testing.T) {
 	require.NotContains(t, w.Body.String(), "hunter2")
 	require.Contains(t, b.logs.String(), "request failed")
 	require.NotContains(t, b.logs.String(), "hunter2")
+}
+
+// Without credentials, every page (not only the actions) answers only at
+// localhost or an IP address: a page of another site whose DNS name is
+// rebound to the console's address sends its own name as the Host, and
+// reads nothing, neither a message's payload nor the stylesheet. With
+// credentials, the browser sends them to the console's origin only, so
+// any Host is served.
+func TestWithoutCredentialsPagesNeedATrustedHost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{ReadOnly: true})
+	get := func(b *testBundle, path, host string, set func(*http.Request)) (int, string) {
+		r, err := http.NewRequest(http.MethodGet, b.srv.URL+path, nil)
+		require.NoError(t, err)
+		r.Host = host
+		if set != nil {
+			set(r)
+		}
+		resp, body := do(t, r)
+		return resp.StatusCode, body
+	}
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(b.srv.URL, "http://"))
+	require.NoError(t, err)
+	for _, path := range []string{"/message?consumer=shipping&id=evil-1", "/", "/failures", "/assets/console.css", "/nowhere"} {
+		status, body := get(b, path, "rebound.evil.example:"+port, nil)
+		require.Equal(t, http.StatusForbidden, status, "%s: %s", path, body)
+		require.NotContains(t, body, "script", path)
+		require.Contains(t, body, "http://127.0.0.1:"+port+"/", "%s says where to open it", path)
+		require.Contains(t, b.logs.String(), "host refused")
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "[::1]:" + port, "10.1.2.3:" + port} {
+		status, body := get(b, "/message?consumer=shipping&id=evil-1", host, nil)
+		require.Equal(t, http.StatusOK, status, "%s: %s", host, body)
+		require.Contains(t, body, "&lt;script&gt;", host)
+	}
+
+	withToken := setup(t, Config{Credentials: Credentials{Token: "s3cret-token"}})
+	status, body := get(withToken, "/message?consumer=shipping&id=evil-1", "console.internal.example",
+		func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cret-token") })
+	require.Equal(t, http.StatusOK, status, body)
 }
