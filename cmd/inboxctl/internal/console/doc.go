@@ -16,9 +16,12 @@
 //
 // Pages are rendered on the server with html/template from templates and
 // a stylesheet embedded in the binary. There is no JavaScript: forms post,
-// pages that show work under way refresh themselves with a meta refresh,
-// and the Content-Security-Policy forbids scripts outright, so a payload
-// or an error text holding markup can only ever show as text.
+// pages that show work under way or what on-call watches (the overview,
+// failures, a background action, scheduled replays) and the error page
+// of a GET that failed on the server's side refresh themselves with a
+// meta refresh, and the Content-Security-Policy forbids scripts
+// outright, so a payload or an error text holding markup can only ever
+// show as text.
 //
 // # Actions
 //

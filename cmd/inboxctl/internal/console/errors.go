@@ -25,6 +25,13 @@ func httpError(status int, format string, args ...any) error {
 	return &statusError{status: status, msg: fmt.Sprintf(format, args...)}
 }
 
+// errorRetry is how often, in seconds, an error page for a GET that
+// failed on the server's side (5xx) tries the page again: a schema being
+// migrated, a database under strain. A database that cannot be reached
+// is tried sooner (unreachableRetry); a request's own mistake (4xx) is
+// not tried again.
+const errorRetry = 15
+
 // errorView is what the error page shows.
 type errorView struct {
 	// AtOverview says the overview itself failed: no link back to it.
@@ -71,6 +78,9 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, t *Target, err er
 		v.Retry = r.URL.RequestURI()
 	}
 	page := view{Title: http.StatusText(status), Data: &v}
+	if v.Retry != "" { // a GET that failed on the server's side: it may work in a while; an action is never posted again
+		page.Refresh = errorRetry
+	}
 	switch {
 	case status == http.StatusInternalServerError:
 		page.Title = "Failed"
@@ -79,7 +89,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, t *Target, err er
 		page.Title = "Database unreachable"
 		c.cfg.Logger.ErrorContext(r.Context(), "console: database unreachable", "path", r.URL.Path, "target", t.Name, "err", v.Message)
 		v.Check, v.Detail, v.Message = out.Check, v.Message, out.What
-		if v.Retry != "" { // a GET: the page asked for shows again once the database answers; an action is never posted again
+		if v.Retry != "" { // sooner: the page asked for shows again once the database answers
 			page.Refresh = unreachableRetry
 			w.Header().Set("Retry-After", strconv.Itoa(unreachableRetry))
 		}
