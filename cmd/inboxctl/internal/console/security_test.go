@@ -169,6 +169,13 @@ func TestExposure(t *testing.T) {
 func TestHostileTextRendersAsText(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
+	// A long one too: the failures page cuts it, and shows it whole when
+	// opened.
+	b.exec(t, `INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
+		last_error, errors, received_at, available_at, bucket)
+		VALUES ('shipping', 'evil-long', 'LabelVoided', 'dead', 1, 1, '\x00', '{}', $1,
+		        jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(), 'error', $1::text)), now(), now(),
+		        /* schema */inbox_bucket('evil-long'))`, strings.Repeat(hostileError+"\n", 20))
 	form := url.Values{"scope": {"all"}, "consumer": {"shipping"}, "error": {hostileError}, "confirmed": {"yes"}, "note": {hostilePayload}}
 	resp, body := b.post(t, "/replay", form)
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
@@ -179,12 +186,15 @@ func TestHostileTextRendersAsText(t *testing.T) {
 	requireEscaped(t, "the confirmation", body)
 
 	for _, path := range []string{"/message?consumer=shipping&id=evil-1", "/messages?consumer=shipping&status=any&error=" + url.QueryEscape(hostileError),
-		"/failures", "/audit", "/jobs/1"} {
+		"/failures", "/audit", "/jobs/1", "/message?consumer=shipping&id=evil-long"} {
 		resp, body := doGet(t, b.srv.URL+path)
 		require.Equal(t, http.StatusOK, resp.StatusCode, path)
 		requireEscaped(t, path, body)
 		require.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'none'")
 	}
+	_, body = b.get(t, "/failures?consumer=shipping")
+	require.Contains(t, body, `<details class="whole"><summary title="open: the whole pattern">&lt;img src=x`, "the long one, cut")
+	require.Contains(t, body, "<pre>&lt;img src=x onerror=alert(", "and whole")
 	_, body = b.get(t, "/message?consumer=shipping&id=evil-1")
 	require.Contains(t, body, "<pre class=\"payload\">&lt;script&gt;alert(&#34;payload&#34;)&lt;/script&gt;</pre>", "the payload shows as text")
 	require.Contains(t, body, "<tr><th>&lt;script&gt;alert(&#34;payload&#34;)&lt;/script&gt;</th><td>&lt;img src=x", "so does the metadata")
