@@ -1,10 +1,12 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -146,12 +148,14 @@ func TestThrottledReplayScheduledAndCancelled(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 
 	form.Set("pace", "over")
+	form.Del("rate")
 	form.Set("over", "-3")
 	form.Set("over_unit", "h")
 	resp, body = b.post(t, "/replay", form)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	require.Contains(t, body, "not a positive number")
 	form.Set("pace", "")
+	form.Del("over")
 	form.Set("when", "at")
 	form.Set("at", "2001-01-01T00:00")
 	resp, body = b.post(t, "/replay", form)
@@ -211,4 +215,69 @@ func TestDiscardCountsWhatItDiscards(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	require.EqualValues(t, 3, b.waitAudit(t, admin.AuditDiscard).Affected)
 	require.Equal(t, 1, b.count(t, "message_id = 'declined-1' AND status = 'pending'"), "the retrying message is left alone")
+}
+
+// A rate, a duration or a time typed into the confirmation is never
+// ignored: without its choice it is taken as chosen (the form the
+// console's page now posts: the filled field is the choice), and one that
+// contradicts the choice made, or another filled field, is refused with
+// what to do. Before, pace=&rate=1 replayed the whole selection at once.
+func TestThrottleIsNeverIgnored(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	base := url.Values{"scope": {"all"}, "consumer": {"payments"}, "status": {"dead"}, "confirmed": {"yes"}, "rate_unit": {"s"},
+		"over_unit": {"h"}}
+	post := func(kv ...string) (*http.Response, string) {
+		form := url.Values{}
+		for k, v := range base {
+			form[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			form.Set(kv[i], kv[i+1])
+		}
+		return b.post(t, "/replay", form)
+	}
+	newest := func() admin.ScheduledReplay {
+		list, err := b.adm.ScheduledReplays(context.Background(), 0)
+		require.NoError(t, err)
+		require.NotEmpty(t, list)
+		return slices.MaxFunc(list, func(a, b admin.ScheduledReplay) int { return cmp.Compare(a.ID, b.ID) })
+	}
+	scheduled := func(what string, kv ...string) admin.ScheduledReplay {
+		t.Helper()
+		resp, body := post(kv...)
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode, "%s: %s", what, body)
+		require.Contains(t, resp.Header.Get("Location"), "/scheduled?", "%s is a scheduled replay, not one now", what)
+		require.Equal(t, 3, b.count(t, "status = 'dead' AND consumer = 'payments'"), "%s replayed nothing yet", what)
+		return newest()
+	}
+
+	r := scheduled("a rate without its choice", "pace", "", "rate", "1")
+	require.InDelta(t, 1.0, r.Rate, 1e-9)
+	r = scheduled("a duration without its choice", "over", "2")
+	require.InDelta(t, 3.0/(2*3600), r.Rate, 1e-9, "3 messages over 2 h")
+	at := time.Now().UTC().Add(3 * time.Hour).Truncate(time.Minute)
+	r = scheduled("a time without its choice", "when", "", "at", at.Format(atLayout))
+	require.True(t, r.RunAt.Equal(at), "%s, want %s", r.RunAt, at)
+
+	for _, tc := range []struct {
+		name string
+		kv   []string
+		want string
+	}{
+		{"a rate and a duration", []string{"rate", "1", "over", "2"}, "both"},
+		{"a duration besides the rate chosen", []string{"pace", "rate", "rate", "1", "over", "2"}, "both"},
+		{"a rate besides the duration chosen", []string{"pace", "over", "rate", "1", "over", "2"}, "both"},
+		{"a time besides now chosen", []string{"when", "now", "at", at.Format(atLayout)}, "now"},
+		{"an unknown pace", []string{"pace", "fast", "rate", "1"}, "pace"},
+	} {
+		resp, body := post(tc.kv...)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", tc.name, body)
+		require.Contains(t, body, tc.want, tc.name)
+		require.Contains(t, body, "Nothing was changed", tc.name)
+		require.Equal(t, 3, b.count(t, "status = 'dead' AND consumer = 'payments'"), tc.name)
+	}
+	list, err := b.adm.ScheduledReplays(context.Background(), 0)
+	require.NoError(t, err)
+	require.Len(t, list, 3, "nothing refused was scheduled")
 }

@@ -100,6 +100,25 @@ func loopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// trustedHost reports whether a console without credentials may answer a
+// request with this Host header: a loopback name or address, or any IP
+// address (a read-only console may listen on one, and be opened at it).
+// What it refuses is a name, such as rebound.evil.example: a page of that
+// site whose DNS name is rebound to the console's address (DNS rebinding)
+// is, to the browser, of the same origin as the console, and could read
+// its pages; but it sends its own name as the Host. An IP address in the
+// Host means the browser was pointed at that address itself, an origin
+// no other site's page shares.
+func trustedHost(host string) bool {
+	if loopbackHost(host) {
+		return true
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return net.ParseIP(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")) != nil
+}
+
 // Exposure reports whether a console configured with cfg may listen on
 // addr (host:port): an address other machines can reach needs Credentials
 // unless the console is ReadOnly, since its actions change messages.

@@ -122,7 +122,7 @@ func startService(t *testing.T, charges int) *failingService {
 		},
 	})
 	require.NoError(t, err)
-	m, err := maintenance.New(pool, maintenance.Config{Schema: s.schema, Logger: quiet, ID: "maintainer-1"})
+	m, err := maintenance.New(pool, maintenance.Config{Schema: s.schema, Logger: quiet, ID: "maintainer-1", ProcessName: "payments-maint-1"})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(ctx))
 	require.NoError(t, m.Start(ctx))
@@ -134,7 +134,7 @@ func startService(t *testing.T, charges int) *failingService {
 	require.Eventually(t, func() bool {
 		ps, err := s.adm.Processes(ctx)
 		require.NoError(t, err)
-		return ps.Leader != nil
+		return ps.Leader != nil && ps.Leader.ProcessID != 0
 	}, 30*time.Second, 20*time.Millisecond, "no maintenance leader elected")
 	return s
 }
@@ -176,7 +176,7 @@ func TestOnCallPath(t *testing.T) {
 	run(chromedp.Navigate(srv.URL + "/"))
 	visible("main.page-overview")
 	require.Contains(t, visible("section.summary"), "14 dead messages")
-	require.Contains(t, visible("main"), "maintainer-1")
+	require.Contains(t, visible("main"), "Maintenance leader: payments-maint-1 (host ")
 	screenshot(t, ctx, "overview")
 
 	run(chromedp.Click(chromedp.CSS(`section.summary a[href^="/failures"]`)))

@@ -137,10 +137,14 @@ func New(cfg Config) (*Console, error) {
 }
 
 // ServeHTTP serves the console. Every response, a refusal or the mux's
-// own 404 and 405 included, carries the security headers.
+// own 404 and 405 included, carries the security headers; without
+// credentials, every request must name a trusted host (refuseHost).
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for k, v := range securityHeaders {
 		w.Header().Set(k, v)
+	}
+	if c.refuseHost(w, r) {
+		return
 	}
 	c.mux.ServeHTTP(w, r)
 }

@@ -16,9 +16,12 @@
 //
 // Pages are rendered on the server with html/template from templates and
 // a stylesheet embedded in the binary. There is no JavaScript: forms post,
-// pages that show work under way refresh themselves with a meta refresh,
-// and the Content-Security-Policy forbids scripts outright, so a payload
-// or an error text holding markup can only ever show as text.
+// pages that show work under way or what on-call watches (the overview,
+// failures, a background action, scheduled replays) and the error page
+// of a GET that failed on the server's side refresh themselves with a
+// meta refresh, and the Content-Security-Policy forbids scripts
+// outright, so a payload or an error text holding markup can only ever
+// show as text.
 //
 // # Actions
 //
@@ -40,8 +43,9 @@
 // user they name, from the request's remote address. Every state-changing
 // request must be a POST that carries the page's CSRF token and passes
 // net/http's cross-origin protection (Sec-Fetch-Site and Origin). ReadOnly
-// refuses every action. Without credentials, an action is accepted only
-// with a loopback Host header, which defeats DNS rebinding; Exposure says
-// whether a listening address may go without them. Logs name requests
+// refuses every action. Without credentials, every request must name
+// localhost or an IP address as its Host, and an action a loopback one,
+// which defeats DNS rebinding; Exposure says whether a listening address
+// may go without them. Logs name requests
 // and targets, never payloads or connection strings.
 package console

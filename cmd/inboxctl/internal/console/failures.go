@@ -26,6 +26,11 @@ const trendBuckets = 24
 // failureGroupsShown is how many groups, the largest, the page lists.
 const failureGroupsShown = 200
 
+// failuresRefresh is how often, in seconds, the failures page reloads
+// itself: on-call watches groups grow, or drain after a replay. It reads
+// only the failed messages (admin.Failures), as inboxctl failures does.
+const failuresRefresh = 15
+
 // failuresView is what the failures page shows.
 type failuresView struct {
 	// Consumer, if set, keeps that consumer's groups.
@@ -79,5 +84,5 @@ func (c *Console) failures(w http.ResponseWriter, r *http.Request, t *Target) er
 			}
 		}
 	}
-	return c.render(w, r, t, http.StatusOK, "failures", view{Title: "Failures", Data: v})
+	return c.render(w, r, t, http.StatusOK, "failures", view{Title: "Failures", Data: v, Refresh: failuresRefresh})
 }

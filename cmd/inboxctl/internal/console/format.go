@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pgbox/pgbox/admin"
 	"github.com/pgbox/pgbox/cmd/inboxctl/internal/human"
@@ -29,9 +30,31 @@ var funcs = template.FuncMap{
 	"percent":  percent,
 	"plural":   human.Plural,
 	"rate":     rate,
+	"short":    func(s string) string { return oneLine(s, errorShown) },
 	"spark":    spark,
 	"stamp":    stamp,
 	"sub":      func(a, b int64) int64 { return a - b },
+}
+
+// errorShown is how many characters of an error text or pattern a table
+// cell shows ("short"), as inboxctl's tables do: the whole text is on the
+// failure group's row, opened, or on the message's own page.
+const errorShown = 70
+
+// oneLine makes s fit a table cell as inboxctl's tables cut it: its first
+// line only, at most n characters, marked "…" where cut. An error text
+// is whatever a handler returned, up to 8 KB of it (NUL bytes spelled
+// out, a proxy's whole HTML page): shown in full, one row could push the
+// rest of the table, and its buttons, screens away.
+func oneLine(s string, n int) string {
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		s = s[:i] + " …"
+	}
+	if utf8.RuneCountInString(s) > n {
+		r := []rune(s)
+		s = string(r[:n-1]) + "…"
+	}
+	return s
 }
 
 // navNames are the navigation's labels, by page.

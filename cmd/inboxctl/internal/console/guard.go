@@ -38,6 +38,23 @@ func actor(r *http.Request) admin.Actor {
 	return admin.Actor{Host: remoteHost(r), Name: user(r), PID: os.Getpid()}
 }
 
+// refuseHost, on a console without credentials, answers a request whose
+// Host is neither loopback nor an IP address 403 and reports true: every
+// request, pages, the stylesheet and the mux's own 404 alike, since any
+// of them would let a page that rebinds its DNS name read what the
+// console shows (see trustedHost). With credentials, the browser sends
+// them to the console's own origin only, and any Host is served.
+func (c *Console) refuseHost(w http.ResponseWriter, r *http.Request) bool {
+	if c.cfg.Credentials.set() || trustedHost(r.Host) {
+		return false
+	}
+	c.cfg.Logger.WarnContext(r.Context(), "console: host refused", "path", r.URL.Path, "host", r.Host, "remote", remoteHost(r))
+	http.Error(w, "Refused: a console without credentials answers only at localhost or an IP address, not at "+r.Host+
+		" (a page of another site can point a name of its own at this machine, and read what the console shows). Open it at "+
+		loopbackURL(r.Host)+" (or at this machine's IP address), or start it with credentials.", http.StatusForbidden)
+	return true
+}
+
 // guard, with credentials configured, answers a request without valid
 // ones 401, asking the browser for them; it names who makes the request
 // in its context, for user.

@@ -12,6 +12,11 @@ import (
 type overviewView struct {
 	// Jobs are this console's background actions under way on the target.
 	Jobs []*job
+	// Leader is the maintenance leader's row in the processes table, to
+	// name it as inboxctl processes does (name, host, pid); nil when there
+	// is no leader, or its River id is in no row (a maintainer of an
+	// older pgbox build), which the page then names by that id.
+	Leader *admin.Process
 	// Processes are the registered processes and the maintenance leader.
 	Processes *admin.Processes
 	// Scheduled counts the scheduled replays waiting or under way.
@@ -58,9 +63,12 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, t *Target) er
 		v.Dead += cs.Dead
 		v.Retrying += cs.Retrying
 	}
-	for _, p := range v.Processes.Processes {
+	for i, p := range v.Processes.Processes {
 		if p.State == admin.ProcessDead {
 			v.DeadProcesses++
+		}
+		if l := v.Processes.Leader; l != nil && l.ProcessID != 0 && p.ID == l.ProcessID {
+			v.Leader = &v.Processes.Processes[i]
 		}
 	}
 	v.Jobs = c.jobs.running(t.Name)

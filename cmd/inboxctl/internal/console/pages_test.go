@@ -3,6 +3,7 @@ package console
 import (
 	"html"
 	"net/http"
+	"net/url"
 	"regexp"
 	"testing"
 
@@ -129,4 +130,36 @@ func TestMessageProcessedOnlyWhenDone(t *testing.T) {
 	require.NotContains(t, body, "<dt>Processed</dt>")
 	_, body = b.get(t, "/message?consumer=payments&id=done-1")
 	require.Contains(t, body, "<dt>Processed</dt>")
+}
+
+// The failures page refreshes itself, as the overview does, and so does
+// an error page for a GET that failed on the server's side (a schema
+// being migrated, a database under strain), which then shows the page
+// asked for once it can; a request's own mistake (404) does not, nor an
+// action.
+func TestFailuresAndErrorPagesRefresh(t *testing.T) {
+	t.Parallel()
+	missing, err := admin.New(pgtest.Pool(t), admin.Config{Schema: "t_console_no_such_schema"})
+	require.NoError(t, err)
+	b := setup(t, Config{Targets: []Target{{Admin: missing, Name: "missing"}}})
+	refresh := regexp.MustCompile(`<meta http-equiv="refresh" content="(\d+)">`)
+
+	status, body := b.get(t, "/failures")
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, []string{`<meta http-equiv="refresh" content="15">`, "15"}, refresh.FindStringSubmatch(body))
+	require.Contains(t, body, "it refreshes every 15 s")
+
+	for _, path := range []string{"/failures?db=missing", "/?db=missing", "/messages?db=missing"} {
+		status, body = b.get(t, path)
+		require.Equal(t, http.StatusInternalServerError, status, path)
+		require.Equal(t, []string{`<meta http-equiv="refresh" content="15">`, "15"}, refresh.FindStringSubmatch(body), path)
+		require.Contains(t, body, "This page tries again every 15 s", path)
+	}
+	for _, path := range []string{"/message?consumer=payments&id=nope", "/failures?window=2d"} {
+		_, body = b.get(t, path)
+		require.NotRegexp(t, refresh, body, "%s: asking again for what is not there does not help", path)
+	}
+	resp, body := b.post(t, "/replay", url.Values{"db": {"missing"}, "scope": {"all"}, "consumer": {"payments"}})
+	require.Equal(t, http.StatusInternalServerError, resp.StatusCode, body)
+	require.NotRegexp(t, refresh, body, "an action is never posted again by itself")
 }

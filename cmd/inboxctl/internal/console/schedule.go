@@ -20,15 +20,42 @@ var units = map[string]time.Duration{"s": time.Second, "min": time.Minute, "h": 
 // the replay runs later (at a time) or throttled (at a rate, or spread
 // over a duration), run then by the maintenance job, or now, in the
 // background (later is false).
+//
+// A filled field is never ignored: the time ("at"), the rate and the
+// duration ("over") are each a choice of their own, so one filled without
+// its choice ("when", "pace" left out or empty, as the page posts them) is
+// taken as chosen. A filled field that contradicts the choice made (a
+// time with when=now, a duration besides pace=rate), or a rate and a
+// duration together, is refused, saying so: a replay meant to be
+// throttled must never run at once.
 func scheduleFrom(r *http.Request) (opts admin.ScheduleReplayOptions, later bool, err error) {
 	form := func(name string) string { return strings.TrimSpace(r.PostFormValue(name)) }
-	if form("when") == "at" {
+	refuse := func(format string, args ...any) (admin.ScheduleReplayOptions, bool, error) {
+		return opts, false, httpError(http.StatusBadRequest, format+" Nothing was changed.", args...)
+	}
+	when, pace := form("when"), form("pace")
+	switch {
+	case when != "" && when != "now" && when != "at":
+		return refuse("when=%q is not a choice the page offers (now or at).", when)
+	case when == "now" && form("at") != "":
+		return refuse("You chose to replay now but also gave a time (%s): clear the time to replay now, or choose \"at\" to replay then.", form("at"))
+	case pace != "" && pace != "rate" && pace != "over":
+		return refuse("pace=%q is not a choice the page offers (rate or over).", pace)
+	case form("rate") != "" && form("over") != "":
+		return refuse("You gave both a rate (%s per %s) and a duration (%s %s): keep one of them and clear the other.",
+			form("rate"), form("rate_unit"), form("over"), form("over_unit"))
+	case pace == "" && form("rate") != "":
+		pace = "rate"
+	case pace == "" && form("over") != "":
+		pace = "over"
+	}
+	if when == "at" || (when == "" && form("at") != "") {
 		opts.At, err = time.ParseInLocation(atLayout, form("at"), time.UTC)
 		if err != nil {
-			return opts, false, httpError(http.StatusBadRequest, "The time %q is not a date and time such as 2026-11-23T03:00 (UTC). Nothing was changed.", form("at"))
+			return refuse("The time %q is not a date and time such as 2026-11-23T03:00 (UTC).", form("at"))
 		}
 		if opts.At.Before(time.Now().Add(-time.Minute)) {
-			return opts, false, httpError(http.StatusBadRequest, "%s is in the past: choose \"now\" to replay now. Nothing was changed.", stamp(opts.At))
+			return refuse("%s is in the past: leave the time empty to replay now.", stamp(opts.At))
 		}
 		later = true
 	}
@@ -41,7 +68,7 @@ func scheduleFrom(r *http.Request) (opts admin.ScheduleReplayOptions, later bool
 		}
 		return n, unit, nil
 	}
-	switch form("pace") {
+	switch pace {
 	case "rate":
 		n, unit, err := amount("rate")
 		if err != nil {

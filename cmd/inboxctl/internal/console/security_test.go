@@ -2,6 +2,7 @@ package console
 
 import (
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -168,6 +169,13 @@ func TestExposure(t *testing.T) {
 func TestHostileTextRendersAsText(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
+	// A long one too: the failures page cuts it, and shows it whole when
+	// opened.
+	b.exec(t, `INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
+		last_error, errors, received_at, available_at, bucket)
+		VALUES ('shipping', 'evil-long', 'LabelVoided', 'dead', 1, 1, '\x00', '{}', $1,
+		        jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(), 'error', $1::text)), now(), now(),
+		        /* schema */inbox_bucket('evil-long'))`, strings.Repeat(hostileError+"\n", 20))
 	form := url.Values{"scope": {"all"}, "consumer": {"shipping"}, "error": {hostileError}, "confirmed": {"yes"}, "note": {hostilePayload}}
 	resp, body := b.post(t, "/replay", form)
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
@@ -178,12 +186,15 @@ func TestHostileTextRendersAsText(t *testing.T) {
 	requireEscaped(t, "the confirmation", body)
 
 	for _, path := range []string{"/message?consumer=shipping&id=evil-1", "/messages?consumer=shipping&status=any&error=" + url.QueryEscape(hostileError),
-		"/failures", "/audit", "/jobs/1"} {
+		"/failures", "/audit", "/jobs/1", "/message?consumer=shipping&id=evil-long"} {
 		resp, body := doGet(t, b.srv.URL+path)
 		require.Equal(t, http.StatusOK, resp.StatusCode, path)
 		requireEscaped(t, path, body)
 		require.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'none'")
 	}
+	_, body = b.get(t, "/failures?consumer=shipping")
+	require.Contains(t, body, `<details class="whole"><summary title="open: the whole pattern">&lt;img src=x`, "the long one, cut")
+	require.Contains(t, body, "<pre>&lt;img src=x onerror=alert(", "and whole")
 	_, body = b.get(t, "/message?consumer=shipping&id=evil-1")
 	require.Contains(t, body, "<pre class=\"payload\">&lt;script&gt;alert(&#34;payload&#34;)&lt;/script&gt;</pre>", "the payload shows as text")
 	require.Contains(t, body, "<tr><th>&lt;script&gt;alert(&#34;payload&#34;)&lt;/script&gt;</th><td>&lt;img src=x", "so does the metadata")
@@ -282,4 +293,44 @@ func TestErrorPagesRedactSecrets(t *testing.T) {
 	require.NotContains(t, w.Body.String(), "hunter2")
 	require.Contains(t, b.logs.String(), "request failed")
 	require.NotContains(t, b.logs.String(), "hunter2")
+}
+
+// Without credentials, every page (not only the actions) answers only at
+// localhost or an IP address: a page of another site whose DNS name is
+// rebound to the console's address sends its own name as the Host, and
+// reads nothing, neither a message's payload nor the stylesheet. With
+// credentials, the browser sends them to the console's origin only, so
+// any Host is served.
+func TestWithoutCredentialsPagesNeedATrustedHost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{ReadOnly: true})
+	get := func(b *testBundle, path, host string, set func(*http.Request)) (int, string) {
+		r, err := http.NewRequest(http.MethodGet, b.srv.URL+path, nil)
+		require.NoError(t, err)
+		r.Host = host
+		if set != nil {
+			set(r)
+		}
+		resp, body := do(t, r)
+		return resp.StatusCode, body
+	}
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(b.srv.URL, "http://"))
+	require.NoError(t, err)
+	for _, path := range []string{"/message?consumer=shipping&id=evil-1", "/", "/failures", "/assets/console.css", "/nowhere"} {
+		status, body := get(b, path, "rebound.evil.example:"+port, nil)
+		require.Equal(t, http.StatusForbidden, status, "%s: %s", path, body)
+		require.NotContains(t, body, "script", path)
+		require.Contains(t, body, "http://127.0.0.1:"+port+"/", "%s says where to open it", path)
+		require.Contains(t, b.logs.String(), "host refused")
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "[::1]:" + port, "10.1.2.3:" + port} {
+		status, body := get(b, "/message?consumer=shipping&id=evil-1", host, nil)
+		require.Equal(t, http.StatusOK, status, "%s: %s", host, body)
+		require.Contains(t, body, "&lt;script&gt;", host)
+	}
+
+	withToken := setup(t, Config{Credentials: Credentials{Token: "s3cret-token"}})
+	status, body := get(withToken, "/message?consumer=shipping&id=evil-1", "console.internal.example",
+		func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cret-token") })
+	require.Equal(t, http.StatusOK, status, body)
 }
