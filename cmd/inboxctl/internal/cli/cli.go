@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintln(stderr, "inboxctl: "+a.redact(err.Error()))
+	fmt.Fprintln(stderr, "inboxctl: "+cleanBlock(a.redact(err.Error())))
 	var (
 		usage usageError
 		exit  *exitError
@@ -125,9 +125,9 @@ func (a *app) interrupted(err error) int {
 	switch {
 	case err == nil:
 	case errors.Is(err, errInterrupted):
-		fmt.Fprintln(a.errOut, "inboxctl: "+a.redact(err.Error()))
+		fmt.Fprintln(a.errOut, "inboxctl: "+cleanBlock(a.redact(err.Error())))
 	default:
-		fmt.Fprintln(a.errOut, "inboxctl: interrupted: "+a.redact(err.Error()))
+		fmt.Fprintln(a.errOut, "inboxctl: interrupted: "+cleanBlock(a.redact(err.Error())))
 	}
 	return ExitInterrupted
 }

@@ -121,7 +121,7 @@ func (a *app) printStats(st *admin.Stats) {
 		if c.ProcessedLastHourEstimated {
 			hour = "≈" + hour
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Consumer, count(c.PendingFresh), count(c.Retrying),
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(c.Consumer), count(c.PendingFresh), count(c.Retrying),
 			count(c.Scheduled), count(c.Running), count(c.Dead), count(c.Discarded), done, ageOf(c.OldestPending), minute, hour)
 		sum.add(c)
 	}
@@ -265,9 +265,9 @@ func (a *app) list(ctx context.Context, f admin.Filter, limit int, output, more 
 		n++
 		lastError := "-"
 		if m.LastError != nil {
-			lastError = oneLine(*m.LastError, 70)
+			lastError = cell(*m.LastError, 70)
 		}
-		_, err := fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\n", stamp(m.ReceivedAt), m.Consumer, m.ID, m.EventType,
+		_, err := fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\n", stamp(m.ReceivedAt), clean(m.Consumer), clean(m.ID), clean(m.EventType),
 			m.Status, m.Attempts, m.MaxAttempts, m.Replays, lastError)
 		return err
 	})
@@ -313,7 +313,7 @@ func (a *app) showCommand() *cobra.Command {
 				case 1:
 					consumer = consumers[0]
 				default:
-					return usagef("message %q is held by several consumers (%s): pick one with --consumer", id, strings.Join(consumers, ", "))
+					return usagef("message %q is held by several consumers (%s): pick one with --consumer", id, cleanList(consumers))
 				}
 			}
 			d, err := a.admin.Show(ctx, consumer, id)
@@ -353,16 +353,16 @@ func withPayloadJSON(d *admin.Detail) detailJSON {
 func (a *app) printDetail(d *admin.Detail) {
 	t := newTable(a.out)
 	row := func(k, v string) { fmt.Fprintf(t, "%s\t%s\n", k, v) }
-	row("ID", d.ID)
-	row("Consumer", d.Consumer)
-	row("Type", d.EventType)
+	row("ID", clean(d.ID))
+	row("Consumer", clean(d.Consumer))
+	row("Type", clean(d.EventType))
 	status := fmt.Sprintf("%s, %d of %d attempts used", d.Status, d.Attempts, d.MaxAttempts)
 	if d.Replays > 0 {
 		status += ", replayed " + plural(int64(d.Replays), "time")
 	}
 	row("Status", status)
 	if d.OrderingKey != "" {
-		row("Ordering key", d.OrderingKey)
+		row("Ordering key", clean(d.OrderingKey))
 	}
 	row("Received", stamp(d.ReceivedAt)+" UTC")
 	switch d.Status {
@@ -380,19 +380,24 @@ func (a *app) printDetail(d *admin.Detail) {
 	}
 	_ = t.Flush()
 
-	fmt.Fprintln(a.out, "\nMetadata")
-	if len(d.Metadata) == 0 {
-		fmt.Fprintln(a.out, "  (none)")
-	}
-	for _, k := range slices.Sorted(maps.Keys(d.Metadata)) {
-		fmt.Fprintf(a.out, "  %s: %s\n", k, d.Metadata[k])
-	}
+	a.printMetadata(d.Metadata)
 	kind, text := renderPayload(d.Payload)
 	fmt.Fprintf(a.out, "\nPayload (%s, %d bytes)\n", kind, len(d.Payload))
 	if text != "" {
-		fmt.Fprintln(a.out, indent(text, "  "))
+		fmt.Fprintln(a.out, indent(cleanBlock(text), "  "))
 	}
 	a.printHistory(d.History)
+}
+
+// printMetadata prints a message's metadata, a key a line, sorted.
+func (a *app) printMetadata(metadata map[string]string) {
+	fmt.Fprintln(a.out, "\nMetadata")
+	if len(metadata) == 0 {
+		fmt.Fprintln(a.out, "  (none)")
+	}
+	for _, k := range slices.Sorted(maps.Keys(metadata)) {
+		fmt.Fprintf(a.out, "  %s: %s\n", clean(k), clean(metadata[k]))
+	}
 }
 
 func (a *app) printHistory(h []admin.HistoryEntry) {
@@ -403,25 +408,29 @@ func (a *app) printHistory(h []admin.HistoryEntry) {
 	for _, e := range h {
 		switch e.Action {
 		case "":
-			fmt.Fprintf(a.out, "  %s  attempt %d failed: %s\n", stamp(e.At), e.Attempt, e.Error)
+			// An error of several lines (errors.Join's) keeps them, indented
+			// under the first.
+			fmt.Fprintf(a.out, "  %s  attempt %d failed: %s\n", stamp(e.At), e.Attempt,
+				strings.ReplaceAll(cleanBlock(strings.TrimRight(e.Error, "\n")), "\n", "\n      "))
 			if e.Trace != "" {
-				fmt.Fprintln(a.out, indent(strings.TrimRight(e.Trace, "\n"), "      "))
+				fmt.Fprintln(a.out, indent(cleanBlock(strings.TrimRight(e.Trace, "\n")), "      "))
 			}
 		case "replayed":
-			line := fmt.Sprintf("  %s  replayed by an operator (replay %d; was %s after %s)", stamp(e.At), e.Replay, e.PreviousStatus, plural(int64(e.PreviousAttempts), "attempt"))
+			line := fmt.Sprintf("  %s  replayed by an operator (replay %d; was %s after %s)", stamp(e.At), e.Replay,
+				clean(string(e.PreviousStatus)), plural(int64(e.PreviousAttempts), "attempt"))
 			if e.Note != "" {
-				line += ": " + e.Note
+				line += ": " + clean(e.Note)
 			}
 			fmt.Fprintln(a.out, line)
 		case "discarded":
-			fmt.Fprintf(a.out, "  %s  discarded by an operator: %s\n", stamp(e.At), e.Note)
+			fmt.Fprintf(a.out, "  %s  discarded by an operator: %s\n", stamp(e.At), clean(e.Note))
 		case "edited":
 			fmt.Fprintf(a.out, "  %s  payload edited by an operator (%d bytes, was %d; the original is kept; audit record %d)\n",
 				stamp(e.At), e.Size, e.PreviousSize, e.AuditID)
 		case "retried":
 			fmt.Fprintf(a.out, "  %s  retried by an operator (was dead after %s)\n", stamp(e.At), plural(int64(e.PreviousAttempts), "attempt"))
 		default:
-			fmt.Fprintf(a.out, "  %s  %s\n", stamp(e.At), e.Action)
+			fmt.Fprintf(a.out, "  %s  %s\n", stamp(e.At), clean(e.Action))
 		}
 	}
 }
@@ -524,8 +533,8 @@ func (a *app) printFailures(groups []admin.FailureGroup, opts admin.FailuresOpti
 		if g.Trend != nil {
 			cols += "\t" + sparkline(g.Trend.Counts)
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s%s\t%s\n", count(g.Count), count(g.Dead), count(g.Failing), g.Consumer,
-			g.EventType, g.Fingerprint, stampOrDash(g.FirstFailedAt), stampOrDash(g.LastFailedAt), cols, oneLine(g.Normalized, 70))
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s%s\t%s\n", count(g.Count), count(g.Dead), count(g.Failing), clean(g.Consumer),
+			clean(g.EventType), clean(g.Fingerprint), stampOrDash(g.FirstFailedAt), stampOrDash(g.LastFailedAt), cols, cell(g.Normalized, 70))
 	}
 	if err := t.Flush(); err != nil {
 		return err

@@ -3,8 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
@@ -59,9 +57,9 @@ func (a *app) outboxListCommand() *cobra.Command {
 				n++
 				lastError := "-"
 				if m.LastError != nil {
-					lastError = oneLine(*m.LastError, 70)
+					lastError = cell(*m.LastError, 70)
 				}
-				_, err := fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", stamp(m.CreatedAt), m.ID, m.Topic, m.EventType, m.Status, m.Attempts, lastError)
+				_, err := fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", stamp(m.CreatedAt), m.ID, clean(m.Topic), clean(m.EventType), m.Status, m.Attempts, lastError)
 				return err
 			})
 			if err != nil {
@@ -114,15 +112,15 @@ func (a *app) outboxShowCommand() *cobra.Command {
 			t := newTable(a.out)
 			row := func(k, v string) { fmt.Fprintf(t, "%s\t%s\n", k, v) }
 			row("ID", d.ID.String())
-			row("Topic", d.Topic)
-			row("Type", d.EventType)
+			row("Topic", clean(d.Topic))
+			row("Type", clean(d.EventType))
 			status := fmt.Sprintf("%s after %s", d.Status, plural(int64(d.Attempts), "attempt"))
 			if d.Replays > 0 {
 				status += ", retried by an operator " + plural(int64(d.Replays), "time")
 			}
 			row("Status", status)
 			if d.OrderingKey != "" {
-				row("Ordering key", d.OrderingKey)
+				row("Ordering key", clean(d.OrderingKey))
 			}
 			row("Created", stamp(d.CreatedAt)+" UTC")
 			switch {
@@ -134,17 +132,11 @@ func (a *app) outboxShowCommand() *cobra.Command {
 				row("Lease ends", stamp(d.AvailableAt)+" UTC")
 			}
 			_ = t.Flush()
-			fmt.Fprintln(a.out, "\nMetadata")
-			if len(d.Metadata) == 0 {
-				fmt.Fprintln(a.out, "  (none)")
-			}
-			for _, k := range slices.Sorted(maps.Keys(d.Metadata)) {
-				fmt.Fprintf(a.out, "  %s: %s\n", k, d.Metadata[k])
-			}
+			a.printMetadata(d.Metadata)
 			kind, text := renderPayload(d.Payload)
 			fmt.Fprintf(a.out, "\nPayload (%s, %d bytes)\n", kind, len(d.Payload))
 			if text != "" {
-				fmt.Fprintln(a.out, indent(text, "  "))
+				fmt.Fprintln(a.out, indent(cleanBlock(text), "  "))
 			}
 			a.printHistory(d.History)
 			return nil

@@ -74,7 +74,7 @@ func (a *app) printProcesses(ps *admin.Processes) error {
 	t := newTable(a.out)
 	fmt.Fprintln(t, "KIND\tNAME\tCONSUMER\tHOST\tPID\tSTARTED (UTC)\tLAST SEEN\tSTATE\tLEASES")
 	for _, p := range ps.Processes {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s\n", p.Kind, oneLine(p.Name, 40), orDash(p.Consumer), oneLine(p.Host, 30),
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s\n", clean(string(p.Kind)), cell(p.Name, 40), orDash(clean(p.Consumer)), cell(p.Host, 30),
 			p.PID, stamp(p.StartedAt), age(time.Duration(p.SinceSeen)), p.State, leases(p))
 	}
 	if err := t.Flush(); err != nil {
@@ -92,11 +92,11 @@ func describeLeader(ps *admin.Processes) string {
 	}
 	for _, p := range ps.Processes {
 		if p.ID == l.ProcessID {
-			return fmt.Sprintf("Maintenance leader: %s (host %s, pid %d), since %s UTC.", p.Name, p.Host, p.PID, stamp(l.ElectedAt))
+			return fmt.Sprintf("Maintenance leader: %s (host %s, pid %d), since %s UTC.", clean(p.Name), clean(p.Host), p.PID, stamp(l.ElectedAt))
 		}
 	}
 	return fmt.Sprintf("Maintenance leader: River client %s, since %s UTC (not in the processes table: a pgbox build older than schema version 6?).",
-		l.RiverID, stamp(l.ElectedAt))
+		clean(l.RiverID), stamp(l.ElectedAt))
 }
 
 // leases fills the LEASES cell: messages held, and those whose lease has
@@ -138,11 +138,12 @@ func printDead(w io.Writer, ps *admin.Processes) {
 	fmt.Fprintf(w, "\n%d %s (not seen for more than %d heartbeats: killed, cut off from the database, or hung):\n",
 		len(dead), word, ps.DeadAfter)
 	for _, p := range dead {
-		scope := string(p.Kind)
+		scope := clean(string(p.Kind))
 		if p.Consumer != "" {
-			scope += " of " + p.Consumer
+			scope += " of " + clean(p.Consumer)
 		}
-		fmt.Fprintf(w, "- %s %s, host %s pid %d, last seen %s ago.\n", p.Kind, p.Name, p.Host, p.PID, age(time.Duration(p.SinceSeen)))
+		fmt.Fprintf(w, "- %s %s, host %s pid %d, last seen %s ago.\n", clean(string(p.Kind)), clean(p.Name), clean(p.Host), p.PID,
+			age(time.Duration(p.SinceSeen)))
 		what, retries, takeover := "message", "retries %s (the lost attempt counts)", "retries %s, one at a time per dispatcher"
 		if p.Kind == pgbox.ProcessRelay {
 			what, retries = "outbox row", "publishes %s again (consumers dedupe on the message id)"

@@ -161,7 +161,7 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 		return writeJSONLine(a.out, r)
 	}
 	fmt.Fprintf(a.out, "Scheduled replay %d for %s (%s). The maintenance job replays what is replayable then.\n", r.ID, when, what)
-	fmt.Fprintf(a.out, "See it: inboxctl scheduled. Call it off: inboxctl scheduled cancel %d\n", r.ID)
+	fmt.Fprintf(a.out, "See it: %s. Call it off: %s\n", a.hint("scheduled"), a.hint("scheduled", "cancel", strconv.FormatInt(r.ID, 10)))
 	return nil
 }
 
@@ -213,12 +213,12 @@ each once its time has come, by the database clock.`,
 			t := newTable(a.out)
 			fmt.Fprintln(t, "ID\tRUN AT (UTC)\tSTATE\tRATE\tREPLAYED\tSELECTION\tNOTE")
 			for _, r := range list {
-				state := string(r.State)
+				state := clean(string(r.State))
 				if r.State == admin.ReplayFailed {
-					state += ": " + oneLine(r.Error, 60)
+					state += ": " + cell(r.Error, 60)
 				}
 				fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, stamp(r.RunAt), state, formatRate(r.Rate), replayProgress(r),
-					describe(r.Filter), oneLine(r.Note, 40))
+					describe(r.Filter), cell(r.Note, 40))
 			}
 			return t.Flush()
 		},
@@ -266,7 +266,7 @@ func describe(f admin.Filter) string {
 	var parts []string
 	add := func(k, v string) {
 		if v != "" {
-			parts = append(parts, k+"="+v)
+			parts = append(parts, k+"="+clean(v))
 		}
 	}
 	add("consumer", f.Consumer)
@@ -286,7 +286,7 @@ func describe(f admin.Filter) string {
 		add("until", f.Until.UTC().Format(time.RFC3339))
 	}
 	if len(f.IDs) > 0 {
-		add("ids", oneLine(strings.Join(f.IDs, ","), 40))
+		parts = append(parts, "ids="+cell(strings.Join(f.IDs, ","), 40))
 	}
 	if len(parts) == 0 {
 		return "all replayable"
