@@ -157,3 +157,20 @@ func TestInterruptedWatchExits130(t *testing.T) {
 	require.Empty(t, stderr.String())
 	require.GreaterOrEqual(t, strings.Count(frames.String(), "INBOX"), 2)
 }
+
+// A confirmation takes the whole word: "y" is not yes, and changes
+// nothing; "YES" is.
+func TestConfirmNeedsTheWholeWord(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	for _, answer := range []string{"y\n", "Y\n", "ye\n", "yes please\n", "no\n"} {
+		r := inboxctl(t, schema, answer, "replay", "--consumer", "payments", "--status", "dead")
+		require.Equal(t, ExitFailure, r.code, "%q", answer)
+		require.Contains(t, r.stderr, "not confirmed", "%q", answer)
+		status, _, _ := state(t, schema, "payments", "bad-1")
+		require.Equal(t, "dead", status, "%q changed nothing", answer)
+	}
+	require.Contains(t, inboxctl(t, schema, "y\n", "replay", "--consumer", "payments", "--status", "dead").stderr,
+		"not confirmed: type yes, the whole word; nothing was replayed")
+	require.Equal(t, "Replayed 3 messages.\n", inboxctl(t, schema, " YES \n", "replay", "--consumer", "payments", "--status", "dead").ok(t).stdout)
+}
