@@ -63,25 +63,30 @@ func cell(s string, n int) string {
 	return cut(clean(s)+rest, n)
 }
 
-// cut shortens an escaped text to at most n characters, cutting before
-// whole escapes only (an escape is the text escape made of one character).
+// cut shortens an escaped text to at most n characters, "…" included,
+// cutting before whole escapes only (an escape is the text escape made of
+// one character).
 func cut(escaped string, n int) string {
 	if utf8.RuneCountInString(escaped) <= n {
 		return escaped
 	}
-	var b strings.Builder
-	width := 0
-	for i := 0; i < len(escaped); {
+	return cutUnits(escaped, n-1) + "…"
+}
+
+// cutUnits returns the longest start of an escaped text that is at most n
+// characters and ends between two escapes.
+func cutUnits(escaped string, n int) string {
+	width, i := 0, 0
+	for i < len(escaped) {
 		unit := escapedUnit(escaped[i:])
 		w := utf8.RuneCountInString(unit)
-		if width+w > n-1 {
+		if width+w > n {
 			break
 		}
-		b.WriteString(unit)
 		width += w
 		i += len(unit)
 	}
-	return b.String() + "…"
+	return escaped[:i]
 }
 
 // escapedUnit returns the first unit of an escaped text: a whole escape

@@ -289,11 +289,18 @@ func (a *app) list(ctx context.Context, f admin.Filter, limit int, output, more 
 func (a *app) showCommand() *cobra.Command {
 	var (
 		consumer, output string
+		full             bool
 	)
 	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one inbox message: metadata, payload and every attempt's error",
+		Long: `show prints one inbox message: its state, metadata, payload and history (every
+failed attempt, replay, discard and edit). The payload is shown as indented
+JSON, as text, or as a hex dump, cut to its first ` + fmt.Sprint(payloadShownLines) + ` lines (` + count(payloadShownChars) + ` characters)
+unless --full; -o json always has all of it (base64, and as JSON when it is).
+Control characters in any of it are shown escaped (\x1b).`,
 		Example: `  inboxctl show order-17/placed --consumer payments
+  inboxctl show order-17/placed --full
   inboxctl show order-17/placed -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -326,11 +333,12 @@ func (a *app) showCommand() *cobra.Command {
 			if output == formatJSON {
 				return writeJSON(a.out, withPayloadJSON(d))
 			}
-			a.printDetail(d)
+			a.printDetail(d, full)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&consumer, "consumer", "", "the consumer holding the message (needed only if several do)")
+	cmd.Flags().BoolVar(&full, "full", false, "print all of the payload, however large (by default: its first "+fmt.Sprint(payloadShownLines)+" lines)")
 	outputFlag(cmd, &output, documentOutput)
 	return cmd
 }
@@ -350,7 +358,7 @@ func withPayloadJSON(d *admin.Detail) detailJSON {
 	return out
 }
 
-func (a *app) printDetail(d *admin.Detail) {
+func (a *app) printDetail(d *admin.Detail, full bool) {
 	t := newTable(a.out)
 	row := func(k, v string) { fmt.Fprintf(t, "%s\t%s\n", k, v) }
 	row("ID", clean(d.ID))
@@ -381,11 +389,7 @@ func (a *app) printDetail(d *admin.Detail) {
 	_ = t.Flush()
 
 	a.printMetadata(d.Metadata)
-	kind, text := renderPayload(d.Payload)
-	fmt.Fprintf(a.out, "\nPayload (%s, %d bytes)\n", kind, len(d.Payload))
-	if text != "" {
-		fmt.Fprintln(a.out, indent(cleanBlock(text), "  "))
-	}
+	a.printPayload(d.Payload, full, a.hint("show", d.ID, "--consumer", d.Consumer, "--full"))
 	a.printHistory(d.History)
 }
 

@@ -84,12 +84,19 @@ func (a *app) outboxListCommand() *cobra.Command {
 }
 
 func (a *app) outboxShowCommand() *cobra.Command {
-	var output string
+	var (
+		full   bool
+		output string
+	)
 	cmd := &cobra.Command{
-		Use:     "show ID",
-		Short:   "Show one outbox row: metadata, payload and every failed publish",
-		Example: `  inboxctl outbox show 019a2f0e-7b1c-7d3e-9f00-1a2b3c4d5e6f`,
-		Args:    cobra.ExactArgs(1),
+		Use:   "show ID",
+		Short: "Show one outbox row: metadata, payload and every failed publish",
+		Long: `outbox show prints one outbox row: its state, metadata, payload and history. The
+payload is cut to its first ` + fmt.Sprint(payloadShownLines) + ` lines (` + count(payloadShownChars) + ` characters) unless --full; -o json
+always has all of it.`,
+		Example: `  inboxctl outbox show 019a2f0e-7b1c-7d3e-9f00-1a2b3c4d5e6f
+  inboxctl outbox show 019a2f0e-7b1c-7d3e-9f00-1a2b3c4d5e6f --full`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			id, err := uuid.Parse(args[0])
@@ -133,16 +140,13 @@ func (a *app) outboxShowCommand() *cobra.Command {
 			}
 			_ = t.Flush()
 			a.printMetadata(d.Metadata)
-			kind, text := renderPayload(d.Payload)
-			fmt.Fprintf(a.out, "\nPayload (%s, %d bytes)\n", kind, len(d.Payload))
-			if text != "" {
-				fmt.Fprintln(a.out, indent(cleanBlock(text), "  "))
-			}
+			a.printPayload(d.Payload, full, a.hint("outbox", "show", d.ID.String(), "--full"))
 			a.printHistory(d.History)
 			return nil
 		},
 	}
 	outputFlag(cmd, &output, documentOutput)
+	cmd.Flags().BoolVar(&full, "full", false, "print all of the payload, however large (by default: its first "+fmt.Sprint(payloadShownLines)+" lines)")
 	return cmd
 }
 
