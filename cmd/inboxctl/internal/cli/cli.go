@@ -202,7 +202,12 @@ func (a *app) open(ctx context.Context) error {
 	if err := a.connect(ctx); err != nil {
 		return err
 	}
-	return a.admin.Check(ctx)
+	if err := a.admin.Check(ctx); isNotMigrated(err) {
+		return a.schemaNotMigrated(ctx, err)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 func (a *app) close() {
