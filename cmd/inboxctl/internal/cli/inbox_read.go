@@ -279,7 +279,13 @@ func (a *app) list(ctx context.Context, f admin.Filter, limit int, output, more 
 	}
 	switch {
 	case n == 0:
-		fmt.Fprintln(a.out, "(no messages match)")
+		// A group of another consumer than --consumer's would look
+		// drained: say whose it is.
+		if owners := a.groupElsewhere(ctx, f); owners != nil {
+			fmt.Fprintf(a.out, "(no messages match: %s)\n", groupOwners(f.Fingerprint, owners, f.Consumer))
+		} else {
+			fmt.Fprintln(a.out, "(no messages match)")
+		}
 	case limit > 0 && n == limit:
 		fmt.Fprintf(a.out, "\nShowing the newest %d; %s\n", n, more)
 	}

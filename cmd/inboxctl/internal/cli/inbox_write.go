@@ -99,7 +99,7 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 	report := changeReport{Action: ch.verb, DryRun: flags.dryRun, Matched: n, Selection: filter}
 	switch {
 	case n == 0:
-		if err := a.checkGroupKnown(ctx, filter.Fingerprint); err != nil {
+		if err := a.checkGroup(ctx, filter, ch.verb, ch.past); err != nil {
 			return err
 		}
 		return a.printReport(flags.output, report, fmt.Sprintf("Nothing to %s: no eligible message matches.", ch.verb))

@@ -132,6 +132,13 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 	if err != nil {
 		return err
 	}
+	if n == 0 {
+		// A group that is another consumer's, or no group at all, would
+		// never match: scheduling it would replay nothing, silently.
+		if err := a.checkGroup(ctx, filter, "replay", "scheduled"); err != nil {
+			return err
+		}
+	}
 	when := "now"
 	if !opts.At.IsZero() {
 		when = stamp(opts.At) + " UTC"
