@@ -11,16 +11,22 @@ import (
 type SchemaLookup struct {
 	// Exists reports whether the schema looked up exists.
 	Exists bool
+	// Migrations reports whether it holds pgbox's migrations table: a
+	// schema migrated once, whose migrations were all rolled back (or are
+	// under way).
+	Migrations bool
 	// Pgbox lists the database's schemas that hold pgbox's tables (its
 	// migrations table and its inbox), by name.
 	Pgbox []string
 }
 
-// lookUpSchemaSQL reports whether schema $1 exists, and which schemas hold
-// pgbox's migrations table and inbox, from the catalog (a few small
-// reads, whatever the tables hold).
+// lookUpSchemaSQL reports whether schema $1 exists, whether it holds
+// pgbox's migrations table ($2), and which schemas hold that table and an
+// inbox, from the catalog (a few small reads, whatever the tables hold).
 const lookUpSchemaSQL = `
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace AS n WHERE n.nspname::text = $1::text),
+       EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+               WHERE n.nspname::text = $1::text AND c.relname::text = $2::text AND c.relkind IN ('r', 'p')),
        coalesce((SELECT array_agg(n.nspname::text ORDER BY n.nspname::text)
                  FROM pg_catalog.pg_namespace AS n
                  WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c
@@ -36,7 +42,7 @@ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace AS n WHERE n.nspname::text 
 // the wrong database.
 func LookUpSchema(ctx context.Context, db pgbox.Querier, schema string) (SchemaLookup, error) {
 	var l SchemaLookup
-	if err := db.QueryRow(ctx, lookUpSchemaSQL, schema, pgbox.MigrationsTable).Scan(&l.Exists, &l.Pgbox); err != nil {
+	if err := db.QueryRow(ctx, lookUpSchemaSQL, schema, pgbox.MigrationsTable).Scan(&l.Exists, &l.Migrations, &l.Pgbox); err != nil {
 		return l, fmt.Errorf("look up schema %s: %w", schema, err)
 	}
 	return l, nil

@@ -23,12 +23,14 @@ func TestLookUpSchema(t *testing.T) {
 	l, err := LookUpSchema(ctx, pool, migrated)
 	require.NoError(t, err)
 	require.True(t, l.Exists)
+	require.True(t, l.Migrations)
 	require.Contains(t, l.Pgbox, migrated)
 	require.NotContains(t, l.Pgbox, empty, "an inbox alone, without pgbox's migrations, is not pgbox's")
 
 	l, err = LookUpSchema(ctx, pool, empty)
 	require.NoError(t, err)
 	require.True(t, l.Exists)
+	require.False(t, l.Migrations)
 	require.Contains(t, l.Pgbox, migrated)
 
 	l, err = LookUpSchema(ctx, pool, migrated+"_typo")

@@ -363,7 +363,7 @@ func TestMigrate(t *testing.T) {
 
 	unmigrated := inboxctl(t, schema, "", "stats")
 	require.Equal(t, ExitFailure, unmigrated.code)
-	require.Contains(t, unmigrated.stderr, "run inboxctl migrate up")
+	require.Contains(t, unmigrated.stderr, "its migrations were rolled back): run inboxctl migrate up --schema "+schema)
 }
 
 func TestUsageErrors(t *testing.T) {

@@ -25,7 +25,7 @@ func (a *app) schemaNotMigrated(ctx context.Context, err error) error {
 	}
 	c := a.pool.Config().ConnConfig
 	where := fmt.Sprintf("database %q on %s:%d", c.Database, c.Host, c.Port)
-	advice := schemaAdvice(a.schema, l.Exists, l.Pgbox, where, a.hint("migrate", "up"))
+	advice := schemaAdvice(a.schema, l, where, a.hint("migrate", "up"))
 	return fmt.Errorf("%s%w", advice, errNoAdvice{pgbox.ErrSchemaNotMigrated})
 }
 
@@ -42,10 +42,17 @@ func (e errNoAdvice) Unwrap() error { return e.err }
 const schemasListed = 10
 
 // schemaAdvice is what to tell someone whose schema holds no pgbox
-// tables: that it does not exist (or holds none), and the schemas that do
-// hold them (have), in the database where says; or, when none does, to
-// check the DSN or install pgbox (migrateHint).
-func schemaAdvice(schema string, exists bool, have []string, where, migrateHint string) string {
+// tables, from what l found in the database where says: that it does not
+// exist (or holds none), and the schemas that do hold them, nearest
+// first; or, when none does, to check the DSN or install pgbox
+// (migrateHint); or, for a schema whose migrations were rolled back, to
+// migrate it up again.
+func schemaAdvice(schema string, l admin.SchemaLookup, where, migrateHint string) string {
+	exists, have := l.Exists, l.Pgbox
+	if l.Migrations {
+		return fmt.Sprintf("schema %q holds pgbox's migrations table but no pgbox tables (its migrations were rolled back): "+
+			"run %s to create them again", schema, migrateHint)
+	}
 	var b strings.Builder
 	if exists {
 		fmt.Fprintf(&b, "schema %q holds no pgbox tables", schema)
@@ -69,7 +76,7 @@ func schemaAdvice(schema string, exists bool, have []string, where, migrateHint 
 	if close {
 		fmt.Fprintf(&b, " Did you mean --schema %s?", shellQuote(guess))
 	}
-	listed, how := have, ""
+	listed, how := near, ""
 	if len(have) > schemasListed {
 		listed, how = near[:schemasListed], fmt.Sprintf(" (%d; the %d nearest)", len(have), schemasListed)
 	}

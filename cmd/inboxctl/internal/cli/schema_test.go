@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbox/pgbox/admin"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
@@ -24,7 +25,7 @@ func TestMistypedSchema(t *testing.T) {
 	require.Equal(t, ExitFailure, typo.code)
 	require.Contains(t, typo.stderr, `inboxctl: schema "`+schema+`x" does not exist in database "pgbox"`)
 	require.Contains(t, typo.stderr, "Did you mean --schema "+schema+"?")
-	require.Contains(t, typo.stderr, "Schemas holding pgbox tables there: ")
+	require.Regexp(t, `Schemas holding pgbox tables there( \(\d+; the 10 nearest\))?: `+schema+`(,|\.)`, typo.stderr, "nearest first")
 	require.NotContains(t, typo.stderr, "migrate up")
 	require.Empty(t, typo.stdout)
 
@@ -58,13 +59,16 @@ func TestSchemaAdvice(t *testing.T) {
 	where := `database "orders" on db:5432`
 	require.Equal(t, `schema "pgbox" does not exist in database "orders" on db:5432, and no schema there holds pgbox tables: `+
 		`check --dsn (or DATABASE_URL). To install pgbox in a new schema "pgbox": inboxctl migrate up`,
-		schemaAdvice("pgbox", false, nil, where, "inboxctl migrate up"))
+		schemaAdvice("pgbox", admin.SchemaLookup{}, where, "inboxctl migrate up"))
 	require.Equal(t, `schema "pgbx" does not exist in database "orders" on db:5432. Did you mean --schema pgbox? `+
-		`Schemas holding pgbox tables there: billing, pgbox.`,
-		schemaAdvice("pgbx", false, []string{"billing", "pgbox"}, where, ""))
+		`Schemas holding pgbox tables there: pgbox, billing.`,
+		schemaAdvice("pgbx", admin.SchemaLookup{Pgbox: []string{"billing", "pgbox"}}, where, ""))
 	require.Equal(t, `schema "public" holds no pgbox tables. Schemas holding pgbox tables in database "orders" on db:5432: `+
-		`billing, pgbox: pass one with --schema.`,
-		schemaAdvice("public", true, []string{"billing", "pgbox"}, where, ""))
+		`pgbox, billing: pass one with --schema.`,
+		schemaAdvice("public", admin.SchemaLookup{Exists: true, Pgbox: []string{"billing", "pgbox"}}, where, ""))
 	many := []string{"a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9", "b1", "b2", "pgbox"}
-	require.Contains(t, schemaAdvice("pgbx", false, many, where, ""), "Schemas holding pgbox tables there (12; the 10 nearest): pgbox, b1, b2, a1,")
+	require.Equal(t, `schema "pgbox" holds pgbox's migrations table but no pgbox tables (its migrations were rolled back): `+
+		`run inboxctl migrate up to create them again`,
+		schemaAdvice("pgbox", admin.SchemaLookup{Exists: true, Migrations: true, Pgbox: many}, where, "inboxctl migrate up"))
+	require.Contains(t, schemaAdvice("pgbx", admin.SchemaLookup{Pgbox: many}, where, ""), "Schemas holding pgbox tables there (12; the 10 nearest): pgbox, b1, b2, a1,")
 }
