@@ -31,12 +31,15 @@ type app struct {
 	as     string
 	dsn    string
 	errOut io.Writer
-	getenv func(string) string
-	in     io.Reader
-	now    func() time.Time
-	out    io.Writer
-	pool   *pgxpool.Pool
-	schema string
+	// finished is set when a bulk change interrupted during its last
+	// batch was complete nonetheless: the run is no interrupted one.
+	finished bool
+	getenv   func(string) string
+	in       io.Reader
+	now      func() time.Time
+	out      io.Writer
+	pool     *pgxpool.Pool
+	schema   string
 }
 
 // Run executes inboxctl with args and returns the process exit code.
@@ -54,7 +57,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && !a.finished {
 		return a.interrupted(err)
 	}
 	if err == nil {

@@ -113,12 +113,13 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 	b := a.startBatches(ctx, capitalize(ch.past), n)
 	report.Changed, err = ch.run(b.ctx, filter, flags.batchSize, b.report)
 	a.endBatches(b)
-	if b.interrupted() {
+	if b.interrupted() && err != nil {
 		return a.interruptedChange(flags.output, report, ch.past, "message", ch.resume)
 	}
 	if err != nil {
 		return fmt.Errorf("%w (%s %s before the error)", err, ch.past, plural(report.Changed, "message"))
 	}
+	a.finishedDespite(b, ch.past)
 	return a.printReport(flags.output, report, fmt.Sprintf("%s %s.", capitalize(ch.past), plural(report.Changed, "message")))
 }
 
@@ -355,12 +356,13 @@ deleted; running the same command again deletes the rest.`,
 			opts.ProgressFunc = b.report
 			report.Changed, err = a.admin.Purge(b.ctx, opts)
 			a.endBatches(b)
-			if b.interrupted() {
+			if b.interrupted() && err != nil {
 				return a.interruptedChange(output, report, "deleted", status+" message", "the messages already deleted are gone, so it deletes only the rest")
 			}
 			if err != nil {
 				return fmt.Errorf("%w (deleted %s before the error)", err, count(report.Changed))
 			}
+			a.finishedDespite(b, "deleted")
 			return a.printReport(output, report, fmt.Sprintf("Deleted %s.", plural(report.Changed, status+" message")))
 		},
 	}

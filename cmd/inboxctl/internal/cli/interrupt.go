@@ -101,6 +101,18 @@ func (a *app) endBatches(b *batches) {
 	}
 }
 
+// finishedDespite notes a bulk change that an interruption did not stop
+// because it came during the change's last batch: nothing was left (the
+// admin call returned no error), so the change is complete. It says so on
+// stderr, and the run ends with ExitOK, as had there been no Ctrl-C.
+func (a *app) finishedDespite(b *batches, past string) {
+	if !b.interrupted() {
+		return
+	}
+	a.finished = true
+	fmt.Fprintf(a.errOut, "inboxctl: the interruption came during the last batch: nothing is left to be %s, the change is complete.\n", past)
+}
+
 // interruptedChange reports a bulk change an interruption stopped part
 // way: the exact count changed on stdout, on a line of its own (or r as
 // JSON), and on stderr that running the same command again finishes the

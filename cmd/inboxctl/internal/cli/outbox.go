@@ -217,13 +217,14 @@ ordering key until then. Name the rows by id, or pass --all-dead.`,
 			var err error
 			report.Changed, err = a.admin.OutboxRetry(b.ctx, admin.OutboxRetryOptions{Actor: a.actor(), IDs: ids, ProgressFunc: b.report})
 			a.endBatches(b)
-			if b.interrupted() {
+			if b.interrupted() && err != nil {
 				return a.interruptedChange(output, report, "retried", "dead outbox row",
 					"rows already retried are pending, no longer dead, so --all-dead retries only the rest (drop ids already retried: they are refused)")
 			}
 			if err != nil {
 				return fmt.Errorf("%w (retried %s before the error)", err, plural(report.Changed, "row"))
 			}
+			a.finishedDespite(b, "retried")
 			return a.printReport(output, report, fmt.Sprintf("Retried %s: the relay will publish again.", plural(report.Changed, "outbox row")))
 		},
 	}
