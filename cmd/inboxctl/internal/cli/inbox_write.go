@@ -104,7 +104,8 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 		}
 		return a.printReport(flags.output, report, fmt.Sprintf("Nothing to %s: no eligible message matches.", ch.verb))
 	case flags.dryRun:
-		return a.dryRun(ctx, ch.verb, report, flags.output)
+		return a.showDryRun(ctx, flags.output, fmt.Sprintf("Would %s %s. Nothing was changed (--dry-run).", ch.verb, plural(n, "message")),
+			report, filter, n)
 	case bulk && !flags.yes:
 		if err := a.confirm(ctx, fmt.Sprintf("%s %s?", capitalize(ch.verb), plural(n, "message")), ch.past); err != nil {
 			return err
@@ -126,19 +127,23 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 // dryRunShown is how many messages a dry run's table shows.
 const dryRunShown = 20
 
-// dryRun shows what a replay or discard would change: the count and the
-// newest messages in a table, the count and the selection in JSON, or
-// every selected message in JSON lines.
-func (a *app) dryRun(ctx context.Context, verb string, r changeReport, output string) error {
+// showDryRun shows what a replay (now or scheduled) or a discard would
+// change, the matched messages f selects: report in JSON, every selected
+// message in JSON lines, or the headline and the newest of them in a
+// table.
+func (a *app) showDryRun(ctx context.Context, output, headline string, report any, f admin.Filter, matched int64) error {
 	switch output {
 	case formatJSON:
-		return writeJSON(a.out, r)
+		return writeJSON(a.out, report)
 	case formatJSONL:
-		return a.list(ctx, r.Selection.(admin.Filter), 0, formatJSONL, "")
+		return a.list(ctx, f, 0, formatJSONL, "")
 	}
-	fmt.Fprintf(a.out, "Would %s %s. Nothing was changed (--dry-run). The newest of them:\n\n", verb, plural(r.Matched, "message"))
-	return a.list(ctx, r.Selection.(admin.Filter), dryRunShown, formatTable,
-		fmt.Sprintf("add -o jsonl to list all %s as JSON lines.", count(r.Matched)))
+	if matched == 0 {
+		_, err := fmt.Fprintln(a.out, headline)
+		return err
+	}
+	fmt.Fprintf(a.out, "%s The newest of them:\n\n", headline)
+	return a.list(ctx, f, dryRunShown, formatTable, fmt.Sprintf("add -o jsonl to list all %s as JSON lines.", count(matched)))
 }
 
 // checkIDs refuses the whole change when an id does not exist or is not in

@@ -148,8 +148,22 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 		what += ", " + pace
 	}
 	if flags.dryRun {
-		return a.printReport(flags.output, changeReport{Action: "schedule replay", DryRun: true, Matched: n, Selection: filter},
-			fmt.Sprintf("Would schedule a replay for %s (%s). Nothing was changed (--dry-run).", when, what))
+		report := scheduleReport{
+			changeReport:  changeReport{Action: "schedule replay", DryRun: true, Matched: n, Selection: filter},
+			OverSeconds:   opts.Over.Seconds(),
+			RatePerSecond: pace(opts, n),
+		}
+		if !opts.At.IsZero() {
+			at := opts.At.UTC()
+			report.At = &at
+		}
+		if flags.output == formatJSON {
+			if report.Consumers, err = a.admin.CountByConsumer(ctx, filter); err != nil {
+				return err
+			}
+		}
+		return a.showDryRun(ctx, flags.output, fmt.Sprintf("Would schedule a replay for %s (%s). Nothing was changed (--dry-run).", when, what),
+			report, filter, n)
 	}
 	if bulk && !flags.yes {
 		if err := a.confirm(ctx, fmt.Sprintf("Schedule a replay for %s (%s)?", when, what), "scheduled"); err != nil {
@@ -172,13 +186,36 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 	return nil
 }
 
+// scheduleReport is what replay --at, --rate or --over prints for
+// --dry-run with -o json: the dry run's report, with when the replay would
+// start, its pace, and whose messages it would replay.
+type scheduleReport struct {
+	changeReport
+	// At is when the replay would start (--at); null for now.
+	At *time.Time `json:"at"`
+	// Consumers counts the messages it would replay now, per consumer: a
+	// failure group or a status names none.
+	Consumers map[string]int64 `json:"consumers"`
+	// OverSeconds is --over, in seconds; left out without it.
+	OverSeconds float64 `json:"over_seconds,omitzero"`
+	// RatePerSecond is its pace, messages a second: --rate, or the
+	// selection spread over --over; 0 for a replay not throttled.
+	RatePerSecond float64 `json:"rate_per_second"`
+}
+
+// pace is how many messages a second a replay of n messages goes at:
+// opts.Rate, or n spread over opts.Over; 0 when it is not throttled.
+func pace(opts admin.ScheduleReplayOptions, n int64) float64 {
+	if opts.Over > 0 {
+		return float64(max(n, 1)) / opts.Over.Seconds()
+	}
+	return opts.Rate
+}
+
 // describePace says how fast a replay of n messages goes: "at 10/s, about
 // 2m0s"; "" when it is not throttled.
 func describePace(opts admin.ScheduleReplayOptions, n int64) string {
-	rate := opts.Rate
-	if opts.Over > 0 {
-		rate = float64(max(n, 1)) / opts.Over.Seconds()
-	}
+	rate := pace(opts, n)
 	if rate == 0 {
 		return ""
 	}
