@@ -63,6 +63,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil {
 		return ExitOK
 	}
+	err = pooledStatementError(a.dsn, err)
 	fmt.Fprintln(stderr, "inboxctl: "+cleanBlock(a.redact(err.Error())))
 	var (
 		usage usageError
