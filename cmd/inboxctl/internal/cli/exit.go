@@ -27,6 +27,10 @@ const (
 	// ExitSchemaMissing: migrate check found no pgbox tables in the
 	// schema.
 	ExitSchemaMissing = 6
+	// ExitCheckFailed: stats --check or processes --check found a problem
+	// on-call must act on (dead or failing messages, a stall, a dead
+	// process's leases): each is listed on stdout.
+	ExitCheckFailed = 7
 	// ExitInterrupted: the command was interrupted (Ctrl-C, SIGINT or
 	// SIGTERM), as shells report a process ended by SIGINT (128+2).
 	ExitInterrupted = 130
@@ -44,6 +48,7 @@ var exitCodes = []struct {
 	{ExitSchemaBehind, "migrate check: the schema is behind this build: run inboxctl migrate up"},
 	{ExitSchemaAhead, "migrate check: the schema is ahead of this build: deploy a newer inboxctl"},
 	{ExitSchemaMissing, "migrate check: the schema has no pgbox tables: run inboxctl migrate up"},
+	{ExitCheckFailed, "stats --check or processes --check found a problem (dead or failing messages, a stall, a dead process's work): each is listed"},
 	{ExitInterrupted, "interrupted (Ctrl-C, SIGINT, SIGTERM): see the command's last line for what it changed"},
 }
 

@@ -19,9 +19,9 @@ import (
 
 func (a *app) statsCommand() *cobra.Command {
 	var (
-		output       string
-		exact, watch bool
-		interval     time.Duration
+		output               string
+		check, exact, watch  bool
+		interval, stallAfter time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "stats",
@@ -40,10 +40,18 @@ Every count but DONE is exact and cheap however large the inbox: it reads only
 the small indexes of the rows it counts. DONE, the dedupe memory, can hold
 tens of millions of rows; it is estimated from PostgreSQL's statistics of
 the table (shown as ≈N, and "done_estimated": true in JSON) unless --exact
-asks for a count, which reads every done row.`,
+asks for a count, which reads every done row.
+
+--check is for scripts and probes: after the usual output it lists what
+on-call must act on, and exits ` + fmt.Sprint(ExitCheckFailed) + ` if anything: dead messages, failing
+messages (retrying after a failure), dead outbox rows, and a stall: a
+message (or outbox row) due for longer than --stall-after that no worker has
+claimed. -o json adds "check": {"ok", "problems": [{"kind", "consumer",
+"count", "text"}]}.`,
 		Example: `  inboxctl stats
   inboxctl stats --watch
   inboxctl stats --exact
+  inboxctl stats --check --stall-after 10m
   inboxctl stats -o json | jq '.consumers[] | select(.dead > 0)'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -53,6 +61,12 @@ asks for a count, which reads every done row.`,
 			}
 			if interval < 100*time.Millisecond {
 				return usagef("--interval %s is too short: use 100ms or more", interval)
+			}
+			if check && watch {
+				return usagef("--check reads once, for a script or a probe: drop --watch")
+			}
+			if stallAfter <= 0 {
+				return usagef("--stall-after %s: use a positive duration, such as 5m", stallAfter)
 			}
 			for frame := 0; ; frame++ {
 				st, err := a.admin.Stats(ctx, admin.StatsOptions{Exact: exact})
@@ -70,18 +84,34 @@ asks for a count, which reads every done row.`,
 						fmt.Fprintln(a.out)
 					}
 				}
-				if output == formatJSON {
+				report := checkReport{OK: true} // no check asked for, none failed
+				if check {
+					overdue, err := a.admin.Overdue(ctx)
+					if err != nil {
+						return err
+					}
+					report = newCheckReport(a.statsProblems(st, overdue, stallAfter))
+				}
+				switch {
+				case output == formatJSON && check:
+					if err := writeJSON(a.out, checkedStats{Stats: st, Check: report}); err != nil {
+						return err
+					}
+				case output == formatJSON:
 					if err := writeJSON(a.out, st); err != nil {
 						return err
 					}
-				} else {
-					a.printStats(st)
+				default:
+					a.printStats(st, !check) // --check's problems say what the footer would
 					if scheduled > 0 {
 						fmt.Fprintf(a.out, "%s waiting or under way: '%s' lists them.\n", plural(scheduled, "scheduled replay"), a.hint("scheduled"))
 					}
+					if check {
+						a.printCheck(report, fmt.Sprintf("no dead or failing messages, no dead outbox rows, no work due for more than %s", window(stallAfter)))
+					}
 				}
 				if !watch {
-					return nil
+					return checkErr(report)
 				}
 				select {
 				case <-ctx.Done():
@@ -95,10 +125,21 @@ asks for a count, which reads every done row.`,
 	cmd.Flags().BoolVar(&exact, "exact", false, "count done messages one by one instead of estimating them (reads every done row)")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every --interval until interrupted")
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
+	cmd.Flags().BoolVar(&check, "check", false, "exit "+fmt.Sprint(ExitCheckFailed)+" if on-call must act: dead or failing messages, dead outbox rows, a stall (for scripts and probes)")
+	cmd.Flags().DurationVar(&stallAfter, "stall-after", 5*time.Minute, "with --check: due work unclaimed for longer than this is a stall")
 	return cmd
 }
 
-func (a *app) printStats(st *admin.Stats) {
+// checkedStats is stats --check -o json: the stats, and the check.
+type checkedStats struct {
+	*admin.Stats
+	Check checkReport `json:"check"`
+}
+
+// printStats prints the stats' tables, their notes and, with footer, a
+// line for each kind of trouble (dead, retrying, dead outbox rows) with
+// the command that shows more.
+func (a *app) printStats(st *admin.Stats, footer bool) {
 	fmt.Fprintf(a.out, "pgbox schema %q at %s UTC\n\n", a.admin.Schema(), stamp(st.At))
 	ageOf := func(d *admin.Duration) string {
 		if d == nil {
@@ -153,7 +194,10 @@ func (a *app) printStats(st *admin.Stats) {
 		}
 		fmt.Fprintln(a.out, "≈ DONE LAST 1H (and 1M, past 330 a second) is estimated: the rate over the newest 20,000 done messages, times the window.")
 	}
-	if sum.dead > 0 || sum.retrying > 0 {
+	if !footer {
+		return
+	}
+	if sum.dead > 0 || sum.retrying > 0 || o.Dead > 0 {
 		fmt.Fprintln(a.out)
 	}
 	if sum.dead > 0 {

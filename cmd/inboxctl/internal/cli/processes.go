@@ -13,7 +13,10 @@ import (
 )
 
 func (a *app) processesCommand() *cobra.Command {
-	var output string
+	var (
+		check  bool
+		output string
+	)
 	cmd := &cobra.Command{
 		Use:     "processes",
 		Aliases: []string{"ps"},
@@ -31,10 +34,18 @@ retries them. A footer says what each dead process left behind.
 
 -o json prints one object: the time it was read (at), the heartbeats a
 process may miss (dead_after_heartbeats), the leader, and the processes;
--o jsonl prints the processes, one a line.`,
+-o jsonl prints the processes, one a line.
+
+--check is for scripts and probes: after the usual output it lists what
+on-call must act on, and exits ` + strconv.Itoa(ExitCheckFailed) + ` if anything: a dead process that still
+holds messages under lease, a dead dispatcher or relay with no live one of
+its kind (and consumer) to take over, and no maintenance leader. A dead
+process that left nothing behind (it was replaced) is no problem. -o json
+adds "check": {"ok", "problems": [{"kind", "consumer", "count", "text"}]}.`,
 		Example: `  inboxctl processes
   inboxctl ps -o json | jq '.processes[] | select(.state == "dead")'
-  inboxctl ps -o jsonl | jq -c 'select(.state == "dead")'`,
+  inboxctl ps -o jsonl | jq -c 'select(.state == "dead")'
+  inboxctl processes --check`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -45,22 +56,43 @@ process may miss (dead_after_heartbeats), the leader, and the processes;
 			if err != nil {
 				return err
 			}
-			switch output {
-			case formatJSON:
-				return writeJSON(a.out, ps)
-			case formatJSONL:
+			report := checkReport{OK: true} // no check asked for, none failed
+			if check {
+				report = newCheckReport(processProblems(ps))
+			}
+			switch {
+			case output == formatJSON && check:
+				err = writeJSON(a.out, checkedProcesses{Processes: ps, Check: report})
+			case output == formatJSON:
+				err = writeJSON(a.out, ps)
+			case output == formatJSONL:
 				for _, p := range ps.Processes {
-					if err := writeJSONLine(a.out, p); err != nil {
-						return err
+					if err = writeJSONLine(a.out, p); err != nil {
+						break
 					}
 				}
-				return nil
+			default:
+				err = a.printProcesses(ps)
+				if check && err == nil {
+					a.printCheck(report, "no dead process holds leases or leaves work with no live process to do it, and a maintainer leads")
+				}
 			}
-			return a.printProcesses(ps)
+			if err != nil {
+				return err
+			}
+			return checkErr(report)
 		},
 	}
 	outputFlag(cmd, &output, snapshotOutput)
+	cmd.Flags().BoolVar(&check, "check", false, "exit "+strconv.Itoa(ExitCheckFailed)+" if on-call must act: a dead process's leases or work left with no live process, no maintenance leader (for scripts and probes)")
 	return cmd
+}
+
+// checkedProcesses is processes --check -o json: the processes, and the
+// check.
+type checkedProcesses struct {
+	*admin.Processes
+	Check checkReport `json:"check"`
 }
 
 func (a *app) printProcesses(ps *admin.Processes) error {
