@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -173,6 +174,47 @@ func TestAuditInUntypedQueryModes(t *testing.T) {
 			all, err := b.adm.AuditLog(ctx, admin.AuditLogOptions{})
 			require.NoError(t, err)
 			require.Len(t, all, 8)
+		})
+	}
+}
+
+// A replay or discard whose context ends during its last batch has done
+// all it was asked: it returns no error, and is recorded as finished with
+// its count, whether that batch was short or full.
+func TestAuditInterruptedLastBatchIsFinished(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{18, 20} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, admin.Config{})
+			b.add(t, "payments", "dead", n, pgbox.InboxDead, "gateway timeout", 0)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			last := func(done int64) {
+				if done == int64(n) {
+					cancel()
+				}
+			}
+
+			replayed, err := b.adm.Replay(ctx, admin.ReplayOptions{BatchSize: 5, Filter: admin.Filter{Statuses: []pgbox.InboxStatus{pgbox.InboxDead}},
+				ProgressFunc: last})
+			require.NoError(t, err)
+			require.EqualValues(t, n, replayed)
+			require.Error(t, ctx.Err(), "the context did end")
+
+			b.exec(t, "UPDATE /* schema */inbox SET status = 'dead'")
+			ctx, cancel = context.WithCancel(context.Background())
+			defer cancel()
+			discarded, err := b.adm.Discard(ctx, admin.DiscardOptions{BatchSize: 5, Reason: "drill", ProgressFunc: last})
+			require.NoError(t, err)
+			require.EqualValues(t, n, discarded)
+
+			records, err := b.adm.AuditLog(context.Background(), admin.AuditLogOptions{})
+			require.NoError(t, err)
+			require.Len(t, records, 2)
+			for _, r := range records {
+				require.Equal(t, []any{admin.AuditFinished, int64(n)}, []any{r.State, r.Affected}, r.Action)
+			}
 		})
 	}
 }

@@ -78,7 +78,7 @@ func (a *Admin) replay(ctx context.Context, db dbtx, opts ReplayOptions) (int64,
 	}
 	e := auditEntry{action: AuditReplay, actor: opts.Actor, note: opts.Note, selection: opts.Filter}
 	return a.audited(ctx, db, e, func(auditID int64) (int64, error) {
-		return a.inBatches(ctx, db, "replay", size, opts.ProgressFunc, a.seqBatches(a.q["replay"], opts.Filter, opts.Note, auditID))
+		return a.inBatches(ctx, db, "replay", size, opts.ProgressFunc, a.seqBatches(a.q["replay"], replayLeftSQL, opts.Filter, opts.Note, auditID))
 	})
 }
 
@@ -132,7 +132,7 @@ func (a *Admin) discard(ctx context.Context, db dbtx, opts DiscardOptions) (int6
 	}
 	e := auditEntry{action: AuditDiscard, actor: opts.Actor, note: opts.Reason, selection: opts.Filter}
 	return a.audited(ctx, db, e, func(auditID int64) (int64, error) {
-		return a.inBatches(ctx, db, "discard", size, opts.ProgressFunc, a.seqBatches(a.q["discard"], opts.Filter, opts.Reason, auditID))
+		return a.inBatches(ctx, db, "discard", size, opts.ProgressFunc, a.seqBatches(a.q["discard"], discardLeftSQL, opts.Filter, opts.Reason, auditID))
 	})
 }
 
@@ -169,9 +169,22 @@ func (a *Admin) inBatches(ctx context.Context, db dbtx, op string, size int, pro
 // (pending, with its last error), so it is the walk, not the filter, that
 // keeps it from being replayed twice. Each batch counts its rows in audit
 // record auditID.
-func (a *Admin) seqBatches(query string, f Filter, note string, auditID int64) batchFunc {
+//
+// Interrupted between two batches (ctx done), the walk ends as complete,
+// with no error, when nothing is left to it: its last batch was short (its
+// scan found no more rows), or leftSQL (replayLeftSQL or discardLeftSQL)
+// finds none beyond it. Otherwise it ends with ctx's error, without
+// starting another batch.
+func (a *Admin) seqBatches(query, leftSQL string, f Filter, note string, auditID int64) batchFunc {
 	after := int64(-1)
+	started, full := false, false
 	return func(ctx context.Context, db dbtx, size int) (int64, bool, error) {
+		if started && ctx.Err() != nil {
+			if !full || !a.leftAfter(ctx, db, leftSQL, f, after) {
+				return 0, false, nil
+			}
+			return 0, false, ctx.Err()
+		}
 		seqs, err := seqBatch(ctx, db, query, f, after, size, note, auditID)
 		if err != nil {
 			return 0, false, err
@@ -179,6 +192,7 @@ func (a *Admin) seqBatches(query string, f Filter, note string, auditID int64) b
 		for _, s := range seqs {
 			after = max(after, s)
 		}
+		started, full = true, len(seqs) >= size
 		return int64(len(seqs)), len(seqs) > 0, nil
 	}
 }

@@ -90,14 +90,14 @@ long after it began belongs to a process that died.`,
 			for _, r := range records {
 				state := string(r.State)
 				if r.Error != "" {
-					state += ": " + oneLine(r.Error, 40)
+					state += ": " + cell(r.Error, 40)
 				}
-				from := r.Actor.Host
+				from := clean(r.Actor.Host)
 				if r.Actor.PID != 0 {
 					from += fmt.Sprintf(" pid %d", r.Actor.PID)
 				}
-				fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, stamp(r.At), r.Actor.Name, from, r.Action, state,
-					count(r.Affected), oneLine(string(r.Selection), 60), oneLine(r.Note, 40))
+				fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, stamp(r.At), clean(r.Actor.Name), from, clean(string(r.Action)),
+					clean(state), count(r.Affected), cell(string(r.Selection), 60), cell(r.Note, 40))
 			}
 			if err := t.Flush(); err != nil {
 				return err

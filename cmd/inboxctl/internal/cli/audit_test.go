@@ -5,7 +5,10 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -136,7 +139,7 @@ func TestReplayRate(t *testing.T) {
 		require.Contains(t, r.stderr, tc.words)
 	}
 	dry := inboxctl(t, schema, "", "replay", "--consumer", "payments", "--status", "dead", "--over", "30m", "--dry-run").ok(t).stdout
-	require.Equal(t, "Would schedule a replay for now (3 messages are replayable now, at 6/h, about 30m0s). Nothing was changed (--dry-run).\n", dry)
+	require.Contains(t, dry, "Would schedule a replay for now (3 messages are replayable now, at 6/h, about 30m0s). Nothing was changed (--dry-run). The newest of them:\n")
 
 	out := inboxctl(t, schema, "", "replay", "--consumer", "payments", "--status", "dead", "--rate", "120/m", "--yes").ok(t).stdout
 	require.Contains(t, out, "Scheduled replay 1 for now (3 messages are replayable now, at 2/s, about 1.5s).")
@@ -146,4 +149,51 @@ func TestReplayRate(t *testing.T) {
 	require.Len(t, records, 1)
 	require.Equal(t, admin.AuditScheduleReplay, records[0].Action)
 	require.Equal(t, admin.AuditRunning, records[0].State, "running until the replay ends")
+}
+
+// A throttled (or later) replay's --dry-run shows what it would replay,
+// as a replay's does: the newest of the messages in a table, every one of
+// them with -o jsonl; its JSON has the consumers it would touch (with a
+// group, whose consumer --group alone does not name) and the pace.
+func TestThrottledReplayDryRun(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	group := regexp.MustCompile(`"fingerprint": "([0-9a-f]{12})"`).FindStringSubmatch(inboxctl(t, schema, "", "failures", "-o", "json").ok(t).stdout)[1]
+
+	table := inboxctl(t, schema, "", "replay", "--group", group, "--rate", "10/s", "--dry-run").ok(t).stdout
+	require.Contains(t, table, "Would schedule a replay for now (2 messages are replayable now, at 10/s, about 200ms). Nothing was changed (--dry-run). The newest of them:\n\n")
+	require.Regexp(t, `(?m)^\S+ \S+\s+payments\s+order-3/placed\s+ChargeCard\s+dead`, table)
+	require.Regexp(t, `(?m)^\S+ \S+\s+payments\s+order-2/placed\s+ChargeCard\s+dead`, table)
+
+	var report struct {
+		Action    string           `json:"action"`
+		At        *time.Time       `json:"at"`
+		Consumers map[string]int64 `json:"consumers"`
+		DryRun    bool             `json:"dry_run"`
+		Matched   int64            `json:"matched"`
+		Over      float64          `json:"over_seconds"`
+		Rate      float64          `json:"rate_per_second"`
+		Selection map[string]any   `json:"selection"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(inboxctl(t, schema, "", "replay", "--group", group, "--rate", "10/s", "--dry-run", "-o", "json").ok(t).stdout), &report))
+	require.Equal(t, "schedule replay", report.Action)
+	require.True(t, report.DryRun)
+	require.EqualValues(t, 2, report.Matched)
+	require.Equal(t, map[string]int64{"payments": 2}, report.Consumers)
+	require.InDelta(t, 10, report.Rate, 1e-9)
+	require.Nil(t, report.At, "now")
+	require.Equal(t, group, report.Selection["fingerprint"])
+
+	report.Rate, report.Consumers = 0, nil
+	require.NoError(t, json.Unmarshal([]byte(inboxctl(t, schema, "", "replay", "--status", "dead", "--over", "30m", "--at", "2h", "--dry-run", "-o", "json").ok(t).stdout), &report))
+	require.Equal(t, map[string]int64{"payments": 3}, report.Consumers)
+	require.InDelta(t, 1800, report.Over, 1e-9)
+	require.InDelta(t, 3.0/1800, report.Rate, 1e-9)
+	require.NotNil(t, report.At)
+	require.WithinDuration(t, time.Now().Add(2*time.Hour), *report.At, time.Minute)
+
+	lines := inboxctl(t, schema, "", "replay", "--status", "dead", "--rate", "1/s", "--dry-run", "-o", "jsonl").ok(t).stdout
+	require.Equal(t, 3, strings.Count(lines, "\n"), "every message, one a line")
+	require.Contains(t, lines, `"id":"bad-1"`)
+	require.Equal(t, "[]\n", inboxctl(t, schema, "", "scheduled", "-o", "json").ok(t).stdout, "a dry run schedules nothing")
 }

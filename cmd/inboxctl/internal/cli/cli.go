@@ -31,12 +31,15 @@ type app struct {
 	as     string
 	dsn    string
 	errOut io.Writer
-	getenv func(string) string
-	in     io.Reader
-	now    func() time.Time
-	out    io.Writer
-	pool   *pgxpool.Pool
-	schema string
+	// finished is set when a bulk change interrupted during its last
+	// batch was complete nonetheless: the run is no interrupted one.
+	finished bool
+	getenv   func(string) string
+	in       io.Reader
+	now      func() time.Time
+	out      io.Writer
+	pool     *pgxpool.Pool
+	schema   string
 }
 
 // Run executes inboxctl with args and returns the process exit code.
@@ -54,13 +57,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && !a.finished {
 		return a.interrupted(err)
 	}
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintln(stderr, "inboxctl: "+a.redact(err.Error()))
+	err = pooledStatementError(a.dsn, err)
+	fmt.Fprintln(stderr, "inboxctl: "+cleanBlock(a.redact(err.Error())))
 	var (
 		usage usageError
 		exit  *exitError
@@ -125,9 +129,9 @@ func (a *app) interrupted(err error) int {
 	switch {
 	case err == nil:
 	case errors.Is(err, errInterrupted):
-		fmt.Fprintln(a.errOut, "inboxctl: "+a.redact(err.Error()))
+		fmt.Fprintln(a.errOut, "inboxctl: "+cleanBlock(a.redact(err.Error())))
 	default:
-		fmt.Fprintln(a.errOut, "inboxctl: interrupted: "+a.redact(err.Error()))
+		fmt.Fprintln(a.errOut, "inboxctl: interrupted: "+cleanBlock(a.redact(err.Error())))
 	}
 	return ExitInterrupted
 }
@@ -202,7 +206,12 @@ func (a *app) open(ctx context.Context) error {
 	if err := a.connect(ctx); err != nil {
 		return err
 	}
-	return a.admin.Check(ctx)
+	if err := a.admin.Check(ctx); isNotMigrated(err) {
+		return a.schemaNotMigrated(ctx, err)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 func (a *app) close() {

@@ -363,7 +363,7 @@ func TestMigrate(t *testing.T) {
 
 	unmigrated := inboxctl(t, schema, "", "stats")
 	require.Equal(t, ExitFailure, unmigrated.code)
-	require.Contains(t, unmigrated.stderr, "run inboxctl migrate up")
+	require.Contains(t, unmigrated.stderr, "its migrations were rolled back): run inboxctl migrate up --schema "+schema)
 }
 
 func TestUsageErrors(t *testing.T) {
@@ -599,4 +599,36 @@ func TestStatsDoneEstimate(t *testing.T) {
 	exact := inboxctl(t, schema, "", "stats", "--exact").ok(t).stdout
 	require.NotContains(t, exact, "≈")
 	require.Contains(t, inboxctl(t, schema, "", "stats", "--exact", "-o", "json").ok(t).stdout, `"done_estimated": false`)
+}
+
+// show cuts a large payload to a screenful, says how much it cut and how
+// to see it all; --full prints it all, -o json always has it.
+func TestShowCutsALargePayload(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.Schema(t)
+	_, err := pgtest.Pool(t).Exec(context.Background(), ident.Render(`
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, bucket)
+		VALUES ('payments', 'big-binary', 'Blob', 'dead', 1, 1, '\x00', decode(repeat('00ff', 51200), 'hex'), /* schema */inbox_bucket('big-binary')),
+		       ('payments', 'big-text', 'Note', 'dead', 1, 1, '\x00', convert_to(repeat('word ', 2000), 'UTF8'), /* schema */inbox_bucket('big-text'));
+		INSERT INTO /* schema */outbox (id, topic, event_type, status, payload, bucket)
+		VALUES ('019a0000-0000-7000-8000-0000000000b1', 'orders', 'Blob', 'dead', decode(repeat('00ff', 51200), 'hex'),
+		        /* schema */outbox_bucket('019a0000-0000-7000-8000-0000000000b1'))`, schema))
+	require.NoError(t, err)
+
+	binary := inboxctl(t, schema, "", "show", "big-binary").ok(t).stdout
+	require.Contains(t, binary, "Payload (binary, hex, 102400 bytes)")
+	require.Less(t, strings.Count(binary, "\n"), 80, "a screenful, not 6,400 lines of hex")
+	require.Contains(t, binary, "  (cut: the first 50 of 6,400 lines shown; all of it: inboxctl show big-binary --consumer payments --full --schema "+schema+")\n")
+	require.Contains(t, binary, "\nHistory (0)", "what follows the payload is still shown")
+	full := inboxctl(t, schema, "", "show", "big-binary", "--full").ok(t).stdout
+	require.Greater(t, strings.Count(full, "\n"), 6400)
+	require.NotContains(t, full, "(cut:")
+
+	text := inboxctl(t, schema, "", "show", "big-text").ok(t).stdout
+	require.Contains(t, text, "  (cut: the first 4,000 of 10,000 characters shown; all of it: inboxctl show big-text --consumer payments --full")
+	require.Less(t, len(text), 5000)
+
+	outbox := inboxctl(t, schema, "", "outbox", "show", "019a0000-0000-7000-8000-0000000000b1").ok(t).stdout
+	require.Contains(t, outbox, "(cut: the first 50 of 6,400 lines shown; all of it: inboxctl outbox show 019a0000-0000-7000-8000-0000000000b1 --full")
+	require.Greater(t, strings.Count(inboxctl(t, schema, "", "outbox", "show", "019a0000-0000-7000-8000-0000000000b1", "--full").ok(t).stdout, "\n"), 6400)
 }

@@ -80,3 +80,31 @@ func serverRefusal(user, database string, e *pgconn.PgError) string {
 	}
 	return fmt.Sprintf("the server refused the connection (%s)", e.Message)
 }
+
+// pooledStatementError explains err when it is what pgx's statement cache
+// meets behind a pooler in transaction mode (PgBouncer): pgx's default
+// query mode (cache_statement) prepares a named statement on one server
+// connection and runs it, in the next transaction, on another, which has
+// no such statement ("prepared statement \"stmtcache_…\" does not exist"),
+// or already has one of that name ("… already exists"); describe_exec
+// loses its unnamed statement the same way. It names the fix, in the form
+// dsn takes (URL or key=value), and keeps the driver's error in brackets;
+// any other error is returned as it is.
+func pooledStatementError(dsn string, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || !strings.Contains(pgErr.Message, "prepared statement") ||
+		pgErr.Code != "26000" && pgErr.Code != "42P05" { // invalid_sql_statement_name, duplicate_prepared_statement
+		return err
+	}
+	add := "?default_query_exec_mode=cache_describe"
+	switch {
+	case !strings.Contains(dsn, "://"):
+		add = " default_query_exec_mode=cache_describe"
+	case strings.Contains(dsn, "?"):
+		add = "&default_query_exec_mode=cache_describe"
+	}
+	return fmt.Errorf("a prepared statement was lost between two server connections: a pooler in transaction mode "+
+		"(PgBouncer) sits between inboxctl and PostgreSQL, and pgx's default query mode prepares statements, which such "+
+		"a pooler does not keep. Add %s to --dsn (or DATABASE_URL); docs/operations.md, \"Deployment shapes\", says why\n(%w)",
+		strings.TrimSpace(add), err)
+}

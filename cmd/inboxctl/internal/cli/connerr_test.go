@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox/internal/pgtest"
@@ -99,4 +101,66 @@ func TestInterruptWhileConnecting(t *testing.T) {
 	code := run(ctx, []string{"stats", "--dsn", pgtest.URL(t)}, nil, &out, &errOut, func(string) string { return "" })
 	require.Equal(t, ExitInterrupted, code)
 	require.NotContains(t, errOut.String(), "cannot connect")
+}
+
+// Through a PgBouncer in transaction pooling, pgx's default query mode
+// loses its prepared statements between server connections: inboxctl
+// says so and names the setting that works, which does.
+func TestPooledStatementErrorNamesTheFix(t *testing.T) {
+	t.Parallel()
+	raw := os.Getenv("PGBOUNCER_URL")
+	if raw == "" {
+		t.Skip("PGBOUNCER_URL is unset: start a PgBouncer in transaction pooling mode in front of the test database")
+	}
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Del("default_query_exec_mode") // pgx's default: cache_statement
+	u.RawQuery = q.Encode()
+	pooled := u.String()
+	schema := fixture(t)
+	run := func(dsn string) result {
+		return inboxctlEnv(t, map[string]string{"DATABASE_URL": dsn}, "", "failures", "--schema", schema)
+	}
+
+	// Each run prepares its statements anew, on whichever server
+	// connection PgBouncer gives it: one that already holds them from an
+	// earlier run says "already exists", another "does not exist".
+	var failed result
+	for range 30 {
+		if failed = run(pooled); failed.code != ExitOK {
+			break
+		}
+	}
+	require.Equal(t, ExitFailure, failed.code, "30 runs through PgBouncer in pgx's default mode, none lost a prepared statement: "+
+		"does this PgBouncer keep them (max_prepared_statements)? stdout: %s", failed.stdout)
+	require.Regexp(t, `prepared statement "stmtcache_\w+" (does not|already) exists?`, failed.stderr)
+	want := "a prepared statement was lost between two server connections: a pooler in transaction mode (PgBouncer)"
+	require.Contains(t, failed.stderr, want)
+	add := "?default_query_exec_mode=cache_describe"
+	if u.RawQuery != "" {
+		add = "&default_query_exec_mode=cache_describe"
+	}
+	require.Contains(t, failed.stderr, "Add "+add+` to --dsn (or DATABASE_URL); docs/operations.md, "Deployment shapes", says why`)
+
+	for range 5 { // the fix works
+		run(pooled + add).ok(t)
+	}
+}
+
+// The advice fits the form of the DSN, and leaves other errors alone.
+func TestPooledStatementErrorForms(t *testing.T) {
+	t.Parallel()
+	lost := &pgconn.PgError{Code: "26000", Message: `prepared statement "stmtcache_0a1b" does not exist`}
+	for dsn, want := range map[string]string{
+		"postgres://db/orders":             "Add ?default_query_exec_mode=cache_describe to --dsn",
+		"postgres://db/orders?sslmode=off": "Add &default_query_exec_mode=cache_describe to --dsn",
+		"host=db dbname=orders":            "Add default_query_exec_mode=cache_describe to --dsn",
+	} {
+		err := pooledStatementError(dsn, fmt.Errorf("check schema pgbox: %w", lost))
+		require.ErrorContains(t, err, want, dsn)
+		require.ErrorIs(t, err, lost, "the driver's error is kept")
+	}
+	other := &pgconn.PgError{Code: "42P01", Message: `relation "pgbox.inbox" does not exist`}
+	require.Equal(t, error(other), pooledStatementError("postgres://db/orders", other))
 }

@@ -284,3 +284,20 @@ func shiftToNow(t *testing.T, schema string) {
 		require.NoError(t, err, tb.Name)
 	}
 }
+
+// docs/inboxctl.md's table of exit codes says what exitCodes says (the
+// root command's help), backquotes aside.
+func TestExitCodesInDocs(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile(docsPath)
+	require.NoError(t, err)
+	rows := regexp.MustCompile("(?m)^  \\| (\\d+) \\| (.+) \\|$").FindAllStringSubmatch(string(src), -1)
+	documented := map[string]string{}
+	for _, r := range rows {
+		documented[r[1]] = strings.ReplaceAll(r[2], "`", "")
+	}
+	require.Len(t, documented, len(exitCodes), "one row per exit code")
+	for _, c := range exitCodes {
+		require.Equal(t, c.meaning, documented[fmt.Sprint(c.code)], "exit code %d", c.code)
+	}
+}

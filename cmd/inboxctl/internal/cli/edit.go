@@ -45,14 +45,14 @@ func (a *app) editAndReplay(ctx context.Context, flags changeFlags, ids []string
 			return err
 		}
 		fmt.Fprintf(a.out, "Would replace the payload of %s (%s, %d bytes) with %s (%d bytes), keep the original, and replay it. Nothing was changed (--dry-run).\n",
-			id, d.Status, len(d.Payload), file, len(payload))
+			clean(id), d.Status, len(d.Payload), clean(file), len(payload))
 		return nil
 	}
 	err = a.admin.EditAndReplay(ctx, admin.EditOptions{Actor: a.actor(), Consumer: consumer, ID: id, Note: note, Payload: payload})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.out, "Replaced the payload of %s with %s (%d bytes), kept the original, and replayed it.\n", id, file, len(payload))
-	fmt.Fprintf(a.out, "See it: inboxctl show %s --consumer %s\n", id, consumer)
+	fmt.Fprintf(a.out, "Replaced the payload of %s with %s (%d bytes), kept the original, and replayed it.\n", clean(id), clean(file), len(payload))
+	fmt.Fprintf(a.out, "See it: %s\n", a.hint("show", id, "--consumer", consumer))
 	return nil
 }

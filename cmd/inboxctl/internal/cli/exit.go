@@ -15,7 +15,8 @@ const (
 	ExitFailure = 1
 	// ExitUsage: the command line was wrong; nothing was done.
 	ExitUsage = 2
-	// ExitNotFound: a message asked for by id does not exist.
+	// ExitNotFound: a message asked for by id does not exist, or a
+	// failure group is unknown or another consumer's.
 	ExitNotFound = 3
 	// ExitSchemaBehind: migrate check found the schema at an older
 	// version than this build needs (or River's tables behind).
@@ -26,6 +27,10 @@ const (
 	// ExitSchemaMissing: migrate check found no pgbox tables in the
 	// schema.
 	ExitSchemaMissing = 6
+	// ExitCheckFailed: stats --check or processes --check found a problem
+	// on-call must act on (dead or failing messages, a stall, a dead
+	// process's leases): each is listed on stdout.
+	ExitCheckFailed = 7
 	// ExitInterrupted: the command was interrupted (Ctrl-C, SIGINT or
 	// SIGTERM), as shells report a process ended by SIGINT (128+2).
 	ExitInterrupted = 130
@@ -39,10 +44,11 @@ var exitCodes = []struct {
 	{ExitOK, "ok"},
 	{ExitFailure, "failure: database unreachable, schema not migrated, a change refused or not confirmed"},
 	{ExitUsage, "usage error: nothing was done"},
-	{ExitNotFound, "not found: a message, row or scheduled replay asked for by id"},
+	{ExitNotFound, "not found: a message, row or scheduled replay asked for by id; a failure group unknown, or another consumer's"},
 	{ExitSchemaBehind, "migrate check: the schema is behind this build: run inboxctl migrate up"},
 	{ExitSchemaAhead, "migrate check: the schema is ahead of this build: deploy a newer inboxctl"},
 	{ExitSchemaMissing, "migrate check: the schema has no pgbox tables: run inboxctl migrate up"},
+	{ExitCheckFailed, "stats --check or processes --check found a problem (dead or failing messages, a stall, a dead process's work): each is listed"},
 	{ExitInterrupted, "interrupted (Ctrl-C, SIGINT, SIGTERM): see the command's last line for what it changed"},
 }
 

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -127,20 +129,66 @@ func parseDuration(s string) (time.Duration, error) {
 	return d, err
 }
 
-// checkGroupKnown tells a fingerprint that no failure ever had (a typo, or
-// one printed before fingerprints included the consumer), which is an
-// error wrapping admin.ErrNotFound, from a group that was drained, which
-// is not. An empty fingerprint is no group, and fine.
-func (a *app) checkGroupKnown(ctx context.Context, fingerprint string) error {
-	if fingerprint == "" {
+// checkGroup explains why a selection with a failure group matched
+// nothing, when it is not that the group was drained (which is no error):
+// a fingerprint that no failure ever had (a typo, or one printed before
+// fingerprints included the consumer) is an error wrapping
+// admin.ErrNotFound; a fingerprint given with another consumer than its
+// own, which would otherwise read as a drained group, is an error with
+// ExitNotFound that names its consumer and the command that acts on it.
+// verb is the command's ("replay", "discard", "list"), past what it
+// would have done ("replayed"). A selection without a group is fine.
+func (a *app) checkGroup(ctx context.Context, f admin.Filter, verb, past string) error {
+	if f.Fingerprint == "" {
 		return nil
 	}
-	known, err := a.admin.GroupKnown(ctx, fingerprint)
-	if err != nil || known {
+	owners, err := a.admin.GroupConsumers(ctx, f.Fingerprint)
+	switch {
+	case err != nil:
 		return err
+	case len(owners) == 0:
+		return fmt.Errorf("no message in schema %s ever failed in group %s: %w; '%s' lists the groups and their fingerprints",
+			a.admin.Schema(), f.Fingerprint, admin.ErrNotFound, a.hint("failures"))
+	case f.Consumer == "" || slices.Contains(owners, f.Consumer):
+		return nil
 	}
-	return fmt.Errorf("no message in schema %s ever failed in group %s: %w; '%s' lists the groups and their fingerprints",
-		a.admin.Schema(), fingerprint, admin.ErrNotFound, a.hint("failures"))
+	msg := groupOwners(f.Fingerprint, owners, f.Consumer)
+	if past != "" {
+		msg += ": nothing was " + past
+	}
+	switch {
+	case len(owners) > 1:
+		msg += ". Pass --consumer with one of them"
+	case verb == "replay":
+		msg += ". Replay it with its consumer: " + a.hint("replay", "--group", f.Fingerprint, "--consumer", owners[0])
+	default:
+		msg += ". See its messages: " + a.hint("list", "--group", f.Fingerprint, "--consumer", owners[0])
+	}
+	return &exitError{ExitNotFound, errors.New(msg)}
+}
+
+// groupElsewhere returns the consumers failure group f.Fingerprint
+// belongs to when f names another consumer; nil otherwise, or when they
+// cannot be read.
+func (a *app) groupElsewhere(ctx context.Context, f admin.Filter) []string {
+	if f.Fingerprint == "" || f.Consumer == "" {
+		return nil
+	}
+	owners, err := a.admin.GroupConsumers(ctx, f.Fingerprint)
+	if err != nil || len(owners) == 0 || slices.Contains(owners, f.Consumer) {
+		return nil
+	}
+	return owners
+}
+
+// groupOwners says that failure group fingerprint belongs to owners, not
+// to consumer.
+func groupOwners(fingerprint string, owners []string, consumer string) string {
+	whose := "consumer " + clean(owners[0])
+	if len(owners) > 1 {
+		whose = "consumers " + cleanList(owners)
+	}
+	return fmt.Sprintf("failure group %s belongs to %s, not %s", fingerprint, whose, clean(consumer))
 }
 
 // window formats a window of time as its flag would give it: "1h", "5m",

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/term"
 
@@ -51,18 +50,6 @@ var (
 	count  = human.Count
 	plural = human.Plural
 )
-
-// oneLine makes s fit one table cell: first line only, at most n runes.
-func oneLine(s string, n int) string {
-	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
-		s = s[:i] + " …"
-	}
-	if utf8.RuneCountInString(s) > n {
-		r := []rune(s)
-		s = string(r[:n-1]) + "…"
-	}
-	return s
-}
 
 // renderPayload describes a payload for humans: see human.Payload.
 func renderPayload(p []byte) (kind, text string) { return human.Payload(p) }

@@ -25,10 +25,16 @@ func (a *app) hint(args ...string) string {
 	return strings.Join(words, " ")
 }
 
-// shellQuote returns s as one POSIX shell word.
+// shellQuote returns s as one shell word: as it is, or in single quotes;
+// a word holding a control character (an id of a message's own making) in
+// bash's (and zsh's) $'…' quoting instead, with the character escaped, so
+// that the hint shows no control character and still pastes as s.
 func shellQuote(s string) string {
-	if plainWord.MatchString(s) {
+	switch {
+	case plainWord.MatchString(s):
 		return s
+	case needsEscape(s, oneLineText):
+		return "$'" + escape(s, shellText) + "'"
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -19,9 +19,9 @@ import (
 
 func (a *app) statsCommand() *cobra.Command {
 	var (
-		output       string
-		exact, watch bool
-		interval     time.Duration
+		output               string
+		check, exact, watch  bool
+		interval, stallAfter time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "stats",
@@ -40,10 +40,18 @@ Every count but DONE is exact and cheap however large the inbox: it reads only
 the small indexes of the rows it counts. DONE, the dedupe memory, can hold
 tens of millions of rows; it is estimated from PostgreSQL's statistics of
 the table (shown as ≈N, and "done_estimated": true in JSON) unless --exact
-asks for a count, which reads every done row.`,
+asks for a count, which reads every done row.
+
+--check is for scripts and probes: after the usual output it lists what
+on-call must act on, and exits ` + fmt.Sprint(ExitCheckFailed) + ` if anything: dead messages, failing
+messages (retrying after a failure), dead outbox rows, and a stall: a
+message (or outbox row) due for longer than --stall-after that no worker has
+claimed. -o json adds "check": {"ok", "problems": [{"kind", "consumer",
+"count", "text"}]}.`,
 		Example: `  inboxctl stats
   inboxctl stats --watch
   inboxctl stats --exact
+  inboxctl stats --check --stall-after 10m
   inboxctl stats -o json | jq '.consumers[] | select(.dead > 0)'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -53,6 +61,12 @@ asks for a count, which reads every done row.`,
 			}
 			if interval < 100*time.Millisecond {
 				return usagef("--interval %s is too short: use 100ms or more", interval)
+			}
+			if check && watch {
+				return usagef("--check reads once, for a script or a probe: drop --watch")
+			}
+			if stallAfter <= 0 {
+				return usagef("--stall-after %s: use a positive duration, such as 5m", stallAfter)
 			}
 			for frame := 0; ; frame++ {
 				st, err := a.admin.Stats(ctx, admin.StatsOptions{Exact: exact})
@@ -70,18 +84,34 @@ asks for a count, which reads every done row.`,
 						fmt.Fprintln(a.out)
 					}
 				}
-				if output == formatJSON {
+				report := checkReport{OK: true} // no check asked for, none failed
+				if check {
+					overdue, err := a.admin.Overdue(ctx)
+					if err != nil {
+						return err
+					}
+					report = newCheckReport(a.statsProblems(st, overdue, stallAfter))
+				}
+				switch {
+				case output == formatJSON && check:
+					if err := writeJSON(a.out, checkedStats{Stats: st, Check: report}); err != nil {
+						return err
+					}
+				case output == formatJSON:
 					if err := writeJSON(a.out, st); err != nil {
 						return err
 					}
-				} else {
-					a.printStats(st)
+				default:
+					a.printStats(st, !check) // --check's problems say what the footer would
 					if scheduled > 0 {
 						fmt.Fprintf(a.out, "%s waiting or under way: '%s' lists them.\n", plural(scheduled, "scheduled replay"), a.hint("scheduled"))
 					}
+					if check {
+						a.printCheck(report, fmt.Sprintf("no dead or failing messages, no dead outbox rows, no work due for more than %s", window(stallAfter)))
+					}
 				}
 				if !watch {
-					return nil
+					return checkErr(report)
 				}
 				select {
 				case <-ctx.Done():
@@ -95,10 +125,21 @@ asks for a count, which reads every done row.`,
 	cmd.Flags().BoolVar(&exact, "exact", false, "count done messages one by one instead of estimating them (reads every done row)")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every --interval until interrupted")
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
+	cmd.Flags().BoolVar(&check, "check", false, "exit "+fmt.Sprint(ExitCheckFailed)+" if on-call must act: dead or failing messages, dead outbox rows, a stall (for scripts and probes)")
+	cmd.Flags().DurationVar(&stallAfter, "stall-after", 5*time.Minute, "with --check: due work unclaimed for longer than this is a stall")
 	return cmd
 }
 
-func (a *app) printStats(st *admin.Stats) {
+// checkedStats is stats --check -o json: the stats, and the check.
+type checkedStats struct {
+	*admin.Stats
+	Check checkReport `json:"check"`
+}
+
+// printStats prints the stats' tables, their notes and, with footer, a
+// line for each kind of trouble (dead, retrying, dead outbox rows) with
+// the command that shows more.
+func (a *app) printStats(st *admin.Stats, footer bool) {
 	fmt.Fprintf(a.out, "pgbox schema %q at %s UTC\n\n", a.admin.Schema(), stamp(st.At))
 	ageOf := func(d *admin.Duration) string {
 		if d == nil {
@@ -121,7 +162,7 @@ func (a *app) printStats(st *admin.Stats) {
 		if c.ProcessedLastHourEstimated {
 			hour = "≈" + hour
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Consumer, count(c.PendingFresh), count(c.Retrying),
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(c.Consumer), count(c.PendingFresh), count(c.Retrying),
 			count(c.Scheduled), count(c.Running), count(c.Dead), count(c.Discarded), done, ageOf(c.OldestPending), minute, hour)
 		sum.add(c)
 	}
@@ -153,7 +194,10 @@ func (a *app) printStats(st *admin.Stats) {
 		}
 		fmt.Fprintln(a.out, "≈ DONE LAST 1H (and 1M, past 330 a second) is estimated: the rate over the newest 20,000 done messages, times the window.")
 	}
-	if sum.dead > 0 || sum.retrying > 0 {
+	if !footer {
+		return
+	}
+	if sum.dead > 0 || sum.retrying > 0 || o.Dead > 0 {
 		fmt.Fprintln(a.out)
 	}
 	if sum.dead > 0 {
@@ -265,9 +309,9 @@ func (a *app) list(ctx context.Context, f admin.Filter, limit int, output, more 
 		n++
 		lastError := "-"
 		if m.LastError != nil {
-			lastError = oneLine(*m.LastError, 70)
+			lastError = cell(*m.LastError, 70)
 		}
-		_, err := fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\n", stamp(m.ReceivedAt), m.Consumer, m.ID, m.EventType,
+		_, err := fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\n", stamp(m.ReceivedAt), clean(m.Consumer), clean(m.ID), clean(m.EventType),
 			m.Status, m.Attempts, m.MaxAttempts, m.Replays, lastError)
 		return err
 	})
@@ -279,7 +323,13 @@ func (a *app) list(ctx context.Context, f admin.Filter, limit int, output, more 
 	}
 	switch {
 	case n == 0:
-		fmt.Fprintln(a.out, "(no messages match)")
+		// A group of another consumer than --consumer's would look
+		// drained: say whose it is.
+		if owners := a.groupElsewhere(ctx, f); owners != nil {
+			fmt.Fprintf(a.out, "(no messages match: %s)\n", groupOwners(f.Fingerprint, owners, f.Consumer))
+		} else {
+			fmt.Fprintln(a.out, "(no messages match)")
+		}
 	case limit > 0 && n == limit:
 		fmt.Fprintf(a.out, "\nShowing the newest %d; %s\n", n, more)
 	}
@@ -289,11 +339,18 @@ func (a *app) list(ctx context.Context, f admin.Filter, limit int, output, more 
 func (a *app) showCommand() *cobra.Command {
 	var (
 		consumer, output string
+		full             bool
 	)
 	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one inbox message: metadata, payload and every attempt's error",
+		Long: `show prints one inbox message: its state, metadata, payload and history (every
+failed attempt, replay, discard and edit). The payload is shown as indented
+JSON, as text, or as a hex dump, cut to its first ` + fmt.Sprint(payloadShownLines) + ` lines (` + count(payloadShownChars) + ` characters)
+unless --full; -o json always has all of it (base64, and as JSON when it is).
+Control characters in any of it are shown escaped (\x1b).`,
 		Example: `  inboxctl show order-17/placed --consumer payments
+  inboxctl show order-17/placed --full
   inboxctl show order-17/placed -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -313,7 +370,7 @@ func (a *app) showCommand() *cobra.Command {
 				case 1:
 					consumer = consumers[0]
 				default:
-					return usagef("message %q is held by several consumers (%s): pick one with --consumer", id, strings.Join(consumers, ", "))
+					return usagef("message %q is held by several consumers (%s): pick one with --consumer", id, cleanList(consumers))
 				}
 			}
 			d, err := a.admin.Show(ctx, consumer, id)
@@ -326,11 +383,12 @@ func (a *app) showCommand() *cobra.Command {
 			if output == formatJSON {
 				return writeJSON(a.out, withPayloadJSON(d))
 			}
-			a.printDetail(d)
+			a.printDetail(d, full)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&consumer, "consumer", "", "the consumer holding the message (needed only if several do)")
+	cmd.Flags().BoolVar(&full, "full", false, "print all of the payload, however large (by default: its first "+fmt.Sprint(payloadShownLines)+" lines)")
 	outputFlag(cmd, &output, documentOutput)
 	return cmd
 }
@@ -350,19 +408,19 @@ func withPayloadJSON(d *admin.Detail) detailJSON {
 	return out
 }
 
-func (a *app) printDetail(d *admin.Detail) {
+func (a *app) printDetail(d *admin.Detail, full bool) {
 	t := newTable(a.out)
 	row := func(k, v string) { fmt.Fprintf(t, "%s\t%s\n", k, v) }
-	row("ID", d.ID)
-	row("Consumer", d.Consumer)
-	row("Type", d.EventType)
+	row("ID", clean(d.ID))
+	row("Consumer", clean(d.Consumer))
+	row("Type", clean(d.EventType))
 	status := fmt.Sprintf("%s, %d of %d attempts used", d.Status, d.Attempts, d.MaxAttempts)
 	if d.Replays > 0 {
 		status += ", replayed " + plural(int64(d.Replays), "time")
 	}
 	row("Status", status)
 	if d.OrderingKey != "" {
-		row("Ordering key", d.OrderingKey)
+		row("Ordering key", clean(d.OrderingKey))
 	}
 	row("Received", stamp(d.ReceivedAt)+" UTC")
 	switch d.Status {
@@ -380,19 +438,20 @@ func (a *app) printDetail(d *admin.Detail) {
 	}
 	_ = t.Flush()
 
+	a.printMetadata(d.Metadata)
+	a.printPayload(d.Payload, full, a.hint("show", d.ID, "--consumer", d.Consumer, "--full"))
+	a.printHistory(d.History)
+}
+
+// printMetadata prints a message's metadata, a key a line, sorted.
+func (a *app) printMetadata(metadata map[string]string) {
 	fmt.Fprintln(a.out, "\nMetadata")
-	if len(d.Metadata) == 0 {
+	if len(metadata) == 0 {
 		fmt.Fprintln(a.out, "  (none)")
 	}
-	for _, k := range slices.Sorted(maps.Keys(d.Metadata)) {
-		fmt.Fprintf(a.out, "  %s: %s\n", k, d.Metadata[k])
+	for _, k := range slices.Sorted(maps.Keys(metadata)) {
+		fmt.Fprintf(a.out, "  %s: %s\n", clean(k), clean(metadata[k]))
 	}
-	kind, text := renderPayload(d.Payload)
-	fmt.Fprintf(a.out, "\nPayload (%s, %d bytes)\n", kind, len(d.Payload))
-	if text != "" {
-		fmt.Fprintln(a.out, indent(text, "  "))
-	}
-	a.printHistory(d.History)
 }
 
 func (a *app) printHistory(h []admin.HistoryEntry) {
@@ -403,25 +462,29 @@ func (a *app) printHistory(h []admin.HistoryEntry) {
 	for _, e := range h {
 		switch e.Action {
 		case "":
-			fmt.Fprintf(a.out, "  %s  attempt %d failed: %s\n", stamp(e.At), e.Attempt, e.Error)
+			// An error of several lines (errors.Join's) keeps them, indented
+			// under the first.
+			fmt.Fprintf(a.out, "  %s  attempt %d failed: %s\n", stamp(e.At), e.Attempt,
+				strings.ReplaceAll(cleanBlock(strings.TrimRight(e.Error, "\n")), "\n", "\n      "))
 			if e.Trace != "" {
-				fmt.Fprintln(a.out, indent(strings.TrimRight(e.Trace, "\n"), "      "))
+				fmt.Fprintln(a.out, indent(cleanBlock(strings.TrimRight(e.Trace, "\n")), "      "))
 			}
 		case "replayed":
-			line := fmt.Sprintf("  %s  replayed by an operator (replay %d; was %s after %s)", stamp(e.At), e.Replay, e.PreviousStatus, plural(int64(e.PreviousAttempts), "attempt"))
+			line := fmt.Sprintf("  %s  replayed by an operator (replay %d; was %s after %s)", stamp(e.At), e.Replay,
+				clean(string(e.PreviousStatus)), plural(int64(e.PreviousAttempts), "attempt"))
 			if e.Note != "" {
-				line += ": " + e.Note
+				line += ": " + clean(e.Note)
 			}
 			fmt.Fprintln(a.out, line)
 		case "discarded":
-			fmt.Fprintf(a.out, "  %s  discarded by an operator: %s\n", stamp(e.At), e.Note)
+			fmt.Fprintf(a.out, "  %s  discarded by an operator: %s\n", stamp(e.At), clean(e.Note))
 		case "edited":
 			fmt.Fprintf(a.out, "  %s  payload edited by an operator (%d bytes, was %d; the original is kept; audit record %d)\n",
 				stamp(e.At), e.Size, e.PreviousSize, e.AuditID)
 		case "retried":
 			fmt.Fprintf(a.out, "  %s  retried by an operator (was dead after %s)\n", stamp(e.At), plural(int64(e.PreviousAttempts), "attempt"))
 		default:
-			fmt.Fprintf(a.out, "  %s  %s\n", stamp(e.At), e.Action)
+			fmt.Fprintf(a.out, "  %s  %s\n", stamp(e.At), clean(e.Action))
 		}
 	}
 }
@@ -524,8 +587,8 @@ func (a *app) printFailures(groups []admin.FailureGroup, opts admin.FailuresOpti
 		if g.Trend != nil {
 			cols += "\t" + sparkline(g.Trend.Counts)
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s%s\t%s\n", count(g.Count), count(g.Dead), count(g.Failing), g.Consumer,
-			g.EventType, g.Fingerprint, stampOrDash(g.FirstFailedAt), stampOrDash(g.LastFailedAt), cols, oneLine(g.Normalized, 70))
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s%s\t%s\n", count(g.Count), count(g.Dead), count(g.Failing), clean(g.Consumer),
+			clean(g.EventType), clean(g.Fingerprint), stampOrDash(g.FirstFailedAt), stampOrDash(g.LastFailedAt), cols, cell(g.Normalized, 70))
 	}
 	if err := t.Flush(); err != nil {
 		return err

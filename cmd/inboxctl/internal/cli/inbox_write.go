@@ -99,12 +99,13 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 	report := changeReport{Action: ch.verb, DryRun: flags.dryRun, Matched: n, Selection: filter}
 	switch {
 	case n == 0:
-		if err := a.checkGroupKnown(ctx, filter.Fingerprint); err != nil {
+		if err := a.checkGroup(ctx, filter, ch.verb, ch.past); err != nil {
 			return err
 		}
 		return a.printReport(flags.output, report, fmt.Sprintf("Nothing to %s: no eligible message matches.", ch.verb))
 	case flags.dryRun:
-		return a.dryRun(ctx, ch.verb, report, flags.output)
+		return a.showDryRun(ctx, flags.output, fmt.Sprintf("Would %s %s. Nothing was changed (--dry-run).", ch.verb, plural(n, "message")),
+			report, filter, n)
 	case bulk && !flags.yes:
 		if err := a.confirm(ctx, fmt.Sprintf("%s %s?", capitalize(ch.verb), plural(n, "message")), ch.past); err != nil {
 			return err
@@ -113,31 +114,36 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 	b := a.startBatches(ctx, capitalize(ch.past), n)
 	report.Changed, err = ch.run(b.ctx, filter, flags.batchSize, b.report)
 	a.endBatches(b)
-	if b.interrupted() {
+	if b.interrupted() && err != nil {
 		return a.interruptedChange(flags.output, report, ch.past, "message", ch.resume)
 	}
 	if err != nil {
 		return fmt.Errorf("%w (%s %s before the error)", err, ch.past, plural(report.Changed, "message"))
 	}
+	a.finishedDespite(b, ch.past)
 	return a.printReport(flags.output, report, fmt.Sprintf("%s %s.", capitalize(ch.past), plural(report.Changed, "message")))
 }
 
 // dryRunShown is how many messages a dry run's table shows.
 const dryRunShown = 20
 
-// dryRun shows what a replay or discard would change: the count and the
-// newest messages in a table, the count and the selection in JSON, or
-// every selected message in JSON lines.
-func (a *app) dryRun(ctx context.Context, verb string, r changeReport, output string) error {
+// showDryRun shows what a replay (now or scheduled) or a discard would
+// change, the matched messages f selects: report in JSON, every selected
+// message in JSON lines, or the headline and the newest of them in a
+// table.
+func (a *app) showDryRun(ctx context.Context, output, headline string, report any, f admin.Filter, matched int64) error {
 	switch output {
 	case formatJSON:
-		return writeJSON(a.out, r)
+		return writeJSON(a.out, report)
 	case formatJSONL:
-		return a.list(ctx, r.Selection.(admin.Filter), 0, formatJSONL, "")
+		return a.list(ctx, f, 0, formatJSONL, "")
 	}
-	fmt.Fprintf(a.out, "Would %s %s. Nothing was changed (--dry-run). The newest of them:\n\n", verb, plural(r.Matched, "message"))
-	return a.list(ctx, r.Selection.(admin.Filter), dryRunShown, formatTable,
-		fmt.Sprintf("add -o jsonl to list all %s as JSON lines.", count(r.Matched)))
+	if matched == 0 {
+		_, err := fmt.Fprintln(a.out, headline)
+		return err
+	}
+	fmt.Fprintf(a.out, "%s The newest of them:\n\n", headline)
+	return a.list(ctx, f, dryRunShown, formatTable, fmt.Sprintf("add -o jsonl to list all %s as JSON lines.", count(matched)))
 }
 
 // checkIDs refuses the whole change when an id does not exist or is not in
@@ -355,12 +361,13 @@ deleted; running the same command again deletes the rest.`,
 			opts.ProgressFunc = b.report
 			report.Changed, err = a.admin.Purge(b.ctx, opts)
 			a.endBatches(b)
-			if b.interrupted() {
+			if b.interrupted() && err != nil {
 				return a.interruptedChange(output, report, "deleted", status+" message", "the messages already deleted are gone, so it deletes only the rest")
 			}
 			if err != nil {
 				return fmt.Errorf("%w (deleted %s before the error)", err, count(report.Changed))
 			}
+			a.finishedDespite(b, "deleted")
 			return a.printReport(output, report, fmt.Sprintf("Deleted %s.", plural(report.Changed, status+" message")))
 		},
 	}

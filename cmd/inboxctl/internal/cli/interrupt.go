@@ -13,8 +13,9 @@ import (
 // with ExitInterrupted.
 var errInterrupted = errors.New("interrupted")
 
-// confirm asks on stderr and reads the answer from stdin; only "yes" (or
-// "y") goes ahead. Piped input works too: echo yes | inboxctl replay ….
+// confirm asks on stderr and reads the answer from stdin; only "yes", the
+// whole word (in any case), goes ahead: a stray "y" typed at a prompt that
+// changes thousands of messages is no answer. Piped input works too: echo yes | inboxctl replay ….
 // An interruption ends the wait at once: the read goes on in the
 // background, and nothing waits for it, so a prompt never holds up Ctrl-C.
 // what is what the command would have done ("replayed"), for the message.
@@ -38,10 +39,13 @@ func (a *app) confirm(ctx context.Context, question, what string) error {
 		if r.err != nil && answer == "" {
 			fmt.Fprintln(a.errOut)
 		}
-		if answer != "yes" && answer != "y" {
-			return fmt.Errorf("not confirmed: nothing was %s", what)
+		switch answer {
+		case "yes":
+			return nil
+		case "y":
+			return fmt.Errorf("not confirmed: type yes, the whole word; nothing was %s", what)
 		}
-		return nil
+		return fmt.Errorf("not confirmed: nothing was %s", what)
 	}
 }
 
@@ -95,6 +99,18 @@ func (a *app) endBatches(b *batches) {
 	if b.open {
 		fmt.Fprintln(a.errOut)
 	}
+}
+
+// finishedDespite notes a bulk change that an interruption did not stop
+// because it came during the change's last batch: nothing was left (the
+// admin call returned no error), so the change is complete. It says so on
+// stderr, and the run ends with ExitOK, as had there been no Ctrl-C.
+func (a *app) finishedDespite(b *batches, past string) {
+	if !b.interrupted() {
+		return
+	}
+	a.finished = true
+	fmt.Fprintf(a.errOut, "inboxctl: the interruption came during the last batch: nothing is left to be %s, the change is complete.\n", past)
 }
 
 // interruptedChange reports a bulk change an interruption stopped part

@@ -157,3 +157,78 @@ func TestInterruptedWatchExits130(t *testing.T) {
 	require.Empty(t, stderr.String())
 	require.GreaterOrEqual(t, strings.Count(frames.String(), "INBOX"), 2)
 }
+
+// A confirmation takes the whole word: "y" is not yes, and changes
+// nothing; "YES" is.
+func TestConfirmNeedsTheWholeWord(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	for _, answer := range []string{"y\n", "Y\n", "ye\n", "yes please\n", "no\n"} {
+		r := inboxctl(t, schema, answer, "replay", "--consumer", "payments", "--status", "dead")
+		require.Equal(t, ExitFailure, r.code, "%q", answer)
+		require.Contains(t, r.stderr, "not confirmed", "%q", answer)
+		status, _, _ := state(t, schema, "payments", "bad-1")
+		require.Equal(t, "dead", status, "%q changed nothing", answer)
+	}
+	require.Contains(t, inboxctl(t, schema, "y\n", "replay", "--consumer", "payments", "--status", "dead").stderr,
+		"not confirmed: type yes, the whole word; nothing was replayed")
+	require.Equal(t, "Replayed 3 messages.\n", inboxctl(t, schema, " YES \n", "replay", "--consumer", "payments", "--status", "dead").ok(t).stdout)
+}
+
+// Ctrl-C during the last batch of a bulk replay or discard, when nothing
+// is left after it, is no interruption of the change: it is reported and
+// audited as complete, exit 0, not "run the same command again". Both
+// ways a walk can end are covered: a last batch shorter than
+// --batch-size, and a full one after which nothing is left.
+func TestInterruptDuringTheLastBatchIsComplete(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		messages int
+		args     []string
+		done     string
+		audit    string
+	}{
+		{"replay, last batch short", 45, []string{"replay", "--consumer", "payments", "--status", "dead"}, "Replayed 45 messages.", "replay"},
+		{"replay, last batch full", 50, []string{"replay", "--consumer", "payments", "--status", "dead"}, "Replayed 50 messages.", "replay"},
+		{"discard, last batch full", 50, []string{"discard", "--consumer", "payments", "--reason", "drill"}, "Discarded 50 messages.", "discard"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			schema := pgtest.Schema(t)
+			pool := pgtest.Pool(t)
+			bg := context.Background()
+			_, err := pool.Exec(bg, ident.Render(`
+				INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload, last_error, bucket)
+				SELECT 'payments', 'm-' || i, 'OrderPlaced', 'dead', 5, 5, '\x00', '', 'timeout', /* schema */inbox_bucket('m-' || i)
+				FROM generate_series(1, $1::int) AS i ORDER BY i`, schema), tc.messages)
+			require.NoError(t, err)
+
+			// Hold a row of the last batch, so the change waits inside it.
+			holder, err := pool.Begin(bg)
+			require.NoError(t, err)
+			defer holder.Rollback(bg)
+			_, err = holder.Exec(bg, ident.Render(`SELECT 1 FROM /* schema */inbox WHERE message_id = 'm-43' FOR UPDATE`, schema))
+			require.NoError(t, err)
+
+			ctx, interrupt := context.WithCancel(bg)
+			defer interrupt()
+			var stdout, stderr bytes.Buffer
+			code := runAsync(t, ctx, schema, strings.NewReader(""), &stdout, &stderr, append(tc.args, "--batch-size", "10", "--yes")...)
+			waitForLockWait(t, schema)
+			interrupt()
+			require.NoError(t, holder.Rollback(bg)) // the last batch finishes
+
+			require.Equal(t, ExitOK, <-code, "stdout: %s\nstderr: %s", stdout.String(), stderr.String())
+			require.Equal(t, tc.done+"\n", stdout.String())
+			require.Contains(t, stderr.String(), "the interruption came during the last batch: nothing is left")
+			require.NotContains(t, stderr.String(), "run the same command again")
+
+			var state string
+			var affected int64
+			require.NoError(t, pool.QueryRow(bg, ident.Render(`SELECT state, affected FROM /* schema */audit_log WHERE action = $1`, schema),
+				tc.audit).Scan(&state, &affected))
+			require.Equal(t, []any{"finished", int64(tc.messages)}, []any{state, affected})
+		})
+	}
+}

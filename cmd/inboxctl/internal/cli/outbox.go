@@ -3,8 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
@@ -59,9 +57,9 @@ func (a *app) outboxListCommand() *cobra.Command {
 				n++
 				lastError := "-"
 				if m.LastError != nil {
-					lastError = oneLine(*m.LastError, 70)
+					lastError = cell(*m.LastError, 70)
 				}
-				_, err := fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", stamp(m.CreatedAt), m.ID, m.Topic, m.EventType, m.Status, m.Attempts, lastError)
+				_, err := fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", stamp(m.CreatedAt), m.ID, clean(m.Topic), clean(m.EventType), m.Status, m.Attempts, lastError)
 				return err
 			})
 			if err != nil {
@@ -86,12 +84,19 @@ func (a *app) outboxListCommand() *cobra.Command {
 }
 
 func (a *app) outboxShowCommand() *cobra.Command {
-	var output string
+	var (
+		full   bool
+		output string
+	)
 	cmd := &cobra.Command{
-		Use:     "show ID",
-		Short:   "Show one outbox row: metadata, payload and every failed publish",
-		Example: `  inboxctl outbox show 019a2f0e-7b1c-7d3e-9f00-1a2b3c4d5e6f`,
-		Args:    cobra.ExactArgs(1),
+		Use:   "show ID",
+		Short: "Show one outbox row: metadata, payload and every failed publish",
+		Long: `outbox show prints one outbox row: its state, metadata, payload and history. The
+payload is cut to its first ` + fmt.Sprint(payloadShownLines) + ` lines (` + count(payloadShownChars) + ` characters) unless --full; -o json
+always has all of it.`,
+		Example: `  inboxctl outbox show 019a2f0e-7b1c-7d3e-9f00-1a2b3c4d5e6f
+  inboxctl outbox show 019a2f0e-7b1c-7d3e-9f00-1a2b3c4d5e6f --full`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			id, err := uuid.Parse(args[0])
@@ -114,15 +119,15 @@ func (a *app) outboxShowCommand() *cobra.Command {
 			t := newTable(a.out)
 			row := func(k, v string) { fmt.Fprintf(t, "%s\t%s\n", k, v) }
 			row("ID", d.ID.String())
-			row("Topic", d.Topic)
-			row("Type", d.EventType)
+			row("Topic", clean(d.Topic))
+			row("Type", clean(d.EventType))
 			status := fmt.Sprintf("%s after %s", d.Status, plural(int64(d.Attempts), "attempt"))
 			if d.Replays > 0 {
 				status += ", retried by an operator " + plural(int64(d.Replays), "time")
 			}
 			row("Status", status)
 			if d.OrderingKey != "" {
-				row("Ordering key", d.OrderingKey)
+				row("Ordering key", clean(d.OrderingKey))
 			}
 			row("Created", stamp(d.CreatedAt)+" UTC")
 			switch {
@@ -134,23 +139,14 @@ func (a *app) outboxShowCommand() *cobra.Command {
 				row("Lease ends", stamp(d.AvailableAt)+" UTC")
 			}
 			_ = t.Flush()
-			fmt.Fprintln(a.out, "\nMetadata")
-			if len(d.Metadata) == 0 {
-				fmt.Fprintln(a.out, "  (none)")
-			}
-			for _, k := range slices.Sorted(maps.Keys(d.Metadata)) {
-				fmt.Fprintf(a.out, "  %s: %s\n", k, d.Metadata[k])
-			}
-			kind, text := renderPayload(d.Payload)
-			fmt.Fprintf(a.out, "\nPayload (%s, %d bytes)\n", kind, len(d.Payload))
-			if text != "" {
-				fmt.Fprintln(a.out, indent(text, "  "))
-			}
+			a.printMetadata(d.Metadata)
+			a.printPayload(d.Payload, full, a.hint("outbox", "show", d.ID.String(), "--full"))
 			a.printHistory(d.History)
 			return nil
 		},
 	}
 	outputFlag(cmd, &output, documentOutput)
+	cmd.Flags().BoolVar(&full, "full", false, "print all of the payload, however large (by default: its first "+fmt.Sprint(payloadShownLines)+" lines)")
 	return cmd
 }
 
@@ -221,13 +217,14 @@ ordering key until then. Name the rows by id, or pass --all-dead.`,
 			var err error
 			report.Changed, err = a.admin.OutboxRetry(b.ctx, admin.OutboxRetryOptions{Actor: a.actor(), IDs: ids, ProgressFunc: b.report})
 			a.endBatches(b)
-			if b.interrupted() {
+			if b.interrupted() && err != nil {
 				return a.interruptedChange(output, report, "retried", "dead outbox row",
 					"rows already retried are pending, no longer dead, so --all-dead retries only the rest (drop ids already retried: they are refused)")
 			}
 			if err != nil {
 				return fmt.Errorf("%w (retried %s before the error)", err, plural(report.Changed, "row"))
 			}
+			a.finishedDespite(b, "retried")
 			return a.printReport(output, report, fmt.Sprintf("Retried %s: the relay will publish again.", plural(report.Changed, "outbox row")))
 		},
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -81,16 +82,27 @@ func chain(first, second func(*cobra.Command, []string) error) func(*cobra.Comma
 	}
 }
 
-// writeJSON writes v as indented JSON.
+// writeJSON writes v as indented JSON, safe for a terminal (jsonSafe).
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(jsonSafe(b.Bytes()))
+	return err
 }
 
-// writeJSONLine writes v as one line of JSON.
+// writeJSONLine writes v as one line of JSON, safe for a terminal
+// (jsonSafe).
 func writeJSONLine(w io.Writer, v any) error {
-	return json.NewEncoder(w).Encode(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(jsonSafe(b), '\n'))
+	return err
 }
 
 // writeList writes items as format says: json, one array ([] when there

@@ -13,7 +13,10 @@ import (
 )
 
 func (a *app) processesCommand() *cobra.Command {
-	var output string
+	var (
+		check  bool
+		output string
+	)
 	cmd := &cobra.Command{
 		Use:     "processes",
 		Aliases: []string{"ps"},
@@ -31,10 +34,18 @@ retries them. A footer says what each dead process left behind.
 
 -o json prints one object: the time it was read (at), the heartbeats a
 process may miss (dead_after_heartbeats), the leader, and the processes;
--o jsonl prints the processes, one a line.`,
+-o jsonl prints the processes, one a line.
+
+--check is for scripts and probes: after the usual output it lists what
+on-call must act on, and exits ` + strconv.Itoa(ExitCheckFailed) + ` if anything: a dead process that still
+holds messages under lease, a dead dispatcher or relay with no live one of
+its kind (and consumer) to take over, and no maintenance leader. A dead
+process that left nothing behind (it was replaced) is no problem. -o json
+adds "check": {"ok", "problems": [{"kind", "consumer", "count", "text"}]}.`,
 		Example: `  inboxctl processes
   inboxctl ps -o json | jq '.processes[] | select(.state == "dead")'
-  inboxctl ps -o jsonl | jq -c 'select(.state == "dead")'`,
+  inboxctl ps -o jsonl | jq -c 'select(.state == "dead")'
+  inboxctl processes --check`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -45,22 +56,43 @@ process may miss (dead_after_heartbeats), the leader, and the processes;
 			if err != nil {
 				return err
 			}
-			switch output {
-			case formatJSON:
-				return writeJSON(a.out, ps)
-			case formatJSONL:
+			report := checkReport{OK: true} // no check asked for, none failed
+			if check {
+				report = newCheckReport(processProblems(ps))
+			}
+			switch {
+			case output == formatJSON && check:
+				err = writeJSON(a.out, checkedProcesses{Processes: ps, Check: report})
+			case output == formatJSON:
+				err = writeJSON(a.out, ps)
+			case output == formatJSONL:
 				for _, p := range ps.Processes {
-					if err := writeJSONLine(a.out, p); err != nil {
-						return err
+					if err = writeJSONLine(a.out, p); err != nil {
+						break
 					}
 				}
-				return nil
+			default:
+				err = a.printProcesses(ps)
+				if check && err == nil {
+					a.printCheck(report, "no dead process holds leases or leaves work with no live process to do it, and a maintainer leads")
+				}
 			}
-			return a.printProcesses(ps)
+			if err != nil {
+				return err
+			}
+			return checkErr(report)
 		},
 	}
 	outputFlag(cmd, &output, snapshotOutput)
+	cmd.Flags().BoolVar(&check, "check", false, "exit "+strconv.Itoa(ExitCheckFailed)+" if on-call must act: a dead process's leases or work left with no live process, no maintenance leader (for scripts and probes)")
 	return cmd
+}
+
+// checkedProcesses is processes --check -o json: the processes, and the
+// check.
+type checkedProcesses struct {
+	*admin.Processes
+	Check checkReport `json:"check"`
 }
 
 func (a *app) printProcesses(ps *admin.Processes) error {
@@ -74,7 +106,7 @@ func (a *app) printProcesses(ps *admin.Processes) error {
 	t := newTable(a.out)
 	fmt.Fprintln(t, "KIND\tNAME\tCONSUMER\tHOST\tPID\tSTARTED (UTC)\tLAST SEEN\tSTATE\tLEASES")
 	for _, p := range ps.Processes {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s\n", p.Kind, oneLine(p.Name, 40), orDash(p.Consumer), oneLine(p.Host, 30),
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s\n", clean(string(p.Kind)), cell(p.Name, 40), orDash(clean(p.Consumer)), cell(p.Host, 30),
 			p.PID, stamp(p.StartedAt), age(time.Duration(p.SinceSeen)), p.State, leases(p))
 	}
 	if err := t.Flush(); err != nil {
@@ -92,11 +124,11 @@ func describeLeader(ps *admin.Processes) string {
 	}
 	for _, p := range ps.Processes {
 		if p.ID == l.ProcessID {
-			return fmt.Sprintf("Maintenance leader: %s (host %s, pid %d), since %s UTC.", p.Name, p.Host, p.PID, stamp(l.ElectedAt))
+			return fmt.Sprintf("Maintenance leader: %s (host %s, pid %d), since %s UTC.", clean(p.Name), clean(p.Host), p.PID, stamp(l.ElectedAt))
 		}
 	}
 	return fmt.Sprintf("Maintenance leader: River client %s, since %s UTC (not in the processes table: a pgbox build older than schema version 6?).",
-		l.RiverID, stamp(l.ElectedAt))
+		clean(l.RiverID), stamp(l.ElectedAt))
 }
 
 // leases fills the LEASES cell: messages held, and those whose lease has
@@ -138,11 +170,12 @@ func printDead(w io.Writer, ps *admin.Processes) {
 	fmt.Fprintf(w, "\n%d %s (not seen for more than %d heartbeats: killed, cut off from the database, or hung):\n",
 		len(dead), word, ps.DeadAfter)
 	for _, p := range dead {
-		scope := string(p.Kind)
+		scope := clean(string(p.Kind))
 		if p.Consumer != "" {
-			scope += " of " + p.Consumer
+			scope += " of " + clean(p.Consumer)
 		}
-		fmt.Fprintf(w, "- %s %s, host %s pid %d, last seen %s ago.\n", p.Kind, p.Name, p.Host, p.PID, age(time.Duration(p.SinceSeen)))
+		fmt.Fprintf(w, "- %s %s, host %s pid %d, last seen %s ago.\n", clean(string(p.Kind)), clean(p.Name), clean(p.Host), p.PID,
+			age(time.Duration(p.SinceSeen)))
 		what, retries, takeover := "message", "retries %s (the lost attempt counts)", "retries %s, one at a time per dispatcher"
 		if p.Kind == pgbox.ProcessRelay {
 			what, retries = "outbox row", "publishes %s again (consumers dedupe on the message id)"

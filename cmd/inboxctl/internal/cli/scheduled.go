@@ -132,6 +132,13 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 	if err != nil {
 		return err
 	}
+	if n == 0 {
+		// A group that is another consumer's, or no group at all, would
+		// never match: scheduling it would replay nothing, silently.
+		if err := a.checkGroup(ctx, filter, "replay", "scheduled"); err != nil {
+			return err
+		}
+	}
 	when := "now"
 	if !opts.At.IsZero() {
 		when = stamp(opts.At) + " UTC"
@@ -141,8 +148,22 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 		what += ", " + pace
 	}
 	if flags.dryRun {
-		return a.printReport(flags.output, changeReport{Action: "schedule replay", DryRun: true, Matched: n, Selection: filter},
-			fmt.Sprintf("Would schedule a replay for %s (%s). Nothing was changed (--dry-run).", when, what))
+		report := scheduleReport{
+			changeReport:  changeReport{Action: "schedule replay", DryRun: true, Matched: n, Selection: filter},
+			OverSeconds:   opts.Over.Seconds(),
+			RatePerSecond: pace(opts, n),
+		}
+		if !opts.At.IsZero() {
+			at := opts.At.UTC()
+			report.At = &at
+		}
+		if flags.output == formatJSON {
+			if report.Consumers, err = a.admin.CountByConsumer(ctx, filter); err != nil {
+				return err
+			}
+		}
+		return a.showDryRun(ctx, flags.output, fmt.Sprintf("Would schedule a replay for %s (%s). Nothing was changed (--dry-run).", when, what),
+			report, filter, n)
 	}
 	if bulk && !flags.yes {
 		if err := a.confirm(ctx, fmt.Sprintf("Schedule a replay for %s (%s)?", when, what), "scheduled"); err != nil {
@@ -161,17 +182,40 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 		return writeJSONLine(a.out, r)
 	}
 	fmt.Fprintf(a.out, "Scheduled replay %d for %s (%s). The maintenance job replays what is replayable then.\n", r.ID, when, what)
-	fmt.Fprintf(a.out, "See it: inboxctl scheduled. Call it off: inboxctl scheduled cancel %d\n", r.ID)
+	fmt.Fprintf(a.out, "See it: %s. Call it off: %s\n", a.hint("scheduled"), a.hint("scheduled", "cancel", strconv.FormatInt(r.ID, 10)))
 	return nil
+}
+
+// scheduleReport is what replay --at, --rate or --over prints for
+// --dry-run with -o json: the dry run's report, with when the replay would
+// start, its pace, and whose messages it would replay.
+type scheduleReport struct {
+	changeReport
+	// At is when the replay would start (--at); null for now.
+	At *time.Time `json:"at"`
+	// Consumers counts the messages it would replay now, per consumer: a
+	// failure group or a status names none.
+	Consumers map[string]int64 `json:"consumers"`
+	// OverSeconds is --over, in seconds; left out without it.
+	OverSeconds float64 `json:"over_seconds,omitzero"`
+	// RatePerSecond is its pace, messages a second: --rate, or the
+	// selection spread over --over; 0 for a replay not throttled.
+	RatePerSecond float64 `json:"rate_per_second"`
+}
+
+// pace is how many messages a second a replay of n messages goes at:
+// opts.Rate, or n spread over opts.Over; 0 when it is not throttled.
+func pace(opts admin.ScheduleReplayOptions, n int64) float64 {
+	if opts.Over > 0 {
+		return float64(max(n, 1)) / opts.Over.Seconds()
+	}
+	return opts.Rate
 }
 
 // describePace says how fast a replay of n messages goes: "at 10/s, about
 // 2m0s"; "" when it is not throttled.
 func describePace(opts admin.ScheduleReplayOptions, n int64) string {
-	rate := opts.Rate
-	if opts.Over > 0 {
-		rate = float64(max(n, 1)) / opts.Over.Seconds()
-	}
+	rate := pace(opts, n)
 	if rate == 0 {
 		return ""
 	}
@@ -213,12 +257,12 @@ each once its time has come, by the database clock.`,
 			t := newTable(a.out)
 			fmt.Fprintln(t, "ID\tRUN AT (UTC)\tSTATE\tRATE\tREPLAYED\tSELECTION\tNOTE")
 			for _, r := range list {
-				state := string(r.State)
+				state := clean(string(r.State))
 				if r.State == admin.ReplayFailed {
-					state += ": " + oneLine(r.Error, 60)
+					state += ": " + cell(r.Error, 60)
 				}
 				fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, stamp(r.RunAt), state, formatRate(r.Rate), replayProgress(r),
-					describe(r.Filter), oneLine(r.Note, 40))
+					describe(r.Filter), cell(r.Note, 40))
 			}
 			return t.Flush()
 		},
@@ -266,7 +310,7 @@ func describe(f admin.Filter) string {
 	var parts []string
 	add := func(k, v string) {
 		if v != "" {
-			parts = append(parts, k+"="+v)
+			parts = append(parts, k+"="+clean(v))
 		}
 	}
 	add("consumer", f.Consumer)
@@ -286,7 +330,7 @@ func describe(f admin.Filter) string {
 		add("until", f.Until.UTC().Format(time.RFC3339))
 	}
 	if len(f.IDs) > 0 {
-		add("ids", oneLine(strings.Join(f.IDs, ","), 40))
+		parts = append(parts, "ids="+cell(strings.Join(f.IDs, ","), 40))
 	}
 	if len(parts) == 0 {
 		return "all replayable"

@@ -1,0 +1,49 @@
+package cli
+
+import (
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A fingerprint given with another consumer than its own is not "Nothing
+// to replay", as a drained group would be: it is not found (exit 3), and
+// the error says whose group it is and how to act on it.
+func TestGroupOfAnotherConsumer(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	failures := inboxctl(t, schema, "", "failures", "--consumer", "payments").ok(t).stdout
+	group := regexp.MustCompile(`2\s+2\s+0\s+payments\s+ChargeCard\s+([0-9a-f]{12})`).FindStringSubmatch(failures)[1]
+
+	replay := inboxctl(t, schema, "", "replay", "--group", group, "--consumer", "shipping", "--yes")
+	require.Equal(t, ExitNotFound, replay.code, "stdout: %s", replay.stdout)
+	require.Empty(t, replay.stdout)
+	require.Contains(t, replay.stderr, "inboxctl: failure group "+group+" belongs to consumer payments, not shipping: nothing was replayed. "+
+		"Replay it with its consumer: inboxctl replay --group "+group+" --consumer payments --schema "+schema)
+
+	for _, args := range [][]string{
+		{"replay", "--group", group, "--consumer", "shipping", "--dry-run"},
+		{"replay", "--group", group, "--consumer", "shipping", "--rate", "10/s", "--yes"},
+		{"replay", "--group", group, "--consumer", "shipping", "--at", "2h", "--dry-run", "-o", "json"},
+		{"discard", "--group", group, "--consumer", "shipping", "--reason", "x", "--yes"},
+	} {
+		r := inboxctl(t, schema, "", args...)
+		require.Equal(t, ExitNotFound, r.code, "%q: %s", args, r.stdout)
+		require.Contains(t, r.stderr, "belongs to consumer payments, not shipping", "%q", args)
+	}
+	require.Contains(t, inboxctl(t, schema, "", "discard", "--group", group, "--consumer", "shipping", "--reason", "x").stderr,
+		"See its messages: inboxctl list --group "+group+" --consumer payments")
+	require.Contains(t, inboxctl(t, schema, "", "list", "--group", group, "--consumer", "shipping").ok(t).stdout,
+		"(no messages match: failure group "+group+" belongs to consumer payments, not shipping)")
+	require.Equal(t, "[]\n", inboxctl(t, schema, "", "scheduled", "-o", "json").ok(t).stdout, "nothing was scheduled")
+	for _, id := range []string{"order-2/placed", "order-3/placed"} {
+		status, _, _ := state(t, schema, "payments", id)
+		require.Equal(t, "dead", status, id)
+	}
+
+	// Its own consumer's drained group is still "Nothing to replay".
+	inboxctl(t, schema, "", "replay", "--group", group, "--consumer", "payments", "--yes").ok(t)
+	require.Equal(t, "Nothing to replay: no eligible message matches.\n",
+		inboxctl(t, schema, "", "replay", "--group", group, "--consumer", "payments", "--status", "dead", "--yes").ok(t).stdout)
+}
