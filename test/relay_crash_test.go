@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +32,7 @@ const childLease = time.Second
 //   - "relay-pause": a relay that, after its first successful publish,
 //     says "published", the messages' count, the claim token of its last
 //     claim and the ids it published (the rows it claimed), and freezes
-//     (SIGSTOP to itself) before recording it, to be killed. It freezes
+//     (freeze: SIGSTOP) before recording it, to be killed. It freezes
 //     rather than sleeps in Publish: the relay would give up a publish
 //     that does not return and record its rows. Its statements on the
 //     outbox go to stderr as they start and end (outboxTrace).
@@ -72,7 +71,7 @@ func TestChildProcess(t *testing.T) {
 			}
 			fmt.Printf("published %d token=%s ids=%s\n", len(msgs), trace.lastClaim(), strings.Join(ids, ","))
 			// Killed here, frozen: published, not yet recorded.
-			require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGSTOP))
+			require.NoError(t, freeze())
 		}
 		return nil
 	})
