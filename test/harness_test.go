@@ -301,18 +301,49 @@ func (c *consumer) paymentsPerOrder(t testing.TB) map[string]int {
 // deliveries without adding messages, so deliveries alone can be reached
 // while messages are still on their way; and a test that injects
 // duplicates waits on deliveries to know they were all stored, and tried.
+//
+// If they are not reached, the failure says what was last seen, and the
+// server's oldest transactions: watermill-sql's subscriber reads only
+// messages whose transaction is older than every transaction still open
+// on the server (pg_snapshot_xmin), so one left open anywhere holds its
+// deliveries back.
 func (c *consumer) waitSettled(t testing.TB, deliveries int64, messages int) {
 	t.Helper()
-	var stored, busy int
+	var stored, busy atomic.Int64 // as last seen
 	require.Eventually(t, func() bool {
 		if c.acked.Load() < deliveries {
 			return false
 		}
+		var s, b int64
 		require.NoError(t, c.pool.QueryRow(context.Background(), c.sql(
-			"SELECT count(*), count(*) FILTER (WHERE status IN ('pending', 'running')) FROM /* schema */inbox")).Scan(&stored, &busy))
-		return stored >= messages && busy == 0
-	}, 60*time.Second, 20*time.Millisecond, "consumer acknowledged %d of %d deliveries; its inbox holds %d of %d messages, %d of them not yet handled",
-		c.acked.Load(), deliveries, stored, messages, busy)
+			"SELECT count(*), count(*) FILTER (WHERE status IN ('pending', 'running')) FROM /* schema */inbox")).Scan(&s, &b))
+		stored.Store(s)
+		busy.Store(b)
+		return s >= int64(messages) && b == 0
+	}, 60*time.Second, 20*time.Millisecond, later(func() string {
+		return fmt.Sprintf("consumer acknowledged %d of %d deliveries; its inbox held %d of %d messages, %d of them not yet handled, when last read; "+
+			"the server's oldest transactions:\n%s", c.acked.Load(), deliveries, stored.Load(), messages, busy.Load(), oldestTransactions(c.pool))
+	}))
 }
+
+// oldestTransactions describes the server's oldest open transactions that
+// hold a transaction id, for a failure message.
+func oldestTransactions(pool *pgxpool.Pool) string {
+	var out string
+	err := pool.QueryRow(context.Background(), `
+		SELECT format('pg_snapshot_xmin=%s', pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())) || coalesce(E'\n' || string_agg(
+		           format('pid=%s xid=%s xact_start=%s state=%s app=%s query=%s', pid, backend_xid, xact_start, state, application_name,
+		                  left(regexp_replace(query, '\s+', ' ', 'g'), 120)), E'\n' ORDER BY xact_start), '')
+		FROM (SELECT * FROM pg_catalog.pg_stat_activity WHERE backend_xid IS NOT NULL ORDER BY xact_start LIMIT 5) AS a`).Scan(&out)
+	if err != nil {
+		return "(not read: " + err.Error() + ")"
+	}
+	return out
+}
+
+// later is a failure message made when it is printed.
+type later func() string
+
+func (l later) String() string { return l() }
 
 func orderID(i int) string { return fmt.Sprintf("order-%04d", i) }

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -28,9 +30,15 @@ const childLease = time.Second
 //
 //   - "relay": a relay that says "publishing" on its first publish;
 //   - "relay-pause": a relay that, after its first successful publish,
-//     says "published" and freezes (SIGSTOP to itself) before recording
-//     it, to be killed. It freezes rather than sleeps in Publish: the relay
-//     would give up a publish that does not return and record its rows.
+//     says "published", the messages' count, the claim token of its last
+//     claim and the ids it published (the rows it claimed), and freezes
+//     (freeze: SIGSTOP) before recording it, to be killed. It freezes
+//     rather than sleeps in Publish: the relay would give up a publish
+//     that does not return and record its rows. Its statements on the
+//     outbox go to stderr as they start and end (outboxTrace).
+//
+// Its sessions carry the application_name in PGBOX_CHILD_APP, for the
+// parent to find them in pg_stat_activity.
 func TestChildProcess(t *testing.T) {
 	role := pgtest.ChildRole()
 	if role == "" {
@@ -39,6 +47,11 @@ func TestChildProcess(t *testing.T) {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
 	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["application_name"] = os.Getenv("PGBOX_CHILD_APP")
+	trace := &outboxTrace{}
+	if role == "relay-pause" {
+		cfg.ConnConfig.Tracer = trace
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 
@@ -52,9 +65,13 @@ func TestChildProcess(t *testing.T) {
 			return err
 		}
 		if role == "relay-pause" {
-			fmt.Println("published", len(msgs))
+			ids := make([]string, len(msgs))
+			for i, m := range msgs {
+				ids[i] = m.UUID
+			}
+			fmt.Printf("published %d token=%s ids=%s\n", len(msgs), trace.lastClaim(), strings.Join(ids, ","))
 			// Killed here, frozen: published, not yet recorded.
-			require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGSTOP))
+			require.NoError(t, freeze())
 		}
 		return nil
 	})
@@ -86,18 +103,104 @@ type publishFunc func(topic string, msgs ...*message.Message) error
 func (f publishFunc) Publish(topic string, msgs ...*message.Message) error { return f(topic, msgs...) }
 func (f publishFunc) Close() error                                         { return nil }
 
+// outboxTrace is a pgx tracer that writes to stderr, with the time, each
+// statement on the outbox a relay child makes (its arguments as it starts,
+// its command tag or error as it ends), and keeps the claim token of the
+// last claim: the relay's claim is the statement with SKIP LOCKED, its
+// token the second argument. It tells what the child did to its rows
+// before it was killed.
+type outboxTrace struct {
+	claim atomic.Value // the last claim's token, formatted
+}
+
+type outboxTraceKey struct{}
+
+func (o *outboxTrace) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if !strings.Contains(data.SQL, "outbox") {
+		return ctx
+	}
+	kind := "statement"
+	switch {
+	case strings.Contains(data.SQL, "SKIP LOCKED"):
+		kind = "claim"
+		if len(data.Args) > 1 {
+			o.claim.Store(fmt.Sprint(data.Args[1]))
+		}
+	case strings.Contains(data.SQL, "unnest("):
+		kind = "complete"
+	}
+	fmt.Fprintf(os.Stderr, "%s trace: %s start args=%v\n", time.Now().Format("15:04:05.000000"), kind, data.Args)
+	return context.WithValue(ctx, outboxTraceKey{}, kind)
+}
+
+func (o *outboxTrace) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	kind, ok := ctx.Value(outboxTraceKey{}).(string)
+	if !ok {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "%s trace: %s end tag=%q err=%v\n", time.Now().Format("15:04:05.000000"), kind, data.CommandTag.String(), data.Err)
+}
+
+// lastClaim returns the token of the last claim, or "?".
+func (o *outboxTrace) lastClaim() string {
+	if s, ok := o.claim.Load().(string); ok {
+		return s
+	}
+	return "?"
+}
+
+// childApp is the application_name of a relay child's sessions.
+func childApp(p *producer) string { return "pgbox test child " + p.schema }
+
 func startRelayChild(t *testing.T, role string, p *producer, brokerSchema string) *pgtest.Child {
 	t.Helper()
-	child := pgtest.StartChild(t, "TestChildProcess", role, "PGBOX_TEST_SCHEMA="+p.schema, "PGBOX_BROKER_SCHEMA="+brokerSchema)
+	child := pgtest.StartChild(t, "TestChildProcess", role, "PGBOX_TEST_SCHEMA="+p.schema, "PGBOX_BROKER_SCHEMA="+brokerSchema,
+		"PGBOX_CHILD_APP="+childApp(p))
 	readLine(t, child, "ready")
 	return child
 }
 
-func readLine(t *testing.T, child *pgtest.Child, want string) {
+// readLine reads the child's next line, requires that it contain want, and
+// returns it.
+func readLine(t *testing.T, child *pgtest.Child, want string) string {
 	t.Helper()
 	line, ok := child.Line(60 * time.Second)
 	require.True(t, ok, "child ended or fell silent before saying %q; stderr:\n%s", want, child.Stderr())
 	require.Contains(t, line, want)
+	return line
+}
+
+// crashScene is what the database shows of a relay child at one moment:
+// the outbox's rows, the processes table, and the sessions that carry the
+// child's application_name (through a transaction pooler, the server
+// sessions last linked to the child's connections).
+type crashScene struct {
+	running  []string // ids of the running rows
+	outbox   string
+	process  string
+	sessions string
+}
+
+func sceneOf(t *testing.T, p *producer) crashScene {
+	t.Helper()
+	ctx := context.Background()
+	var sc crashScene
+	require.NoError(t, p.pool.QueryRow(ctx, ident.Render(`
+		SELECT coalesce(array_agg(id::text ORDER BY seq) FILTER (WHERE status = 'running'), '{}'),
+		       string_agg(format('%s %s attempts=%s token=%s available_at=%s error=%s', id, status, attempts, claim_token, available_at, last_error), E'\n' ORDER BY seq)
+		FROM /* schema */outbox`, p.schema)).Scan(&sc.running, &sc.outbox))
+	require.NoError(t, p.pool.QueryRow(ctx, ident.Render(`
+		SELECT coalesce(string_agg(format('id=%s (tokens from %s) name=%s pid=%s started_at=%s last_seen_at=%s', id, id::bigint << 32, name, pid, started_at, last_seen_at), E'\n'), '')
+		FROM /* schema */processes`, p.schema)).Scan(&sc.process))
+	require.NoError(t, p.pool.QueryRow(ctx, `
+		SELECT coalesce(string_agg(format('pid=%s state=%s xid=%s xact_start=%s state_change=%s wait=%s/%s query=%s',
+		           pid, state, backend_xid, xact_start, state_change, wait_event_type, wait_event, left(regexp_replace(query, '\s+', ' ', 'g'), 160)), E'\n' ORDER BY pid), '')
+		FROM pg_catalog.pg_stat_activity WHERE application_name = $1`, childApp(p)).Scan(&sc.sessions))
+	return sc
+}
+
+func (sc crashScene) String() string {
+	return "outbox:\n" + sc.outbox + "\nprocesses:\n" + sc.process + "\nsessions:\n" + sc.sessions
 }
 
 // A relay is SIGKILLed after its publish reached the broker and before it
@@ -113,16 +216,18 @@ func TestRelayKilledBetweenPublishAndMarkCausesNoDoubleEffect(t *testing.T) {
 	}
 
 	child := startRelayChild(t, "relay-pause", p, p.schema)
-	readLine(t, child, "published 10")
+	published := readLine(t, child, "published 10 ")
+	before := sceneOf(t, p)
 	child.Kill()
+	after := sceneOf(t, p)
 
-	var running int
-	var rows string // what the outbox holds, to tell a failure's cause
-	require.NoError(t, p.pool.QueryRow(context.Background(), ident.Render(`
-		SELECT count(*) FILTER (WHERE status = 'running'),
-		       string_agg(format('%s attempts=%s token=%s available_at=%s error=%s', status, attempts, claim_token, available_at, last_error), E'\n' ORDER BY seq)
-		FROM /* schema */outbox`, p.schema)).Scan(&running, &rows))
-	require.Equal(t, 10, running, "the killed relay published 10 rows without recording them; the outbox:\n%s", rows)
+	// The rows the child published are those it claimed, and it was
+	// killed before it recorded them: they are still running, leased.
+	_, ids, ok := strings.Cut(published, " ids=")
+	require.True(t, ok, published)
+	require.ElementsMatch(t, strings.Split(ids, ","), after.running,
+		"the killed relay published 10 rows without recording them, so they must be running.\nThe child said: %s\n"+
+			"Before the kill:\n%s\nAfter the kill:\n%s\nThe child's stderr:\n%s", published, before, after, child.Stderr())
 
 	p.startRelay(t, b.publisher)
 	waitPublished(t, p)
