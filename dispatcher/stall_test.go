@@ -75,7 +75,10 @@ func TestAHeldWorkerWithMessagesWaitingIsAStall(t *testing.T) {
 	close(release)
 	b.waitFor(t, "SELECT count(*) = 2 FROM /* schema */inbox WHERE status = 'done'")
 	require.Eventually(t, func() bool { return d.StallErr() == nil }, 30*time.Second, time.Millisecond)
-	require.Equal(t, 1, logs.Count(slog.LevelInfo, "progress again"))
+	// Each stall is cleared once, and said so ("waiting" finishing slowly
+	// after "held" may stall it again for a moment: the window is 300ms).
+	require.Positive(t, logs.Count(slog.LevelInfo, "progress again"))
+	require.Equal(t, logs.Count(slog.LevelError, "no progress"), logs.Count(slog.LevelInfo, "progress again"))
 	require.Equal(t, map[string]int64{consumer: 0}, telemetrytest.Gauges(t, reader, telemetry.Stalled, string(telemetry.AttrConsumer)))
 }
 

@@ -73,7 +73,11 @@ func (b *stallBundle) requireMovingAgain(t *testing.T) {
 	t.Helper()
 	b.waitPublished(t)
 	require.Eventually(t, func() bool { return b.relay.StallErr() == nil }, 30*time.Second, time.Millisecond)
-	require.Equal(t, 1, b.logs.Count(slog.LevelInfo, "relay: progress again"))
+	// Each stall is cleared once, and said so. Rows finishing slowly after
+	// the first one may stall the relay again for a moment (the window is
+	// 300ms here): that is a change too, said and cleared the same way.
+	require.Positive(t, b.logs.Count(slog.LevelInfo, "relay: progress again"))
+	require.Equal(t, b.logs.Count(slog.LevelError, "relay: no progress"), b.logs.Count(slog.LevelInfo, "relay: progress again"))
 	require.Equal(t, map[string]int64{"relay": 0}, telemetrytest.Gauges(t, b.reader, telemetry.Stalled, string(telemetry.AttrComponent)))
 }
 
