@@ -304,6 +304,12 @@ func TestScheduledReplaysRunFromTheMaintainer(t *testing.T) {
 	b.waitFor(t, "SELECT state = 'done' FROM /* schema */scheduled_replays WHERE id = $1", r.ID)
 	require.EqualValues(t, 30, b.count(t, "SELECT count(*) FROM /* schema */inbox WHERE status = 'pending' AND replays = 1"))
 	require.EqualValues(t, 30, b.count(t, "SELECT replayed FROM /* schema */scheduled_replays WHERE id = $1", r.ID))
+	// The run counts what it replayed once the replay has committed (the
+	// done state above), as it returns: wait for the count, then require
+	// it exact, each message counted once.
+	require.Eventually(t, func() bool {
+		return telemetrytest.Sums(t, reader, "pgbox.maintenance.replayed", "")[""] >= 30
+	}, time.Minute, 5*time.Millisecond)
 	require.Equal(t, map[string]int64{"": 30}, telemetrytest.Sums(t, reader, "pgbox.maintenance.replayed", ""))
 }
 
