@@ -91,7 +91,7 @@ func TestRetentionDeletesOnlyWhatItShould(t *testing.T) {
 	m := b.start(t, maintenance.Config{
 		BatchSize:      1000,
 		MeterProvider:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
-		PruneInterval:  time.Hour, // one run: the one the leader makes at once
+		PruneInterval:  pruneOnStartOnly,
 		ReplayInterval: -1,
 	})
 	b.waitFor(t, "SELECT EXISTS (SELECT 1 FROM /* schema */river_job WHERE kind = 'pgbox.prune' AND state = 'completed')")
@@ -166,7 +166,7 @@ func TestACrowdedPartitionIsPrunedRowByRow(t *testing.T) {
 			return partition.IDAt(old.Time().Add(time.Duration(k) * time.Millisecond)).String()
 		}), dead)
 
-	b.start(t, maintenance.Config{BatchSize: 1000, PruneInterval: time.Hour, ReplayInterval: -1})
+	b.start(t, maintenance.Config{BatchSize: 1000, PruneInterval: pruneOnStartOnly, ReplayInterval: -1})
 	b.waitFor(t, "SELECT EXISTS (SELECT 1 FROM /* schema */river_job WHERE kind = 'pgbox.prune' AND state = 'completed')")
 
 	name := "inbox_d" + old.String()
@@ -183,6 +183,14 @@ func TestACrowdedPartitionIsPrunedRowByRow(t *testing.T) {
 	require.Empty(t, out.Partitions.Dropped)
 	require.EqualValues(t, done, out.Deleted[name])
 }
+
+// pruneOnStartOnly is the PruneInterval of the tests that read the one
+// retention run a leader makes at once. Runs are aligned to the clock: with
+// an hour, a test that starts a moment before the hour strikes gets a
+// second run on the hour (TestDroppingADayOfMessagesWhileWorkersRun, which
+// read one run, got two: at 11:59:59.7 and at 12:00:00). A hundred years'
+// interval next ends in August 2099.
+const pruneOnStartOnly = 100 * 365 * 24 * time.Hour
 
 // idsOf returns n ids made by id.
 func idsOf(n int, id func(int) string) []string {
@@ -256,7 +264,7 @@ func TestDroppingADayOfMessagesWhileWorkersRun(t *testing.T) {
 		}
 	})
 
-	b.start(t, maintenance.Config{BatchSize: 1000, PruneInterval: time.Hour, ReplayInterval: -1})
+	b.start(t, maintenance.Config{BatchSize: 1000, PruneInterval: pruneOnStartOnly, ReplayInterval: -1})
 	b.waitFor(t, "SELECT EXISTS (SELECT 1 FROM /* schema */river_job WHERE kind = 'pgbox.prune' AND state = 'completed')")
 	close(stop)
 	producer.Wait()
