@@ -18,7 +18,7 @@ const DefaultSchema = "pgbox"
 
 // SchemaVersion is the migration version this build of pgbox needs. The
 // migrations package applies migrations up to exactly this version.
-const SchemaVersion = 9
+const SchemaVersion = 10
 
 // Metadata keys the relay sets on each message it publishes, and a
 // Watermill subscriber storing messages into an inbox reads by default.

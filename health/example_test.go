@@ -68,7 +68,7 @@ func ExampleChecker() {
 	//       "status": "ok"
 	//     },
 	//     {
-	//       "detail": "version 9",
+	//       "detail": "version 10",
 	//       "name": "schema",
 	//       "status": "ok"
 	//     },
