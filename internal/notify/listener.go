@@ -60,6 +60,17 @@ type Config struct {
 	// ProbeTimeout is how long a probe may take to come back. Zero means
 	// ProbeTimeoutDefault.
 	ProbeTimeout time.Duration
+	// ProbeTries, if positive, bounds the probes made in a row without one
+	// coming back, over every connection. When the last of them fails too,
+	// the Listener stops: it logs why, closes its connection and does not
+	// reconnect, and its users are left to their polls. Through a
+	// transaction-pooling PgBouncer every probe is a notification for a
+	// pooled server connection that once ran LISTEN while no client is
+	// linked to it, and PgBouncer 1.18 can exit on such a packet
+	// (pgbouncer/pgbouncer#822, fixed in 1.20): a Listener that hears
+	// nothing must not go on sending them for the life of the process.
+	// Zero probes at every idle ping for ever.
+	ProbeTries int
 }
 
 // ProbeTimeoutDefault is the default Config.ProbeTimeout: a notification
@@ -109,9 +120,15 @@ func run(ctx context.Context, cfg Config) {
 		maxBackoff = 5 * time.Second
 	)
 	backoff := minBackoff
+	var failed int // probes in a row that did not come back
 	for ctx.Err() == nil {
-		err := session(ctx, cfg, func() { backoff = minBackoff })
+		err := session(ctx, cfg, &failed, func() { backoff = minBackoff })
 		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errGaveUp) {
+			cfg.Logger.WarnContext(ctx, "notify: stopped listening: none of the self-check notifications came back, so the listener would only ever hear nothing; polling goes on",
+				slog.String("channel", cfg.Channel), slog.Int("tries", cfg.ProbeTries))
 			return
 		}
 		cfg.Logger.WarnContext(ctx, "notify: listener connection lost; reconnecting",
@@ -125,9 +142,14 @@ func run(ctx context.Context, cfg Config) {
 	}
 }
 
+// errGaveUp ends a session whose probe was the last of Config.ProbeTries
+// to fail.
+var errGaveUp = errors.New("no self-check came back")
+
 // session connects, listens and delivers notifications until the
-// connection fails or ctx ends.
-func session(ctx context.Context, cfg Config, connected func()) error {
+// connection fails, ctx ends, or the probes fail as many times in a row as
+// Config.ProbeTries allows (counted in *failed, across sessions).
+func session(ctx context.Context, cfg Config, failed *int, connected func()) error {
 	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
 	if err != nil {
 		return err
@@ -175,7 +197,7 @@ func session(ctx context.Context, cfg Config, connected func()) error {
 			if !strings.HasPrefix(n.Payload, ProbePrefix) {
 				cfg.OnNotify(n.Payload)
 			} else if probe != "" && n.Payload == probe {
-				probe, verified = "", true
+				probe, verified, *failed = "", true, 0
 				if cfg.OnProbe != nil {
 					cfg.OnProbe(true)
 				}
@@ -191,8 +213,12 @@ func session(ctx context.Context, cfg Config, connected func()) error {
 			now := time.Now()
 			if probe != "" && !now.Before(probeDeadline) {
 				probe = ""
+				*failed++
 				if cfg.OnProbe != nil {
 					cfg.OnProbe(false)
+				}
+				if cfg.ProbeTries > 0 && *failed >= cfg.ProbeTries {
+					return errGaveUp
 				}
 			}
 			if now.Before(nextPing) {

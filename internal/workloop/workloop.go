@@ -118,6 +118,13 @@ type Service struct {
 	watchDone sync.WaitGroup
 }
 
+// listenProbeTries is how many self-checks in a row the listener makes
+// without one coming back before it stops listening for good: 5 spans two
+// minutes of idle pings, long enough for a slow server to answer one, and
+// it keeps a listener behind a transaction pooler from sending probes for
+// the life of the process (see notify.Config.ProbeTries).
+const listenProbeTries = 5
+
 // New returns a Service that has not started.
 func New(cfg Config) *Service {
 	workCtx, cancel := context.WithCancelCause(context.Background())
@@ -164,6 +171,7 @@ func (s *Service) Start(ctx context.Context, preflight func(context.Context) err
 				return notify.Send(ctx, s.cfg.Notifier, s.cfg.Channel, payload)
 			},
 			ProbeTimeout: s.cfg.ProbeTimeout,
+			ProbeTries:   listenProbeTries,
 		})
 	}
 	s.stall.mu.Lock()
