@@ -105,6 +105,33 @@ func TestAuditInterruptedReplayKeepsItsCount(t *testing.T) {
 	require.Equal(t, 5, b.count(t, b.pool, "replays = 1"), "the count is what was replayed")
 }
 
+// A purge or outbox retry stopped after a full batch with rows still left
+// is interrupted, not finished: the question asked after an interruption
+// finds them.
+func TestAuditInterruptedPurgeAndOutboxRetryKeepTheirCount(t *testing.T) {
+	t.Parallel()
+	b := setup(t, admin.Config{})
+	b.add(t, "payments", "done", 20, pgbox.InboxDone, "", 2*time.Hour)
+	b.outboxRows(t, 20, pgbox.OutboxDead)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n, err := b.adm.Purge(ctx, admin.PurgeOptions{BatchSize: 5, Status: pgbox.InboxDone, OlderThan: time.Hour, ProgressFunc: func(int64) { cancel() }})
+	require.ErrorIs(t, err, context.Canceled)
+	require.EqualValues(t, 5, n)
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	n, err = b.adm.OutboxRetry(ctx, admin.OutboxRetryOptions{BatchSize: 5, ProgressFunc: func(int64) { cancel() }})
+	require.ErrorIs(t, err, context.Canceled)
+	require.EqualValues(t, 5, n)
+
+	records, err := b.adm.AuditLog(context.Background(), admin.AuditLogOptions{})
+	require.NoError(t, err)
+	require.Len(t, records, 2)
+	for _, r := range records {
+		require.Equal(t, []any{admin.AuditInterrupted, int64(5)}, []any{r.State, r.Affected}, r.Action)
+	}
+}
+
 // In a caller's transaction the record goes with the change: gone if it
 // rolls back, there (finished, counted) if it commits.
 func TestAuditInCallerTx(t *testing.T) {
@@ -178,9 +205,10 @@ func TestAuditInUntypedQueryModes(t *testing.T) {
 	}
 }
 
-// A replay or discard whose context ends during its last batch has done
-// all it was asked: it returns no error, and is recorded as finished with
-// its count, whether that batch was short or full.
+// A replay, discard, purge or outbox retry whose context ends during its
+// last batch has done all it was asked: it returns no error, and is
+// recorded as finished with its count, whether that batch was short or
+// full.
 func TestAuditInterruptedLastBatchIsFinished(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int{18, 20} {
@@ -209,9 +237,23 @@ func TestAuditInterruptedLastBatchIsFinished(t *testing.T) {
 			require.NoError(t, err)
 			require.EqualValues(t, n, discarded)
 
+			b.exec(t, "UPDATE /* schema */inbox SET status = 'done', processed_at = now() - interval '2 hours'")
+			ctx, cancel = context.WithCancel(context.Background())
+			defer cancel()
+			purged, err := b.adm.Purge(ctx, admin.PurgeOptions{BatchSize: 5, Status: pgbox.InboxDone, OlderThan: time.Hour, ProgressFunc: last})
+			require.NoError(t, err)
+			require.EqualValues(t, n, purged)
+
+			b.outboxRows(t, n, pgbox.OutboxDead)
+			ctx, cancel = context.WithCancel(context.Background())
+			defer cancel()
+			retried, err := b.adm.OutboxRetry(ctx, admin.OutboxRetryOptions{BatchSize: 5, ProgressFunc: last})
+			require.NoError(t, err)
+			require.EqualValues(t, n, retried)
+
 			records, err := b.adm.AuditLog(context.Background(), admin.AuditLogOptions{})
 			require.NoError(t, err)
-			require.Len(t, records, 2)
+			require.Len(t, records, 4)
 			for _, r := range records {
 				require.Equal(t, []any{admin.AuditFinished, int64(n)}, []any{r.State, r.Affected}, r.Action)
 			}

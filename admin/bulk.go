@@ -180,7 +180,7 @@ func (a *Admin) seqBatches(query, leftSQL string, f Filter, note string, auditID
 	started, full := false, false
 	return func(ctx context.Context, db dbtx, size int) (int64, bool, error) {
 		if started && ctx.Err() != nil {
-			if !full || !a.leftAfter(ctx, db, leftSQL, f, after) {
+			if !full || !a.stillLeft(ctx, db, leftSQL, append(f.args(), after)...) {
 				return 0, false, nil
 			}
 			return 0, false, ctx.Err()
@@ -317,9 +317,9 @@ func (a *Admin) purge(ctx context.Context, db dbtx, opts PurgeOptions) (int64, e
 	e := auditEntry{action: AuditPurge, actor: opts.Actor, selection: purgeSelection{
 		Consumer: opts.Consumer, OlderThan: opts.OlderThan.String(), Status: opts.Status}}
 	return a.audited(ctx, db, e, func(auditID int64) (int64, error) {
-		return a.inBatches(ctx, db, "purge", size, opts.ProgressFunc, countBatch(a.q["purge"], func(size int) []any {
+		return a.inBatches(ctx, db, "purge", size, opts.ProgressFunc, a.countBatch(a.q["purge"], func(size int) []any {
 			return []any{olderThan, status, size, consumer, auditID}
-		}))
+		}, purgeLeftSQL, olderThan, status, consumer))
 	})
 }
 
@@ -332,9 +332,24 @@ type purgeSelection struct {
 
 // countBatch returns the batches of query (purgeBatchSQL or
 // outboxRetrySQL), which take args(size) and return how many rows they
-// changed; a full batch means more may remain.
-func countBatch(query string, args func(size int) []any) batchFunc {
+// changed; a full batch means more may remain. A changed row leaves the
+// selection, so each batch takes the first rows still in it.
+//
+// Interrupted after a full batch (ctx done), the change ends as complete,
+// with no error, when leftSQL (purgeLeftSQL or outboxRetryLeftSQL), given
+// leftArgs, finds nothing left: the interruption came during its last
+// batch. Otherwise it ends with ctx's error, without starting another
+// batch.
+func (a *Admin) countBatch(query string, args func(size int) []any, leftSQL string, leftArgs ...any) batchFunc {
+	started := false
 	return func(ctx context.Context, db dbtx, size int) (int64, bool, error) {
+		if started && ctx.Err() != nil {
+			if !a.stillLeft(ctx, db, leftSQL, leftArgs...) {
+				return 0, false, nil
+			}
+			return 0, false, ctx.Err()
+		}
+		started = true
 		var n int64
 		if err := db.QueryRow(ctx, query, args(size)...).Scan(&n); err != nil {
 			return 0, false, err

@@ -207,9 +207,9 @@ func (a *Admin) outboxRetry(ctx context.Context, db dbtx, opts OutboxRetryOption
 	}
 	e := auditEntry{action: AuditOutboxRetry, actor: opts.Actor, selection: outboxRetrySelection{AllDead: opts.IDs == nil, IDs: ids}}
 	return a.audited(ctx, db, e, func(auditID int64) (int64, error) {
-		return a.inBatches(ctx, db, "retry outbox rows", size, opts.ProgressFunc, countBatch(a.q["outboxRetry"], func(size int) []any {
+		return a.inBatches(ctx, db, "retry outbox rows", size, opts.ProgressFunc, a.countBatch(a.q["outboxRetry"], func(size int) []any {
 			return []any{ids, size, auditID}
-		}))
+		}, outboxRetryLeftSQL, ids))
 	})
 }
 

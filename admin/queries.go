@@ -217,12 +217,16 @@ WITH changed AS (
 ` + auditCountSQL("$5") + `
 SELECT count(*) FROM changed`
 
-// countPurgeableSQL counts what a purge would delete.
-const countPurgeableSQL = `
-SELECT count(*) FROM /* schema */inbox AS i
-WHERE i.status = $2
+// purgeableSQL is true for an inbox row i that a purge deletes: in status
+// $2 (done or discarded), processed (or received, for a discarded one)
+// more than $1 milliseconds ago, of consumer $3 (NULL: any).
+const purgeableSQL = `i.status = $2
   AND coalesce(i.processed_at, i.received_at) < now() - $1 * interval '1 millisecond'
   AND ($3::text IS NULL OR i.consumer = $3)`
+
+// countPurgeableSQL counts what a purge would delete.
+const countPurgeableSQL = `
+SELECT count(*) FROM /* schema */inbox AS i WHERE ` + purgeableSQL
 
 // failuresSQL groups dead and failing (pending after a failure) messages
 // by failure group, largest groups first, up to $2 of them, for consumer
@@ -431,13 +435,17 @@ SELECT ` + outboxColumns + `, o.payload, o.metadata, o.errors
 FROM /* schema */outbox AS o
 WHERE o.id = $1`
 
+// outboxRetryableSQL is true for an outbox row o that an outbox retry
+// retries: dead, and among ids $1 (NULL: any).
+const outboxRetryableSQL = `o.status = ` + tables.OutboxDead + ` AND ($1::uuid[] IS NULL OR o.id = ANY($1::uuid[]))`
+
 // outboxRetrySQL puts dead outbox rows back to pending: the ids $1, or
 // every dead row when $1 is NULL, up to $2 per statement, counted in audit
 // record $3; it returns how many it put back.
 var outboxRetrySQL = `
 WITH batch AS (
     SELECT o.id FROM /* schema */outbox AS o
-    WHERE o.status = ` + tables.OutboxDead + ` AND ($1::uuid[] IS NULL OR o.id = ANY($1::uuid[]))
+    WHERE ` + outboxRetryableSQL + `
     ORDER BY o.seq
     LIMIT $2
     FOR UPDATE
