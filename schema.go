@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/pooled"
 )
 
 // DefaultSchema is the PostgreSQL schema that holds pgbox's tables unless a
@@ -88,7 +89,7 @@ func CheckSchema(ctx context.Context, db Querier, schema string) error {
 	case errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000"): // undefined_table, invalid_schema_name
 		return fmt.Errorf("%w: schema %s has no pgbox tables: run inboxctl migrate up (or call migrations.Migrate)", ErrSchemaNotMigrated, schema)
 	case err != nil:
-		return fmt.Errorf("check schema %s: %w", schema, err)
+		return fmt.Errorf("check schema %s: %w", schema, pooled.Explain(err))
 	case have == nil || *have == 0:
 		return fmt.Errorf("%w: schema %s has no pgbox migrations applied: run inboxctl migrate up (or call migrations.Migrate)", ErrSchemaNotMigrated, schema)
 	case *have != SchemaVersion:

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/pooled"
 )
 
 // checkTimeout bounds the schema check Explain runs.
@@ -22,10 +23,15 @@ const checkTimeout = 5 * time.Second
 
 // Explain returns err unchanged unless it is one of the errors an
 // unmigrated or outdated schema produces; then it returns CheckSchema's
-// verdict, which names the schema, its version and the command to run.
+// verdict, which names the schema, its version and the command to run. A
+// prepared statement lost behind a transaction pooler is explained too
+// (pooled.Explain).
 // db must not be the transaction the failed statement ran in: that
 // transaction is aborted and can run nothing more.
 func Explain(ctx context.Context, db pgbox.Querier, schema string, err error) error {
+	if pooled.LostStatement(err) {
+		return pooled.Explain(err)
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return err

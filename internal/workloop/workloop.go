@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgbox/pgbox/internal/notify"
+	"github.com/pgbox/pgbox/internal/pooled"
 	"github.com/pgbox/pgbox/internal/telemetry"
 )
 
@@ -273,7 +274,7 @@ func (s *Service) work(i int) {
 		s.batchEnded(i, n, err)
 		if err != nil {
 			s.cfg.Logger.Error(s.cfg.Name+": claiming failed; retrying",
-				slog.Duration("wait", errWait), slog.String("error", err.Error()))
+				slog.Duration("wait", errWait), slog.String("error", pooled.Explain(err).Error()))
 			if !s.sleep(errWait) {
 				return
 			}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgbox/pgbox/internal/pooled"
 )
 
 // connectError explains why inboxctl could not connect, with the advice
@@ -91,10 +93,13 @@ func serverRefusal(user, database string, e *pgconn.PgError) string {
 // dsn takes (URL or key=value), and keeps the driver's error in brackets;
 // any other error is returned as it is.
 func pooledStatementError(dsn string, err error) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || !strings.Contains(pgErr.Message, "prepared statement") ||
-		pgErr.Code != "26000" && pgErr.Code != "42P05" { // invalid_sql_statement_name, duplicate_prepared_statement
+	if !pooled.LostStatement(err) {
 		return err
+	}
+	// Told in inboxctl's words, once: the library's explanation, for a
+	// service's logs, gives way to advice on --dsn.
+	if explained := (*pooled.Error)(nil); errors.As(err, &explained) {
+		err = explained.Err
 	}
 	add := "?default_query_exec_mode=cache_describe"
 	switch {
