@@ -119,7 +119,7 @@ func (e *UnknownError) Error() string {
 	default:
 		fmt.Fprintf(&b, " (known %s: %s)", noun, quoteAll(e.Known))
 	}
-	b.WriteString("; nothing was changed: check the name, or set PauseOptions.Force to pause it before its first message")
+	b.WriteString("; nothing was changed: check the name, or force the pause (PauseOptions.Force, inboxctl pause --force) to pause it before its first message")
 	return b.String()
 }
 

@@ -115,6 +115,7 @@ where the output is a list.
 		a.outboxCommand(), a.migrateCommand(), a.versionCommand(),
 		a.processesCommand(), a.auditCommand(), a.serveCommand(),
 	)
+	root.AddCommand(a.pauseCommand(), a.resumeCommand(), a.pausesCommand())
 	for _, c := range root.Commands() {
 		wrapArgs(c)
 	}
