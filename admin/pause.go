@@ -107,7 +107,7 @@ func (e *UnknownError) Error() string {
 	if e.EventType == "" {
 		fmt.Fprintf(&b, "consumer %q is unknown: the inbox holds no message of it and no dispatcher of it is registered", e.Consumer)
 	} else {
-		fmt.Fprintf(&b, "consumer %q has no message of event type %q among its unfinished messages and the %d of its messages sampled",
+		fmt.Fprintf(&b, "consumer %q has no message of event type %q among its pending messages and %d others sampled",
 			e.Consumer, e.EventType, knownEventTypesSample)
 	}
 	noun := map[bool]string{true: "consumers", false: "event types"}[e.EventType == ""]
@@ -210,7 +210,7 @@ func (a *Admin) alreadyPaused(ctx context.Context, db dbtx, consumer, eventType 
 
 // checkKnown returns an *UnknownError when pgbox has not seen consumer (no
 // message, no registered dispatcher), or, for an eventType, when none of
-// the consumer's unfinished messages nor a sample of its others is of it.
+// the consumer's pending messages nor a sample of its others is of it.
 func (a *Admin) checkKnown(ctx context.Context, consumer, eventType string) error {
 	query, arg := knownConsumersSQL, []any{}
 	if eventType != "" {
@@ -227,7 +227,7 @@ func (a *Admin) checkKnown(ctx context.Context, consumer, eventType string) erro
 	if err != nil {
 		return a.dbError(ctx, "pause", err)
 	}
-	if slices.Contains(known, cmp.Or(eventType, consumer)) {
+	if slices.Contains(known, cmp.Or(eventType, consumer)) { // the event type among the known ones, or else the consumer
 		return nil
 	}
 	return &UnknownError{Consumer: consumer, EventType: eventType, Known: known}
