@@ -1,6 +1,7 @@
 // Package admin is what operators need to see and steer pgbox's inbox and
 // outbox: counts, lists, one message in full, failures grouped by cause,
-// and bulk replays, discards and purges that work in bounded batches. The
+// bulk replays, discards and purges that work in bounded batches, and
+// pauses of a consumer or of one of its event types (Pause, Resume). The
 // inboxctl command is a thin shell around it; services can use it too (a
 // status page, a scheduled replay).
 //
@@ -12,8 +13,8 @@
 // # Audit
 //
 // Every write (Replay, Discard, Purge, ScheduleReplay and
-// CancelScheduledReplay, OutboxRetry, EditAndReplay) is recorded in the
-// audit log (AuditLog): who (the options' Actor, by default this process),
+// CancelScheduledReplay, OutboxRetry, EditAndReplay, Pause and Resume) is
+// recorded in the audit log (AuditLog): who (the options' Actor, by default this process),
 // from where, when, the selection, the note and how many rows it changed.
 // The record is written before the first batch, and each batch adds its
 // count to it in the statement that makes the change, so the count is
@@ -26,9 +27,10 @@
 // Each write comes in a pair, as in River: Replay and ReplayTx, Discard and
 // DiscardTx, Purge and PurgeTx, OutboxRetry and OutboxRetryTx,
 // ScheduleReplay and ScheduleReplayTx, CancelScheduledReplay and
-// CancelScheduledReplayTx. The plain form runs on the pool; a bulk one runs
-// each batch as its own short statement, so a million-message replay never
-// holds one giant lock or transaction. The Tx form runs inside the caller's
+// CancelScheduledReplayTx, Pause and PauseTx, Resume and ResumeTx. The
+// plain form runs on the pool; a bulk one runs each batch as its own short
+// statement, so a million-message replay never holds one giant lock or
+// transaction. The Tx form runs inside the caller's
 // pgx.Tx and commits nothing itself: its changes take effect if, and when,
 // the caller commits, together with the caller's own writes (an audit row,
 // say). A bulk Tx form still works in batches, but holds every row it

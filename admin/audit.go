@@ -35,12 +35,17 @@ const (
 	// AuditEditPayload is EditAndReplay: a payload replaced, and the
 	// message replayed.
 	AuditEditPayload AuditAction = "edit_payload"
+	// AuditPause is Pause: its selection names the consumer and event
+	// type, its note is the reason.
+	AuditPause AuditAction = "pause"
+	// AuditResume is Resume.
+	AuditResume AuditAction = "resume"
 )
 
 // AuditActions returns every action the audit log records.
 func AuditActions() []AuditAction {
 	return []AuditAction{AuditReplay, AuditDiscard, AuditPurge, AuditScheduleReplay, AuditCancelScheduledReplay,
-		AuditOutboxRetry, AuditEditPayload}
+		AuditOutboxRetry, AuditEditPayload, AuditPause, AuditResume}
 }
 
 // AuditState is how far an audited action got.

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,9 +94,14 @@ func checkErr(r checkReport) error {
 }
 
 // statsProblems is what stats --check finds wrong: dead and failing
-// messages, dead outbox rows, and due work older than stallAfter.
-func (a *app) statsProblems(st *admin.Stats, o *admin.Overdue, stallAfter time.Duration) []problem {
+// messages, dead outbox rows, and due work older than stallAfter, but for
+// a consumer paused as a whole (pauses), whose work waits by design.
+func (a *app) statsProblems(st *admin.Stats, o *admin.Overdue, stallAfter time.Duration, pauses []admin.Pause) []problem {
 	var out []problem
+	paused := map[string][]string{} // consumer: its event types paused, "" for all
+	for _, p := range pauses {
+		paused[p.Consumer] = append(paused[p.Consumer], p.EventType)
+	}
 	for _, c := range st.Consumers {
 		failures := a.hint("failures", "--consumer", c.Consumer)
 		if c.Dead > 0 {
@@ -110,11 +116,15 @@ func (a *app) statsProblems(st *admin.Stats, o *admin.Overdue, stallAfter time.D
 			out = append(out, problem{Consumer: c.Consumer, Count: c.Retrying, Kind: checkFailing, where: clean(c.Consumer),
 				Text: fmt.Sprintf("%s failing, retrying after a failure%s: '%s' shows why.", plural(c.Retrying, "message"), next, failures)})
 		}
-		if waited, ok := o.Consumers[c.Consumer]; ok && time.Duration(waited) > stallAfter {
+		if waited, ok := o.Consumers[c.Consumer]; ok && time.Duration(waited) > stallAfter && !slices.Contains(paused[c.Consumer], "") {
+			cause := "no dispatcher of " + clean(c.Consumer) + " running, all stuck, or its ordering key held up behind a failing message"
+			if types := paused[c.Consumer]; len(types) > 0 {
+				cause = fmt.Sprintf("%s %s paused ('%s' lists the pauses), ", verb(int64(len(types)), "event type", "event types"), cleanList(types),
+					a.hint("pauses")) + cause
+			}
 			out = append(out, problem{Consumer: c.Consumer, Count: 1, Kind: checkStalled, where: clean(c.Consumer),
-				Text: fmt.Sprintf("a message has waited %s since it was due, and no worker has claimed it (no dispatcher of %s running, "+
-					"all stuck, or its ordering key held up behind a failing message): '%s' shows who runs.",
-					age(time.Duration(waited)), clean(c.Consumer), a.hint("processes"))})
+				Text: fmt.Sprintf("a message has waited %s since it was due, and no worker has claimed it (%s): '%s' shows who runs.",
+					age(time.Duration(waited)), cause, a.hint("processes"))})
 		}
 	}
 	if n := st.Outbox.Dead; n > 0 {

@@ -88,7 +88,8 @@ func (a *app) rootCommand() *cobra.Command {
 		Short: "Inspect and steer pgbox's inbox and outbox",
 		Long: `inboxctl shows what pgbox's inbox and outbox hold and lets an operator replay,
 discard or purge messages, safely: bulk changes ask for confirmation (or --yes)
-and run in bounded batches.
+and run in bounded batches. pause and resume hold a consumer's messages, or one
+event type's, while what they need is down.
 
 The database comes from --dsn or DATABASE_URL; the schema from --schema.
 Commands that print data take -o table (the default), json, and jsonl
@@ -115,6 +116,7 @@ where the output is a list.
 		a.outboxCommand(), a.migrateCommand(), a.versionCommand(),
 		a.processesCommand(), a.auditCommand(), a.serveCommand(),
 	)
+	root.AddCommand(a.pauseCommand(), a.resumeCommand(), a.pausesCommand())
 	for _, c := range root.Commands() {
 		wrapArgs(c)
 	}

@@ -47,7 +47,11 @@ on-call must act on, and exits ` + fmt.Sprint(ExitCheckFailed) + ` if anything: 
 messages (retrying after a failure), dead outbox rows, and a stall: a
 message (or outbox row) due for longer than --stall-after that no worker has
 claimed. -o json adds "check": {"ok", "problems": [{"kind", "consumer",
-"count", "text"}]}.`,
+"count", "text"}]}.
+
+The consumers and event types paused ('inboxctl pause') are listed under the
+tables, with who paused them, since when and why ("pauses" in JSON). A pause
+is deliberate: --check reports no stall for a consumer paused as a whole.`,
 		Example: `  inboxctl stats
   inboxctl stats --watch
   inboxctl stats --exact
@@ -77,6 +81,10 @@ claimed. -o json adds "check": {"ok", "problems": [{"kind", "consumer",
 				if err != nil {
 					return err
 				}
+				pauses, err := a.admin.Pauses(ctx, "")
+				if err != nil {
+					return err
+				}
 				if watch && frame > 0 {
 					if isTerminal(a.out) {
 						fmt.Fprint(a.out, "\033[H\033[2J") // redraw in place
@@ -90,15 +98,18 @@ claimed. -o json adds "check": {"ok", "problems": [{"kind", "consumer",
 					if err != nil {
 						return err
 					}
-					report = newCheckReport(a.statsProblems(st, overdue, stallAfter))
+					report = newCheckReport(a.statsProblems(st, overdue, stallAfter, pauses))
 				}
 				switch {
-				case output == formatJSON && check:
-					if err := writeJSON(a.out, checkedStats{Stats: st, Check: report}); err != nil {
-						return err
-					}
 				case output == formatJSON:
-					if err := writeJSON(a.out, st); err != nil {
+					r := statsReport{Stats: st, Pauses: pauses}
+					if pauses == nil {
+						r.Pauses = []admin.Pause{}
+					}
+					if check {
+						r.Check = &report
+					}
+					if err := writeJSON(a.out, r); err != nil {
 						return err
 					}
 				default:
@@ -106,6 +117,7 @@ claimed. -o json adds "check": {"ok", "problems": [{"kind", "consumer",
 					if scheduled > 0 {
 						fmt.Fprintf(a.out, "%s waiting or under way: '%s' lists them.\n", plural(scheduled, "scheduled replay"), a.hint("scheduled"))
 					}
+					a.printPauses(pauses, st.At)
 					if check {
 						a.printCheck(report, fmt.Sprintf("no dead or failing messages, no dead outbox rows, no work due for more than %s", window(stallAfter)))
 					}
@@ -130,10 +142,14 @@ claimed. -o json adds "check": {"ok", "problems": [{"kind", "consumer",
 	return cmd
 }
 
-// checkedStats is stats --check -o json: the stats, and the check.
-type checkedStats struct {
+// statsReport is stats -o json: the stats, the pauses in place and, with
+// --check, the check.
+type statsReport struct {
 	*admin.Stats
-	Check checkReport `json:"check"`
+	Check *checkReport `json:"check,omitempty"`
+	// Pauses lists the pauses in place ([] when none), as 'inboxctl
+	// pauses' does.
+	Pauses []admin.Pause `json:"pauses"`
 }
 
 // printStats prints the stats' tables, their notes and, with footer, a
@@ -627,4 +643,17 @@ func sparkline(counts []int64) string {
 		b.WriteRune(levels[(n*int64(len(levels))-1)/top])
 	}
 	return b.String()
+}
+
+// printPauses lists the pauses in place under stats' tables, one a line,
+// with their ages at now and the command that lifts each; nothing when
+// none is.
+func (a *app) printPauses(pauses []admin.Pause, now time.Time) {
+	if len(pauses) == 0 {
+		return
+	}
+	fmt.Fprintf(a.out, "\nPaused (their messages wait; '%s' lists the pauses):\n", a.hint("pauses"))
+	for _, p := range pauses {
+		fmt.Fprintf(a.out, "- %s. Resume: %s\n", pauseLine(p, now), a.hint(resumeArgs(p.Consumer, p.EventType)...))
+	}
 }

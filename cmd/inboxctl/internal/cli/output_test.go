@@ -28,9 +28,10 @@ func TestOutputFlagIsTheSameEverywhere(t *testing.T) {
 		{"stats"}, {"show", "bad-1"}, {"outbox", "show", "019a0000-0000-7000-8000-000000000002"},
 		{"migrate", "version"}, {"migrate", "check"}, {"version"},
 		{"purge", "--older-than", "1d", "--dry-run"}, {"outbox", "retry", "--all-dead", "--dry-run"},
+		{"pause", "shipping", "--reason", "x"}, {"resume", "payments"},
 	}
 	lists := [][]string{
-		{"list"}, {"failures"}, {"outbox", "list"}, {"scheduled"}, {"migrate", "status"}, {"audit"}, {"processes"},
+		{"list"}, {"failures"}, {"outbox", "list"}, {"scheduled"}, {"migrate", "status"}, {"audit"}, {"processes"}, {"pauses"},
 		{"replay", "--status", "dead", "--dry-run"}, {"discard", "--all", "--reason", "x", "--dry-run"},
 	}
 	// Every command that takes -o is here, and prints what its help says.

@@ -76,7 +76,7 @@ func TestLongErrorPatternKeepsActionsOnScreen(t *testing.T) {
 	}
 
 	// One click shows the whole pattern.
-	sel := `//table[contains(@class,"groups")]//tr[td[normalize-space()="RowParsed"]]//td[contains(@class,"error")]`
+	sel := `//table[contains(@class,"groups")]//tr[td[normalize-space(text()[1])="RowParsed"]]//td[contains(@class,"error")]`
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.Search(sel+"//summary"))))
 	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.Search(sel+"//details//pre"))))
 	whole, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.Search(sel+"//details//pre")))

@@ -12,6 +12,13 @@ import (
 type overviewView struct {
 	// Jobs are this console's background actions under way on the target.
 	Jobs []*job
+	// Pauses are the consumers and event types paused, a whole
+	// consumer's before its event types'.
+	Pauses []admin.Pause
+	// PausedWhole names the consumers paused as a whole; PausedTypes
+	// counts each consumer's event types paused.
+	PausedWhole map[string]bool
+	PausedTypes map[string]int
 	// Leader is the maintenance leader's row in the processes table, to
 	// name it as inboxctl processes does (name, host, pid); nil when there
 	// is no leader, or its River id is in no row (a maintainer of an
@@ -56,8 +63,20 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, t *Target) er
 		v.Scheduled, err = t.Admin.CountScheduledReplays(ctx)
 		return err
 	})
+	g.Go(func() (err error) {
+		v.Pauses, err = t.Admin.Pauses(ctx, "")
+		return err
+	})
 	if err := g.Wait(); err != nil {
 		return err
+	}
+	v.PausedWhole, v.PausedTypes = map[string]bool{}, map[string]int{}
+	for _, p := range v.Pauses {
+		if p.EventType == "" {
+			v.PausedWhole[p.Consumer] = true
+		} else {
+			v.PausedTypes[p.Consumer]++
+		}
 	}
 	for _, cs := range v.Stats.Consumers {
 		v.Dead += cs.Dead

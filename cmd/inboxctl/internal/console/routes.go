@@ -35,6 +35,9 @@ func (c *Console) routes() []route {
 		action("POST /discard", c.discard),
 		action("POST /scheduled/cancel", c.cancelScheduled),
 		action("POST /outbox/retry", c.outboxRetry),
+		// Pauses (pause.go).
+		action("POST /pause", c.pause),
+		action("POST /resume", c.resume),
 	}
 }
 
