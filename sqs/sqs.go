@@ -78,6 +78,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/pgbox/pgbox/relay"
@@ -131,8 +132,11 @@ func (q *queueURLs) get(ctx context.Context, queue string) (string, error) {
 // has no such queue. The relay then pauses instead of charging rows that
 // no retry could help. A missing queue says how to fix it.
 func outage(err error) error {
-	var missing *types.QueueDoesNotExist
-	if errors.As(err, &missing) {
+	// SQS names a missing queue AWS.SimpleQueueService.NonExistentQueue in
+	// its query protocol and QueueDoesNotExist in its JSON one; the SDK
+	// gives it a type only for the operations whose model lists it.
+	var api smithy.APIError
+	if errors.As(err, &api) && (api.ErrorCode() == "AWS.SimpleQueueService.NonExistentQueue" || api.ErrorCode() == "QueueDoesNotExist") {
 		return fmt.Errorf("%w: %w (create the queue: pgbox does not create queues, whose visibility timeout and redrive policy are the infrastructure's to set)",
 			relay.ErrBrokerUnreachable, err)
 	}

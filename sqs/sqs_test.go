@@ -98,7 +98,7 @@ func TestPublishErrors(t *testing.T) {
 	t.Parallel()
 	srv := brokertest.Start(t, brokertest.GoAWS)
 	client := sqstest.Client(srv.URL())
-	sqstest.CreateQueue(t, client, "orders", 30*time.Second)
+	url := sqstest.CreateQueue(t, client, "orders", 30*time.Second)
 	pub, err := sqs.NewPublisher(sqs.PublisherConfig{Client: client})
 	require.NoError(t, err)
 
@@ -110,6 +110,16 @@ func TestPublishErrors(t *testing.T) {
 	err = pub.Publish("orders", big)
 	require.Error(t, err)
 	require.False(t, relay.IsUnreachable(err), "%v", err)
+
+	require.NoError(t, pub.Publish("orders", message.NewMessage(uuid.NewString(), []byte("{}"))))
+	// A queue deleted after the publisher looked its URL up: SendMessage
+	// fails with an error the SDK leaves untyped.
+	_, err = client.DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)})
+	require.NoError(t, err)
+	err = pub.Publish("orders", message.NewMessage(uuid.NewString(), []byte("{}")))
+	require.True(t, relay.IsUnreachable(err), "%v", err)
+	require.ErrorContains(t, err, "create the queue")
+	sqstest.CreateQueue(t, client, "orders", 30*time.Second)
 
 	require.NoError(t, pub.Publish("orders", message.NewMessage(uuid.NewString(), []byte("{}"))))
 	srv.Kill(t)
