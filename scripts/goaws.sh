@@ -13,7 +13,8 @@
 # must be created again. goaws has no setting for its listen address: it
 # listens on every interface, on a free port. FIFO queues (names ending in
 # .fifo) drop a message whose MessageDeduplicationId was seen in the last
-# five minutes, as SQS does.
+# five minutes, as SQS does (goaws forgets the id once the message is
+# deleted, which SQS does not).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

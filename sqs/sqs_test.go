@@ -201,4 +201,41 @@ func TestForeignMessage(t *testing.T) {
 	require.Equal(t, message.Metadata{"x-event-id": "e-1", "amount": "12", sqs.MetadataMessageID: *sent.MessageId}, got.Metadata)
 	require.Equal(t, `{"entry":1}`, string(got.Payload))
 	got.Ack()
+
+	require.NoError(t, sub.Close())
+	_, err = sub.Subscribe(context.Background(), "ledger")
+	require.ErrorContains(t, err, "the subscriber is closed")
+}
+
+// The subscriber extends the visibility of the message it holds: while
+// the handler has it, unacknowledged, for several of the queue's 1s
+// visibility timeouts, no other consumer receives it. Without the
+// extension (ExtendEvery -1) another consumer receives it within two.
+func TestVisibilityExtended(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.Start(t, brokertest.GoAWS)
+	client := sqstest.Client(srv.URL())
+	url := sqstest.CreateQueue(t, client, "slow", time.Second)
+	pub, err := sqs.NewPublisher(sqs.PublisherConfig{Client: client})
+	require.NoError(t, err)
+	msg := message.NewMessage(uuid.NewString(), []byte("{}"))
+	require.NoError(t, pub.Publish("slow", msg))
+	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	held := next(t, receive(t, sub, "slow"))
+
+	// Four long polls of a second each: goaws makes an expired message
+	// visible again within a second of its timeout.
+	other := func() []types.Message {
+		out, err := client.ReceiveMessage(context.Background(), &awssqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 1})
+		require.NoError(t, err)
+		return out.Messages
+	}
+	for range 4 {
+		require.Empty(t, other(), "another consumer received the message held")
+	}
+	require.True(t, held.Ack())
+	require.Eventually(t, func() bool { return sqstest.Waiting(t, client, url) == 0 }, 10*time.Second, 10*time.Millisecond,
+		"deleted once acknowledged")
 }

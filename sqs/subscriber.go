@@ -75,6 +75,9 @@ type Subscriber struct {
 	ctx    context.Context // ended by Close
 	cancel context.CancelFunc
 	urls   *queueURLs
+
+	mu     sync.Mutex // orders Subscribe's start of a subscription before Close's wait
+	closed bool
 	wg     sync.WaitGroup
 }
 
@@ -110,9 +113,6 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 // it returns, which is closed when ctx ends or the subscriber is closed.
 // It fails when the queue cannot be found, or its visibility timeout read.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	if s.ctx.Err() != nil {
-		return nil, errors.New("sqs: the subscriber is closed")
-	}
 	url, err := s.urls.get(ctx, topic)
 	if err != nil {
 		return nil, err
@@ -126,6 +126,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	extendEvery := s.cfg.ExtendEvery
 	if extendEvery == 0 {
 		extendEvery = visibility / 3
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.New("sqs: the subscriber is closed")
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
@@ -158,6 +163,9 @@ func (s *Subscriber) queueVisibility(ctx context.Context, topic, url string) (ti
 // Close ends every subscription and waits until each has settled its
 // messages (see Subscriber). Calls after the first do nothing.
 func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
 	return nil
