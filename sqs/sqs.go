@@ -40,7 +40,8 @@
 // out again, to any consumer, whether or not the first is still at work.
 // The subscriber extends the visibility of every message it holds (see
 // SubscriberConfig.ExtendEvery) until the handler acknowledges it, when it
-// deletes it, or nacks it, when it makes it visible again at once. A
+// deletes it, or nacks it, when it makes it visible again after
+// SubscriberConfig.NackDelay. A
 // copy that comes back all the same (a consumer that died before
 // DeleteMessage, an extension that failed) is acknowledged by
 // watermillinbox as a duplicate.

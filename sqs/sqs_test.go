@@ -46,7 +46,7 @@ func next(t *testing.T, msgs <-chan *message.Message) *message.Message {
 // What the relay publishes arrives as it left: the UUID (the outbox id,
 // the consumer's dedupe key), the metadata, and the payload's bytes,
 // text or not; SQS's MessageId is added to the metadata. An acknowledged
-// message is deleted, and a nacked one comes back at once.
+// message is deleted, and a nacked one comes back.
 func TestRoundTrip(t *testing.T) {
 	t.Parallel()
 	srv := brokertest.Start(t, brokertest.GoAWS)
@@ -54,7 +54,7 @@ func TestRoundTrip(t *testing.T) {
 	url := sqstest.CreateQueue(t, client, "orders", 30*time.Second)
 	pub, err := sqs.NewPublisher(sqs.PublisherConfig{Client: client})
 	require.NoError(t, err)
-	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client, WaitTime: time.Second})
+	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client, NackDelay: time.Second, WaitTime: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 
@@ -80,7 +80,7 @@ func TestRoundTrip(t *testing.T) {
 		if want == binary {
 			require.True(t, got.Nack())
 			again := next(t, msgs)
-			require.Equal(t, binary.UUID, again.UUID, "a nacked message comes back at once")
+			require.Equal(t, binary.UUID, again.UUID, "a nacked message comes back after NackDelay")
 			got = again
 		}
 		require.True(t, got.Ack())
@@ -166,6 +166,7 @@ func TestConfigRefused(t *testing.T) {
 		{sqs.SubscriberConfig{Client: client, VisibilityTimeout: 1500 * time.Millisecond}, "VisibilityTimeout is 1.5s"},
 		{sqs.SubscriberConfig{Client: client, WaitTime: 21 * time.Second}, "WaitTime is 21s"},
 		{sqs.SubscriberConfig{Client: client, ExtendEvery: -2}, "ExtendEvery is -2ns"},
+		{sqs.SubscriberConfig{Client: client, NackDelay: 500 * time.Millisecond}, "NackDelay is 500ms"},
 	} {
 		_, err := sqs.NewSubscriber(tc.cfg)
 		require.ErrorContains(t, err, tc.want)

@@ -21,6 +21,10 @@ import (
 // message by default: SQS's longest long poll.
 const SubscriberWaitTimeDefault = 20 * time.Second
 
+// SubscriberNackDelayDefault is how long a nacked message stays hidden by
+// default before SQS hands it out again.
+const SubscriberNackDelayDefault = 5 * time.Second
+
 // settleTimeout bounds the calls that settle a message after its
 // subscription ended or its handler answered: DeleteMessage, and
 // ChangeMessageVisibility to release it.
@@ -40,6 +44,15 @@ type SubscriberConfig struct {
 	// held longer than the timeout out again (the inbox takes the copy as
 	// a duplicate).
 	ExtendEvery time.Duration
+
+	// NackDelay is how long a message the handler nacks stays hidden
+	// before SQS hands it out again, in whole seconds. Each handout counts
+	// towards the queue's redrive policy: with watermillinbox, a nack
+	// means the database could not be reached, and maxReceiveCount ×
+	// NackDelay is how long that may last before SQS moves the messages
+	// to the dead-letter queue. Defaults to SubscriberNackDelayDefault; -1
+	// hands it out again at once.
+	NackDelay time.Duration
 
 	// Logger receives, at error level, failed receives (once until one
 	// succeeds again, then an info line) and messages that could not be
@@ -61,8 +74,8 @@ type SubscriberConfig struct {
 
 // Subscriber receives Watermill messages from SQS queues. A message is
 // deleted from its queue once the handler acknowledges it, and made
-// visible again at once when the handler nacks it; meanwhile its
-// visibility is extended (SubscriberConfig.ExtendEvery).
+// visible again after SubscriberConfig.NackDelay when the handler nacks
+// it; meanwhile its visibility is extended (SubscriberConfig.ExtendEvery).
 //
 // Each subscription receives up to ten messages a call and hands them
 // out one at a time; a failed receive (SQS unreachable) is retried with
@@ -95,6 +108,9 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	if cfg.WaitTime < 0 || cfg.WaitTime > SubscriberWaitTimeDefault || cfg.WaitTime%time.Second != 0 {
 		return nil, fmt.Errorf("sqs: SubscriberConfig.WaitTime is %s: give whole seconds up to 20s, or 0 for the default", cfg.WaitTime)
 	}
+	if cfg.NackDelay < -1 || cfg.NackDelay%time.Second != 0 && cfg.NackDelay != -1 {
+		return nil, fmt.Errorf("sqs: SubscriberConfig.NackDelay is %s: give whole seconds, 0 for the default, or -1 for at once", cfg.NackDelay)
+	}
 	if cfg.ExtendEvery < -1 {
 		return nil, fmt.Errorf("sqs: SubscriberConfig.ExtendEvery is %s: give a positive duration, 0 for the default, or -1 to disable it", cfg.ExtendEvery)
 	}
@@ -103,6 +119,12 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	}
 	if cfg.WaitTime == 0 {
 		cfg.WaitTime = SubscriberWaitTimeDefault
+	}
+	switch cfg.NackDelay {
+	case 0:
+		cfg.NackDelay = SubscriberNackDelayDefault
+	case -1:
+		cfg.NackDelay = 0
 	}
 	s := &Subscriber{cfg: cfg, urls: &queueURLs{client: cfg.Client, urls: map[string]string{}}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -271,7 +293,7 @@ func (q *queue) deliver(ctx context.Context, m types.Message) bool {
 				slog.String("queue", q.name), slog.String("message_id", aws.ToString(m.MessageId)), slog.String("error", err.Error()))
 		}
 	case <-msg.Nacked():
-		q.changeVisibility(*m.ReceiptHandle, 0)
+		q.changeVisibility(*m.ReceiptHandle, q.s.cfg.NackDelay)
 	case <-ctx.Done():
 		return false
 	}
