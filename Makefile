@@ -11,6 +11,9 @@
 # PGBOUNCER_URL. The RabbitMQ tests start brokers of their own
 # (scripts/rabbitmq.sh, Debian's rabbitmq-server, installed if missing) to
 # kill them; make bench uses RABBITMQ_URL, or the one in .pgbox/rabbitmq.
+# The Amazon SQS tests likewise start goaws servers of their own
+# (scripts/goaws.sh, built from the Go module proxy into .pgbox/bin); make
+# bench uses SQS_URL, or the one in .pgbox/goaws.
 # `make down` stops and removes them all.
 
 SHELL := /usr/bin/env bash
@@ -20,12 +23,15 @@ PG := scripts/pg.sh
 NATS := scripts/nats.sh
 PGBOUNCER := scripts/pgbouncer.sh
 RABBITMQ := scripts/rabbitmq.sh
+GOAWS := scripts/goaws.sh
 # The database URL: DATABASE_URL, or the local cluster (started if needed).
 DB = $${DATABASE_URL:-$$($(PG) up)}
 # The NATS URL: NATS_URL, or the local server (started if needed).
 BROKER = $${NATS_URL:-$$($(NATS) up)}
 # The RabbitMQ URL: RABBITMQ_URL, or the local broker (started if needed).
 RABBIT = $${RABBITMQ_URL:-$$($(RABBITMQ) up)}
+# The SQS endpoint: SQS_URL, or the local goaws (started if needed).
+SQS = $${SQS_URL:-$$($(GOAWS) up)}
 
 # Fuzz targets run briefly by make test (each target:package), for a count
 # of inputs rather than a duration: with -fuzztime=5s, Go 1.26's fuzzing
@@ -59,7 +65,7 @@ QUERY_MODE_PKGS := ./migrations ./inbox ./internal/partition ./dispatcher ./outb
 # transaction-pooling PgBouncer (scripts/pgbouncer.sh, Debian's pgbouncer,
 # stock settings), as most Kubernetes deployments do, in pgx's
 # cache_describe mode (docs/operations.md says why that one): the core
-# packages, the end-to-end tests (outbox → relay → NATS or watermill-sql →
+# packages, the end-to-end tests (outbox → relay → NATS, SQS or watermill-sql →
 # inbox → dispatcher, crashes included), the orders example's processes
 # (TestOrders: HTTP with Idempotency-Key retries through the middleware,
 # then on through outbox, relay, broker, inbox and dispatcher, with a
@@ -77,7 +83,7 @@ POOLER_MODE := cache_describe
 POOLER_PKGS := ./migrations ./inbox ./internal/partition ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance ./internal/liveness \
 	./health ./pgboxtest ./watermillinbox ./test ./examples/quickstart
 
-.PHONY: test chaos bench demo demo-pooler demo-quickstart inboxctl pg-up pg-down nats-up nats-down pgbouncer-up pgbouncer-down rabbitmq-up rabbitmq-down down
+.PHONY: test chaos bench demo demo-pooler demo-quickstart inboxctl pg-up pg-down nats-up nats-down pgbouncer-up pgbouncer-down rabbitmq-up rabbitmq-down goaws-up goaws-down down
 
 test:
 	@url=$(DB); nats=$(BROKER); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
@@ -114,8 +120,8 @@ chaos:
 # (go run ./cmd/pgbox-bench -h lists them), e.g. BENCHFLAGS="-runs 5"; after a fix,
 # BENCHFLAGS="-only operator -update" measures that scenario again into the report, which says so.
 bench:
-	@url=$(DB); nats=$(BROKER); rabbit=$(RABBIT); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
-	DATABASE_URL="$$url" NATS_URL="$$nats" RABBITMQ_URL="$$rabbit" PGBOUNCER_URL="$$pooler" go run ./cmd/pgbox-bench $(BENCHFLAGS)
+	@url=$(DB); nats=$(BROKER); rabbit=$(RABBIT); sqs=$(SQS); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
+	DATABASE_URL="$$url" NATS_URL="$$nats" RABBITMQ_URL="$$rabbit" SQS_URL="$$sqs" PGBOUNCER_URL="$$pooler" go run ./cmd/pgbox-bench $(BENCHFLAGS)
 
 # The orders example (examples/orders): three services and two stand-in
 # providers as separate processes, under load, duplicate deliveries and a
@@ -171,4 +177,10 @@ rabbitmq-up:
 rabbitmq-down:
 	@$(RABBITMQ) down
 
-down: pgbouncer-down rabbitmq-down nats-down pg-down
+goaws-up:
+	@$(GOAWS) up
+
+goaws-down:
+	@$(GOAWS) down
+
+down: pgbouncer-down rabbitmq-down goaws-down nats-down pg-down

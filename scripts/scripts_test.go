@@ -4,6 +4,8 @@ package scripts_test
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -12,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -74,4 +77,48 @@ func TestPgShMovesTheClusterWhereThePostgresUserReaches(t *testing.T) {
 	pgsh(t, "down")
 	require.NoFileExists(t, link)
 	require.NoDirExists(t, dir)
+}
+
+// scripts/goaws.sh builds goaws once, starts it and prints its endpoint,
+// which answers; url prints the same; killed, up starts it again on the
+// same URL; down stops it and deletes its folder.
+func TestGoawsShUpKillUpDown(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "goaws")
+	goaws := func(t *testing.T, arg string) string {
+		t.Helper()
+		cmd := exec.Command("./goaws.sh", arg)
+		cmd.Env = append(os.Environ(), "PGBOX_GOAWS_DIR="+dir)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		require.NoError(t, cmd.Run(), "goaws.sh %s: %s", arg, errOut.String())
+		return strings.TrimSpace(out.String())
+	}
+	t.Cleanup(func() { goaws(t, "down") })
+	healthy := func(url string) bool {
+		resp, err := http.Get(url + "/health")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == http.StatusOK && string(body) == "OK"
+	}
+
+	url := goaws(t, "up")
+	require.Regexp(t, regexp.MustCompile(`^http://127\.0\.0\.1:[0-9]+$`), url)
+	require.True(t, healthy(url))
+	require.Equal(t, url, goaws(t, "url"))
+	require.Equal(t, url, goaws(t, "up"), "up again while it runs: the same server")
+
+	pid, err := os.ReadFile(filepath.Join(dir, "pid"))
+	require.NoError(t, err)
+	require.NoError(t, exec.Command("kill", "-9", strings.TrimSpace(string(pid))).Run())
+	require.Eventually(t, func() bool { return !healthy(url) }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, url, goaws(t, "up"), "started again on the same URL")
+	require.True(t, healthy(url))
+
+	goaws(t, "down")
+	require.NoDirExists(t, dir)
+	require.False(t, healthy(url))
 }

@@ -42,6 +42,9 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // broker is a real message broker, seen through Watermill.
 type broker struct {
+	// idFunc is the consumer's watermillinbox.Config.IDFunc; nil for the
+	// default, the Watermill UUID.
+	idFunc     func(*message.Message) (string, error)
 	publisher  message.Publisher
 	subscriber message.Subscriber
 	topic      string
@@ -230,7 +233,7 @@ func startConsumer(t testing.TB, b broker) *consumer {
 	c.inbox, err = inbox.New(c.pool, inbox.Config{Consumer: "payments", Schema: c.schema})
 	require.NoError(t, err)
 
-	store := watermillinbox.Handler(watermillinbox.Config{Inbox: c.inbox})
+	store := watermillinbox.Handler(watermillinbox.Config{IDFunc: b.idFunc, Inbox: c.inbox})
 	router, err := message.NewRouter(message.RouterConfig{}, watermillLogger(t))
 	require.NoError(t, err)
 	router.AddMiddleware(middleware.Duplicator)

@@ -1,5 +1,5 @@
 // Package brokertest runs a broker of a test's own through the project's
-// scripts (scripts/nats.sh, scripts/rabbitmq.sh), in a directory of its
+// scripts (scripts/nats.sh, scripts/rabbitmq.sh, scripts/goaws.sh), in a directory of its
 // own, so that the test may SIGKILL it and start it again on the same URL
 // without disturbing the shared servers other tests use.
 package brokertest
@@ -24,6 +24,9 @@ type Script struct {
 
 // The brokers a test can run.
 var (
+	// GoAWS is goaws, an Amazon SQS stand-in (scripts/goaws.sh, built
+	// from the Go module proxy); its URL is the SQS endpoint.
+	GoAWS = Script{dirEnv: "PGBOX_GOAWS_DIR", name: "goaws.sh"}
 	// NATS is NATS JetStream (scripts/nats.sh, Debian's nats-server).
 	NATS = Script{dirEnv: "PGBOX_NATS_DIR", name: "nats.sh"}
 	// RabbitMQ is RabbitMQ (scripts/rabbitmq.sh, Debian's rabbitmq-server).

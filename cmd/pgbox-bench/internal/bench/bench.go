@@ -29,6 +29,9 @@ type Config struct {
 	NATSURL string
 	// RabbitMQURL, when set, adds the relay case through RabbitMQ.
 	RabbitMQURL string
+	// SQSURL, when set, is an SQS endpoint (goaws: scripts/goaws.sh), and
+	// adds the relay case through Amazon SQS's protocol.
+	SQSURL string
 	// PoolerURL, when set, adds the pooler scenario: the hot paths
 	// measured on URL and through this transaction-pooling PgBouncer in
 	// front of the same server, side by side.

@@ -109,6 +109,7 @@ func (e *env) cases() ([]benchCase, error) {
 		cs = append(cs, relayTo("RabbitMQ", rabbitMQ(cfg.RabbitMQURL), false))
 	}
 	cs = append(cs, relayTo("Kafka (kfake, in process)", kafkaKFake, false))
+	cs = append(cs, sqsRelay(cfg.SQSURL, relayTo)...)
 	cs = append(cs,
 		benchCase{scenario: "latency", setting: fmt.Sprintf("inbox, %d/s", cfg.Rate), main: "p99 ms",
 			systems: []system{{"pgbox", e.inboxLatency(cfg.Rate)}}},

@@ -1,0 +1,242 @@
+package sqs_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/brokertest"
+	"github.com/pgbox/pgbox/internal/sqstest"
+	"github.com/pgbox/pgbox/relay"
+	"github.com/pgbox/pgbox/sqs"
+)
+
+// receive subscribes to queue and returns the subscription's channel,
+// ended with the test.
+func receive(t *testing.T, sub *sqs.Subscriber, queue string) <-chan *message.Message {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	msgs, err := sub.Subscribe(ctx, queue)
+	require.NoError(t, err)
+	return msgs
+}
+
+// next returns the next message of msgs.
+func next(t *testing.T, msgs <-chan *message.Message) *message.Message {
+	t.Helper()
+	select {
+	case m, ok := <-msgs:
+		require.True(t, ok, "the subscription ended")
+		return m
+	case <-time.After(30 * time.Second):
+		t.Fatal("no message within 30s")
+		return nil
+	}
+}
+
+// What the relay publishes arrives as it left: the UUID (the outbox id,
+// the consumer's dedupe key), the metadata, and the payload's bytes,
+// text or not; SQS's MessageId is added to the metadata. An acknowledged
+// message is deleted, and a nacked one comes back.
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.Start(t, brokertest.GoAWS)
+	client := sqstest.Client(srv.URL())
+	url := sqstest.CreateQueue(t, client, "orders", 30*time.Second)
+	pub, err := sqs.NewPublisher(sqs.PublisherConfig{Client: client})
+	require.NoError(t, err)
+	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client, NackDelay: time.Second, WaitTime: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+
+	text := message.NewMessage(uuid.NewString(), []byte(`{"order":"ünïcode ✓"}`))
+	text.Metadata.Set(pgbox.MetadataEventType, "OrderPlaced")
+	text.Metadata.Set(pgbox.MetadataOrderingKey, "customer-1")
+	text.Metadata.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	binary := message.NewMessage(uuid.NewString(), []byte{0, 1, 2, 0xff, 0xfe, 'x', 0})
+	binary.Metadata.Set(pgbox.MetadataEventType, "Blob")
+	require.NoError(t, pub.Publish("orders", text))
+	require.NoError(t, pub.Publish("orders", binary))
+
+	msgs := receive(t, sub, "orders")
+	seen := map[string]bool{}
+	for _, want := range []*message.Message{text, binary} {
+		got := next(t, msgs)
+		require.Equal(t, want.UUID, got.UUID)
+		require.Equal(t, want.Payload, got.Payload)
+		require.NotEmpty(t, got.Metadata.Get(sqs.MetadataMessageID))
+		seen[got.Metadata.Get(sqs.MetadataMessageID)] = true
+		delete(got.Metadata, sqs.MetadataMessageID)
+		require.Equal(t, want.Metadata, got.Metadata)
+		if want == binary {
+			require.True(t, got.Nack())
+			again := next(t, msgs)
+			require.Equal(t, binary.UUID, again.UUID, "a nacked message comes back after NackDelay")
+			got = again
+		}
+		require.True(t, got.Ack())
+	}
+	require.Len(t, seen, 2, "each message has its own MessageId")
+	require.Eventually(t, func() bool { return sqstest.Waiting(t, client, url) == 0 }, 10*time.Second, 10*time.Millisecond,
+		"acknowledged messages are deleted")
+}
+
+// An outage is told from a refusal. With goaws killed, and with the queue
+// missing, Publish fails as an outage (the relay pauses and charges
+// nothing), the latter saying to create the queue; a message SQS refuses
+// (too large) fails as the message's own failure.
+func TestPublishErrors(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.Start(t, brokertest.GoAWS)
+	client := sqstest.Client(srv.URL())
+	url := sqstest.CreateQueue(t, client, "orders", 30*time.Second)
+	pub, err := sqs.NewPublisher(sqs.PublisherConfig{Client: client})
+	require.NoError(t, err)
+
+	err = pub.Publish("missing", message.NewMessage(uuid.NewString(), []byte("{}")))
+	require.True(t, relay.IsUnreachable(err), "%v", err)
+	require.ErrorContains(t, err, "create the queue")
+
+	big := message.NewMessage(uuid.NewString(), make([]byte, 300*1024))
+	err = pub.Publish("orders", big)
+	require.Error(t, err)
+	require.False(t, relay.IsUnreachable(err), "%v", err)
+
+	require.NoError(t, pub.Publish("orders", message.NewMessage(uuid.NewString(), []byte("{}"))))
+	// A queue deleted after the publisher looked its URL up: SendMessage
+	// fails with an error the SDK leaves untyped.
+	_, err = client.DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)})
+	require.NoError(t, err)
+	err = pub.Publish("orders", message.NewMessage(uuid.NewString(), []byte("{}")))
+	require.True(t, relay.IsUnreachable(err), "%v", err)
+	require.ErrorContains(t, err, "create the queue")
+	sqstest.CreateQueue(t, client, "orders", 30*time.Second)
+
+	require.NoError(t, pub.Publish("orders", message.NewMessage(uuid.NewString(), []byte("{}"))))
+	srv.Kill(t)
+	err = pub.Publish("orders", message.NewMessage(uuid.NewString(), []byte("{}")))
+	require.True(t, relay.IsUnreachable(err), "%v", err)
+
+	require.NoError(t, pub.Close())
+	require.ErrorContains(t, pub.Publish("orders", message.NewMessage(uuid.NewString(), []byte("{}"))), "closed")
+}
+
+// To a FIFO queue the publisher sends the outbox id as the
+// MessageDeduplicationId: a message the relay publishes again within
+// SQS's five-minute window is dropped by SQS, where a standard queue
+// holds both copies (and the inbox drops the second).
+func TestFIFODeduplicationID(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.Start(t, brokertest.GoAWS)
+	client := sqstest.Client(srv.URL())
+	fifo := sqstest.CreateQueue(t, client, "orders.fifo", 30*time.Second)
+	standard := sqstest.CreateQueue(t, client, "orders", 30*time.Second)
+	pub, err := sqs.NewPublisher(sqs.PublisherConfig{Client: client})
+	require.NoError(t, err)
+
+	msg := message.NewMessage(uuid.NewString(), []byte("{}"))
+	msg.Metadata.Set(pgbox.MetadataOrderingKey, "customer-1")
+	for range 2 {
+		require.NoError(t, pub.Publish("orders.fifo", msg))
+		require.NoError(t, pub.Publish("orders", msg))
+	}
+	require.Equal(t, 1, sqstest.Waiting(t, client, fifo))
+	require.Equal(t, 2, sqstest.Waiting(t, client, standard))
+}
+
+// NewPublisher and NewSubscriber refuse what cannot work, naming the
+// field.
+func TestConfigRefused(t *testing.T) {
+	t.Parallel()
+	client := sqstest.Client("http://127.0.0.1:1")
+	for _, tc := range []struct {
+		cfg  sqs.SubscriberConfig
+		want string
+	}{
+		{sqs.SubscriberConfig{}, "SubscriberConfig.Client is nil"},
+		{sqs.SubscriberConfig{Client: client, VisibilityTimeout: 1500 * time.Millisecond}, "VisibilityTimeout is 1.5s"},
+		{sqs.SubscriberConfig{Client: client, WaitTime: 21 * time.Second}, "WaitTime is 21s"},
+		{sqs.SubscriberConfig{Client: client, ExtendEvery: -2}, "ExtendEvery is -2ns"},
+		{sqs.SubscriberConfig{Client: client, NackDelay: 500 * time.Millisecond}, "NackDelay is 500ms"},
+	} {
+		_, err := sqs.NewSubscriber(tc.cfg)
+		require.ErrorContains(t, err, tc.want)
+	}
+	_, err := sqs.NewPublisher(sqs.PublisherConfig{})
+	require.ErrorContains(t, err, "PublisherConfig.Client is nil")
+	_, err = sqs.NewPublisher(sqs.PublisherConfig{Client: client, Concurrency: -1})
+	require.ErrorContains(t, err, "Concurrency is -1")
+}
+
+// A foreign producer's message has no pgbox id: the subscriber gives it
+// no UUID, and its string and number attributes as metadata, next to its
+// MessageId.
+func TestForeignMessage(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.Start(t, brokertest.GoAWS)
+	client := sqstest.Client(srv.URL())
+	url := sqstest.CreateQueue(t, client, "ledger", 30*time.Second)
+	sent, err := client.SendMessage(context.Background(), &awssqs.SendMessageInput{
+		QueueUrl:    aws.String(url),
+		MessageBody: aws.String(`{"entry":1}`),
+		MessageAttributes: map[string]types.MessageAttributeValue{
+			"x-event-id": {DataType: aws.String("String"), StringValue: aws.String("e-1")},
+			"amount":     {DataType: aws.String("Number"), StringValue: aws.String("12")},
+		},
+	})
+	require.NoError(t, err)
+	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client, WaitTime: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	got := next(t, receive(t, sub, "ledger"))
+	require.Empty(t, got.UUID)
+	require.Equal(t, message.Metadata{"x-event-id": "e-1", "amount": "12", sqs.MetadataMessageID: *sent.MessageId}, got.Metadata)
+	require.Equal(t, `{"entry":1}`, string(got.Payload))
+	got.Ack()
+
+	require.NoError(t, sub.Close())
+	_, err = sub.Subscribe(context.Background(), "ledger")
+	require.ErrorContains(t, err, "the subscriber is closed")
+}
+
+// The subscriber extends the visibility of the message it holds: while
+// the handler has it, unacknowledged, for several of the queue's 1s
+// visibility timeouts, no other consumer receives it. Without the
+// extension (ExtendEvery -1) another consumer receives it within two.
+func TestVisibilityExtended(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.Start(t, brokertest.GoAWS)
+	client := sqstest.Client(srv.URL())
+	url := sqstest.CreateQueue(t, client, "slow", time.Second)
+	pub, err := sqs.NewPublisher(sqs.PublisherConfig{Client: client})
+	require.NoError(t, err)
+	msg := message.NewMessage(uuid.NewString(), []byte("{}"))
+	require.NoError(t, pub.Publish("slow", msg))
+	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	held := next(t, receive(t, sub, "slow"))
+
+	// Four long polls of a second each: goaws makes an expired message
+	// visible again within a second of its timeout.
+	other := func() []types.Message {
+		out, err := client.ReceiveMessage(context.Background(), &awssqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 1})
+		require.NoError(t, err)
+		return out.Messages
+	}
+	for range 4 {
+		require.Empty(t, other(), "another consumer received the message held")
+	}
+	require.True(t, held.Ack())
+	require.Eventually(t, func() bool { return sqstest.Waiting(t, client, url) == 0 }, 10*time.Second, 10*time.Millisecond,
+		"deleted once acknowledged")
+}
