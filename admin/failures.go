@@ -46,6 +46,13 @@ type FailureGroup struct {
 	// Deprecated: it is a receive time, kept for scripts written before
 	// LastFailedAt; use LastFailedAt.
 	LastSeen time.Time `json:"last_seen"`
+	// Partial is true when Failures read only the newest
+	// FailuresReadDefault dead and failing messages and there were more:
+	// Count, Dead, Failing, FailuresInWindow and Trend then count the
+	// group's messages among those read (the group holds at least as
+	// many), and its first failure may be earlier than FirstFailedAt.
+	// FailuresOptions.Exact reads them all.
+	Partial bool `json:"partial,omitzero"`
 	// Normalized is the error the group shares, with what varies from one
 	// message to the next (ids, quoted values, numbers, timestamps)
 	// replaced by placeholders such as <n> and <uuid>.
@@ -80,6 +87,12 @@ type FailuresOptions struct {
 	// consumer's.
 	Consumer string
 
+	// Exact reads every dead and failing message, however many: seconds
+	// at a million. Defaults to false: only the newest
+	// FailuresReadDefault are read, and groups with more are marked
+	// Partial.
+	Exact bool
+
 	// Limit is the most groups returned, largest first. Defaults to
 	// FailuresLimitDefault (1000).
 	Limit int
@@ -109,6 +122,12 @@ func (o FailuresOptions) validate() error {
 // replaced by placeholders. Largest groups first, at most opts.Limit of
 // them. Replay a group with Filter.Fingerprint.
 //
+// Unless opts.Exact, it reads the newest FailuresReadDefault dead and
+// failing messages (by arrival), so that it answers in tens of
+// milliseconds however many there are; if there were more, every group
+// returned is marked Partial, its counts are lower bounds, and a group
+// with no message among those read is missing.
+//
 // What is counted over time (opts.Since, opts.Buckets) is failed attempts,
 // as recorded in the histories of the messages still in a group (dead or
 // failing): a message that failed and then succeeded, or was discarded, has
@@ -125,7 +144,11 @@ func (a *Admin) Failures(ctx context.Context, opts FailuresOptions) ([]FailureGr
 	if opts.Since > 0 {
 		window = opts.Since.Milliseconds()
 	}
-	rows, err := a.pool.Query(ctx, a.q["failures"], nullable(opts.Consumer), limit, window, opts.Buckets)
+	var read any = int64(FailuresReadDefault)
+	if opts.Exact {
+		read = nil
+	}
+	rows, err := a.pool.Query(ctx, a.q["failures"], nullable(opts.Consumer), limit, window, opts.Buckets, read)
 	if err != nil {
 		return nil, a.dbError(ctx, "group failures", err)
 	}
@@ -138,7 +161,7 @@ func (a *Admin) Failures(ctx context.Context, opts FailuresOptions) ([]FailureGr
 		)
 		err := r.Scan(&g.Consumer, &g.EventType, &g.Fingerprint, &g.Normalized, &g.Count, &g.Dead,
 			&g.FirstSeen, &g.LastSeen, &g.SampleID, &sample, &g.FirstFailedAt, &g.LastFailedAt, &g.FailuresInWindow,
-			&counts, &from)
+			&counts, &from, &g.Partial)
 		if sample != nil {
 			g.Error = *sample
 		}

@@ -164,3 +164,42 @@ func TestFailureGroupsInUntypedQueryModes(t *testing.T) {
 		})
 	}
 }
+
+// Failures reads the newest FailuresReadDefault dead and failing messages:
+// with more, the groups it returns are counted from those and marked
+// Partial, and a group none of them is in is missing; Exact reads them
+// all. With exactly FailuresReadDefault, nothing is partial.
+func TestFailuresReadsTheNewestAndSaysSo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, admin.Config{})
+	n := admin.FailuresReadDefault
+	b.add(t, "payments", "old", 1, pgbox.InboxDead, "gateway timeout", time.Hour)
+	b.add(t, "payments", "new", n-1, pgbox.InboxDead, "card declined", 0)
+
+	groups, err := b.adm.Failures(ctx, admin.FailuresOptions{})
+	require.NoError(t, err)
+	require.Len(t, groups, 2)
+	for _, g := range groups {
+		require.False(t, g.Partial, "every failed message was read")
+	}
+
+	b.add(t, "payments", "newer", 1, pgbox.InboxPending, "card declined", 0)
+	groups, err = b.adm.Failures(ctx, admin.FailuresOptions{})
+	require.NoError(t, err)
+	require.Len(t, groups, 1, "the oldest message's group is not among the newest %d", n)
+	require.True(t, groups[0].Partial)
+	require.EqualValues(t, n, groups[0].Count)
+	require.EqualValues(t, n-1, groups[0].Dead)
+	require.EqualValues(t, 1, groups[0].Failing)
+
+	groups, err = b.adm.Failures(ctx, admin.FailuresOptions{Exact: true})
+	require.NoError(t, err)
+	require.Len(t, groups, 2)
+	require.EqualValues(t, n, groups[0].Count)
+	require.EqualValues(t, 1, groups[1].Count)
+	require.Equal(t, "gateway timeout", groups[1].Normalized)
+	for _, g := range groups {
+		require.False(t, g.Partial)
+	}
+}

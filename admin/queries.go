@@ -235,18 +235,28 @@ WHERE i.status = $2
 // the database's.
 //
 // The rows come from inbox_failed_idx (InboxFailing is its predicate's
-// dead and failing part); only they are grouped and their histories read.
-// The fingerprint is inbox_failure_group of the pattern already computed
-// (what fingerprintSQL computes from the row).
+// dead and failing part), newest first, $5 of them at most (NULL: all):
+// only they are grouped and their histories read, since the error
+// pattern's regular expressions cost tens of microseconds a row (seconds
+// at a million). One row more is read to tell whether there were more
+// (the last column, partial). The fingerprint is inbox_failure_group of
+// the pattern already computed (what fingerprintSQL computes from the
+// row).
 const failuresSQL = `
-WITH failing AS MATERIALIZED (
+WITH newest AS MATERIALIZED (
+    SELECT i.seq, i.consumer, i.event_type, i.status, i.received_at, i.message_id, i.last_error, i.errors
+    FROM /* schema */inbox AS i
+    WHERE ` + tables.InboxFailing + `
+      AND ($1::text IS NULL OR i.consumer = $1)
+    ORDER BY i.seq DESC
+    LIMIT $5::bigint + 1
+),
+failing AS MATERIALIZED (
     SELECT p.*, /* schema */inbox_failure_group(p.consumer, p.event_type, p.pattern) AS fingerprint
     FROM (
         SELECT i.consumer, i.event_type, ` + errorPatternSQL + ` AS pattern,
                i.status, i.received_at, i.message_id, i.last_error, i.errors
-        FROM /* schema */inbox AS i
-        WHERE ` + tables.InboxFailing + `
-          AND ($1::text IS NULL OR i.consumer = $1)
+        FROM (SELECT * FROM newest ORDER BY seq DESC LIMIT $5::bigint) AS i
         OFFSET 0 -- kept apart, so the pattern's regular expressions run once a row
     ) AS p
 ),
@@ -281,7 +291,8 @@ SELECT f.consumer, f.event_type, f.fingerprint, min(f.pattern),
            FROM generate_series(1, $4::int) AS g(k)
            LEFT JOIN buckets AS b ON b.fingerprint = f.fingerprint AND b.bucket = g.k
            ORDER BY g.k) END,
-       (SELECT s.since FROM span AS s)
+       (SELECT s.since FROM span AS s),
+       coalesce((SELECT count(*) FROM newest) > $5::bigint, false)
 FROM failing AS f
 LEFT JOIN times AS t ON t.fingerprint = f.fingerprint
 GROUP BY f.consumer, f.event_type, f.fingerprint, t.first_at, t.last_at, t.recent

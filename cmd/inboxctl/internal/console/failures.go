@@ -35,6 +35,14 @@ const failuresRefresh = 15
 type failuresView struct {
 	// Consumer, if set, keeps that consumer's groups.
 	Consumer string
+	// Exact reads every dead and failing message (exact=1), not the
+	// newest admin.FailuresReadDefault.
+	Exact bool
+	// Partial is true when there were more dead and failing messages than
+	// were read: the counts are lower bounds (admin.FailureGroup.Partial).
+	Partial bool
+	// Read is how many messages are read when not Exact.
+	Read int64
 	// Groups are the failure groups, largest first.
 	Groups []admin.FailureGroup
 	// Trends holds each group's trend in the window, by fingerprint; a
@@ -52,7 +60,7 @@ type failuresView struct {
 // Failures, which reads only the failed messages.
 func (c *Console) failures(w http.ResponseWriter, r *http.Request, t *Target) error {
 	v := failuresView{Consumer: strings.TrimSpace(r.FormValue("consumer")), Window: cmp.Or(r.FormValue("window"), trendWindowDefault),
-		Trends: map[string]*admin.Trend{}}
+		Trends: map[string]*admin.Trend{}, Exact: r.FormValue("exact") == "1", Read: admin.FailuresReadDefault}
 	var window time.Duration
 	for _, tw := range trendWindows {
 		v.Windows = append(v.Windows, tw.Name)
@@ -66,11 +74,11 @@ func (c *Console) failures(w http.ResponseWriter, r *http.Request, t *Target) er
 	var recent []admin.FailureGroup
 	g, ctx := errgroup.WithContext(r.Context())
 	g.Go(func() (err error) {
-		v.Groups, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: failureGroupsShown})
+		v.Groups, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: failureGroupsShown, Exact: v.Exact})
 		return err
 	})
 	g.Go(func() (err error) {
-		recent, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: failureGroupsShown, Since: window, Buckets: trendBuckets})
+		recent, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: failureGroupsShown, Since: window, Buckets: trendBuckets, Exact: v.Exact})
 		return err
 	})
 	if err := g.Wait(); err != nil {
@@ -84,5 +92,12 @@ func (c *Console) failures(w http.ResponseWriter, r *http.Request, t *Target) er
 			}
 		}
 	}
-	return c.render(w, r, t, http.StatusOK, "failures", view{Title: "Failures", Data: v, Refresh: failuresRefresh})
+	for _, fg := range v.Groups {
+		v.Partial = v.Partial || fg.Partial
+	}
+	refresh := failuresRefresh
+	if v.Exact {
+		refresh = 0 // an exact count reads every failed message: once, when asked
+	}
+	return c.render(w, r, t, http.StatusOK, "failures", view{Title: "Failures", Data: v, Refresh: refresh})
 }
