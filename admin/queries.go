@@ -498,9 +498,9 @@ ORDER BY at DESC, id DESC
 LIMIT $3`
 
 // editLockSQL locks message $2 of consumer $1 for an edit, and says
-// whether it is replayable.
+// whether it is replayable and what its payload's SHA-256 is.
 const editLockSQL = `
-SELECT i.status, ` + replayableSQL + `
+SELECT i.status, ` + replayableSQL + `, sha256(i.payload)
 FROM /* schema */inbox AS i
 WHERE i.consumer = $1 AND i.message_id = $2
 FOR UPDATE`
