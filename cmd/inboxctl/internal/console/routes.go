@@ -35,6 +35,8 @@ func (c *Console) routes() []route {
 		action("POST /discard", c.discard),
 		action("POST /scheduled/cancel", c.cancelScheduled),
 		action("POST /outbox/retry", c.outboxRetry),
+		page("GET /message/edit", c.editMessage),
+		action("POST /edit", c.edit),
 	}
 }
 
