@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -93,6 +94,12 @@ type FailuresOptions struct {
 	// Partial.
 	Exact bool
 
+	// KeepQuiet, with Since, keeps the groups without a failed attempt in
+	// the window too (FailuresInWindow 0), so that one call returns every
+	// group with its count in the window. Defaults to false: Since keeps
+	// only the groups with one.
+	KeepQuiet bool
+
 	// Limit is the most groups returned, largest first. Defaults to
 	// FailuresLimitDefault (1000).
 	Limit int
@@ -110,6 +117,8 @@ func (o FailuresOptions) validate() error {
 		return fmt.Errorf("admin: FailuresOptions.Since is %s: use a positive window, or 0 for none", o.Since)
 	case o.Buckets < 0:
 		return fmt.Errorf("admin: FailuresOptions.Buckets is %d: use a positive count, or 0 for no trend", o.Buckets)
+	case o.KeepQuiet && o.Since == 0:
+		return errors.New("admin: FailuresOptions.KeepQuiet is set but Since is 0: it keeps the groups quiet in a window; give one, or drop it")
 	case o.Buckets > 0 && o.Since == 0:
 		return fmt.Errorf("admin: FailuresOptions.Buckets is %d but Since is 0: a trend needs a window to split", o.Buckets)
 	}
@@ -148,7 +157,7 @@ func (a *Admin) Failures(ctx context.Context, opts FailuresOptions) ([]FailureGr
 	if opts.Exact {
 		read = nil
 	}
-	rows, err := a.pool.Query(ctx, a.q["failures"], nullable(opts.Consumer), limit, window, opts.Buckets, read)
+	rows, err := a.pool.Query(ctx, a.q["failures"], nullable(opts.Consumer), limit, window, opts.Buckets, read, opts.KeepQuiet)
 	if err != nil {
 		return nil, a.dbError(ctx, "group failures", err)
 	}

@@ -203,3 +203,35 @@ func TestFailuresReadsTheNewestAndSaysSo(t *testing.T) {
 		require.False(t, g.Partial)
 	}
 }
+
+// With KeepQuiet, Since keeps every group: those with no failed attempt in
+// the window too, counted 0 there, so one call gives every group and the
+// window's counts. Without a window it is refused.
+func TestFailuresKeepQuiet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, admin.Config{})
+	b.exec(t, `
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
+		                               last_error, errors, bucket)
+		VALUES ('payments', 'old', 'ChargeCard', 'dead', 1, 1, '\x00', '', 'timeout',
+		        jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '2 days', 'error', 'timeout')), /* schema */inbox_bucket('old')),
+		       ('payments', 'new', 'ChargeCard', 'dead', 1, 1, '\x00', '', 'declined',
+		        jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '1 minute', 'error', 'declined')), /* schema */inbox_bucket('new'))`)
+
+	recent, err := b.adm.Failures(ctx, admin.FailuresOptions{Since: time.Hour, Buckets: 4})
+	require.NoError(t, err)
+	require.Len(t, recent, 1, "without KeepQuiet, the quiet group is left out")
+
+	all, err := b.adm.Failures(ctx, admin.FailuresOptions{Since: time.Hour, Buckets: 4, KeepQuiet: true})
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	in := map[string]int64{}
+	for _, g := range all {
+		in[g.Normalized] = g.FailuresInWindow
+	}
+	require.Equal(t, map[string]int64{"declined": 1, "timeout": 0}, in)
+
+	_, err = b.adm.Failures(ctx, admin.FailuresOptions{KeepQuiet: true})
+	require.ErrorContains(t, err, "KeepQuiet is set but Since is 0")
+}

@@ -56,7 +56,7 @@ func TestOperatorReadsUseIndexes(t *testing.T) {
 		"replay --group --dry-run":   {adm.q["count"], (Filter{Fingerprint: fp, ReplayableOnly: true}).args()},
 		"replay --group (a batch)":   {adm.q["replay"], append(group.args(), -1, 1000, nil, int64(0))}, // $13 note, $14 audit record
 		"known group":                {adm.q["groupKnown"], []any{fp}},
-		"failures":                   {adm.q["failures"], []any{nil, 50, int64(3600000), 12, int64(FailuresReadDefault)}},
+		"failures":                   {adm.q["failures"], []any{nil, 50, int64(3600000), 12, int64(FailuresReadDefault), false}},
 		"stats":                      {adm.q["stats"], nil},
 		"show without --consumer":    {adm.q["consumersOf"], []any{"m-17"}},
 		"show":                       {adm.q["show"], []any{"payments", "m-18"}},
@@ -133,7 +133,7 @@ func TestFailuresReadsBoundedRows(t *testing.T) {
 	adm, err := New(pool, Config{Schema: schema})
 	require.NoError(t, err)
 
-	plan := pgtest.GenericPlan(t, pool, adm.q["failures"], fmt.Sprintf("NULL, 50, 3600000, 12, %d", FailuresReadDefault))
+	plan := pgtest.GenericPlan(t, pool, adm.q["failures"], fmt.Sprintf("NULL, 50, 3600000, 12, %d, false", FailuresReadDefault))
 	scans := scanRows.FindAllStringSubmatch(plan, -1)
 	require.NotEmpty(t, scans, plan)
 	read := 0

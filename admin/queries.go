@@ -230,9 +230,9 @@ WHERE i.status = $2
 // earliest and latest failed attempt in its messages' histories (entries
 // without an action; replays and discards are actions). With a window of
 // $3 milliseconds (NULL: none) it keeps only the groups with a failed
-// attempt in the window, counts those attempts, and with $4 buckets (0:
-// none) counts them per bucket of the window, oldest first. Every time is
-// the database's.
+// attempt in the window (every group if $6), counts those attempts, and
+// with $4 buckets (0: none) counts them per bucket of the window, oldest
+// first. Every time is the database's.
 //
 // The rows come from inbox_failed_idx (InboxFailing is its predicate's
 // dead and failing part), newest first, $5 of them at most (NULL: all):
@@ -296,7 +296,7 @@ SELECT f.consumer, f.event_type, f.fingerprint, min(f.pattern),
 FROM failing AS f
 LEFT JOIN times AS t ON t.fingerprint = f.fingerprint
 GROUP BY f.consumer, f.event_type, f.fingerprint, t.first_at, t.last_at, t.recent
-HAVING $3::bigint IS NULL OR coalesce(t.recent, 0) > 0
+HAVING $3::bigint IS NULL OR $6::boolean OR coalesce(t.recent, 0) > 0
 ORDER BY count(*) DESC, 1, 2, 3
 LIMIT $2`
 
