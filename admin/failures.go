@@ -51,8 +51,9 @@ type FailureGroup struct {
 	// FailuresReadDefault dead and failing messages and there were more:
 	// Count, Dead, Failing, FailuresInWindow and Trend then count the
 	// group's messages among those read (the group holds at least as
-	// many), and its first failure may be earlier than FirstFailedAt.
-	// FailuresOptions.Exact reads them all.
+	// many), and FirstFailedAt and LastFailedAt are those of the messages
+	// read (an older message's failures, earlier or later, are not in
+	// them). FailuresOptions.Exact reads them all.
 	Partial bool `json:"partial,omitzero"`
 	// Normalized is the error the group shares, with what varies from one
 	// message to the next (ids, quoted values, numbers, timestamps)
