@@ -641,9 +641,10 @@ func TestFailuresPartial(t *testing.T) {
 	schema := fixture(t)
 	_, err := pgtest.Pool(t).Exec(context.Background(), ident.Render(`
 		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
-		                               last_error, bucket)
+		                               last_error, errors, bucket)
 		SELECT 'payments', 'flood-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea,
-		       'gateway timeout after ' || g || 's', /* schema */inbox_bucket('flood-' || g)
+		       'gateway timeout after ' || g || 's', jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(), 'error', 'timeout')),
+		       /* schema */inbox_bucket('flood-' || g)
 		FROM generate_series(1, $1::int) AS g`, schema), admin.FailuresReadDefault)
 	require.NoError(t, err)
 
@@ -654,6 +655,9 @@ func TestFailuresPartial(t *testing.T) {
 		"is at least what it says and a group with none of them is missing. Count them all (seconds at a million): "+
 		"inboxctl failures --exact --schema "+schema+"\n")
 	require.Contains(t, inboxctl(t, schema, "", "failures", "-o", "json").ok(t).stdout, `"partial": true`)
+	trend := inboxctl(t, schema, "", "failures", "--trend", "--since", "2d", "--buckets", "4").ok(t).stdout
+	require.Contains(t, trend, "Count them all (seconds at a million): inboxctl failures --exact --since 2d --trend --buckets 4 --schema "+schema+"\n",
+		"the command that counts them all is the one run, exact")
 
 	exact := inboxctl(t, schema, "", "failures", "--exact").ok(t).stdout
 	require.Regexp(t, `(?m)^2,000\s+2,000\s+0\s+payments\s+ChargeCard\s`, exact)

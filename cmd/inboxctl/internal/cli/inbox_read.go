@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -617,6 +618,12 @@ func (a *app) printFailures(groups []admin.FailureGroup, opts admin.FailuresOpti
 		args := []string{"failures", "--exact"}
 		if opts.Consumer != "" {
 			args = append(args, "--consumer", opts.Consumer)
+		}
+		if opts.Since > 0 {
+			args = append(args, "--since", window(opts.Since))
+		}
+		if opts.Buckets > 0 {
+			args = append(args, "--trend", "--buckets", strconv.Itoa(opts.Buckets))
 		}
 		fmt.Fprintf(a.out, "\n≥ More than %s dead and failing messages: the groups are counted from the newest %s, so a count\n"+
 			"is at least what it says and a group with none of them is missing. Count them all (seconds at a million): %s\n",
