@@ -62,6 +62,10 @@ const (
 	BatchSizeDefault = 1000
 	// FailuresLimitDefault is the default FailuresOptions.Limit.
 	FailuresLimitDefault = 1000
+	// FailuresReadDefault is how many dead and failing messages, the
+	// newest, Failures reads unless FailuresOptions.Exact: reading one
+	// costs about 20µs, mostly the error pattern's regular expressions.
+	FailuresReadDefault = 2000
 	// ScheduledReplaysLimitDefault is how many scheduled replays
 	// ScheduledReplays lists when given no limit.
 	ScheduledReplaysLimitDefault = 100

@@ -2,6 +2,8 @@ package admin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -53,7 +55,9 @@ func (o EditOptions) validate() error {
 // EditAndReplay replaces the payload of one dead, discarded or failing
 // message with opts.Payload and replays it, in one transaction: the
 // payload it replaces is kept (inbox_payload_edits), the edit and the
-// replay are added to its history, and the edit to the audit log.
+// replay are added to its history, and the edit to the audit log, whose
+// selection names the message and the SHA-256 of the payload it replaced
+// and of the new one (previous_payload_sha256, payload_sha256, in hex).
 //
 // The message's payload hash stays the hash of what the producer sent:
 // the inbox compares a redelivery with it, so a redelivery of the original
@@ -81,8 +85,9 @@ func (a *Admin) editAndReplay(ctx context.Context, tx pgx.Tx, opts EditOptions) 
 		var (
 			status     pgbox.InboxStatus
 			replayable bool
+			previous   []byte
 		)
-		err := db.QueryRow(ctx, a.q["editLock"], opts.Consumer, opts.ID).Scan(&status, &replayable)
+		err := db.QueryRow(ctx, a.q["editLock"], opts.Consumer, opts.ID).Scan(&status, &replayable, &previous)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("consumer %q holds no message %s: %w; nothing was changed", opts.Consumer, opts.ID, ErrNotFound)
@@ -92,8 +97,10 @@ func (a *Admin) editAndReplay(ctx context.Context, tx pgx.Tx, opts EditOptions) 
 			return fmt.Errorf("message %s is %s: %w: only a dead, discarded or failing message is edited and replayed; nothing was changed",
 				opts.ID, status, ErrNotReplayable)
 		}
+		hash := sha256.Sum256(opts.Payload)
 		auditID, err := a.auditStart(ctx, db, auditEntry{action: AuditEditPayload, actor: opts.Actor, note: opts.Note,
-			selection: Filter{Consumer: opts.Consumer, IDs: []string{opts.ID}}})
+			selection: editSelection{Filter: Filter{Consumer: opts.Consumer, IDs: []string{opts.ID}},
+				PreviousSHA256: hex.EncodeToString(previous), SHA256: hex.EncodeToString(hash[:])}})
 		if err != nil {
 			return err
 		}
@@ -102,4 +109,15 @@ func (a *Admin) editAndReplay(ctx context.Context, tx pgx.Tx, opts EditOptions) 
 		}
 		return a.auditEnd(ctx, db, auditID, nil)
 	})
+}
+
+// editSelection is what the audit log records of an edit: the message, and
+// the SHA-256 of the payload it replaced and of the new one, so that the
+// record tells which payload was replaced by which.
+type editSelection struct {
+	Filter
+	// PreviousSHA256 is the replaced payload's SHA-256, in hex.
+	PreviousSHA256 string `json:"previous_payload_sha256"`
+	// SHA256 is the new payload's SHA-256, in hex.
+	SHA256 string `json:"payload_sha256"`
 }

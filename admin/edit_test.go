@@ -2,6 +2,8 @@ package admin_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"testing"
 
@@ -58,7 +60,9 @@ func TestEditAndReplay(t *testing.T) {
 	require.Equal(t, "alice", records[0].Actor.Name)
 	require.EqualValues(t, 1, records[0].Affected)
 	require.Equal(t, admin.AuditFinished, records[0].State)
-	require.JSONEq(t, `{"consumer":"payments","ids":["order-17"]}`, string(records[0].Selection))
+	require.JSONEq(t, `{"consumer":"payments","ids":["order-17"],
+		"previous_payload_sha256":"`+sha256Hex(original)+`","payload_sha256":"`+sha256Hex(fixed)+`"}`, string(records[0].Selection),
+		"the record names the payload replaced and the new one by their hashes")
 
 	// The producer redelivers what it sent: a duplicate, not a conflict,
 	// and the edited payload stays.
@@ -108,4 +112,11 @@ func TestEditAndReplayRefuses(t *testing.T) {
 	var edits int
 	require.NoError(t, b.pool.QueryRow(ctx, ident.Render("SELECT count(*) FROM /* schema */inbox_payload_edits", b.schema)).Scan(&edits))
 	require.Zero(t, edits)
+}
+
+// sha256Hex is p's SHA-256 in hex, as the audit log records an edit's
+// payloads.
+func sha256Hex(p []byte) string {
+	h := sha256.Sum256(p)
+	return hex.EncodeToString(h[:])
 }

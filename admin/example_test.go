@@ -39,7 +39,14 @@ func ExampleAdmin_Failures() {
 		panic(err)
 	}
 	for _, g := range groups {
-		fmt.Printf("%d dead: %s\n", g.Dead, g.Normalized)
+		// Partial: more failed messages than Failures reads (the newest
+		// FailuresReadDefault); the counts are lower bounds, and
+		// FailuresOptions.Exact would count them all.
+		atLeast := ""
+		if g.Partial {
+			atLeast = "at least "
+		}
+		fmt.Printf("%s%d dead: %s\n", atLeast, g.Dead, g.Normalized)
 	}
 
 	replayed, err := adm.Replay(ctx, admin.ReplayOptions{

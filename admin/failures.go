@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -46,6 +47,14 @@ type FailureGroup struct {
 	// Deprecated: it is a receive time, kept for scripts written before
 	// LastFailedAt; use LastFailedAt.
 	LastSeen time.Time `json:"last_seen"`
+	// Partial is true when Failures read only the newest
+	// FailuresReadDefault dead and failing messages and there were more:
+	// Count, Dead, Failing, FailuresInWindow and Trend then count the
+	// group's messages among those read (the group holds at least as
+	// many), and FirstFailedAt and LastFailedAt are those of the messages
+	// read (an older message's failures, earlier or later, are not in
+	// them). FailuresOptions.Exact reads them all.
+	Partial bool `json:"partial,omitzero"`
 	// Normalized is the error the group shares, with what varies from one
 	// message to the next (ids, quoted values, numbers, timestamps)
 	// replaced by placeholders such as <n> and <uuid>.
@@ -80,6 +89,18 @@ type FailuresOptions struct {
 	// consumer's.
 	Consumer string
 
+	// Exact reads every dead and failing message, however many: seconds
+	// at a million. Defaults to false: only the newest
+	// FailuresReadDefault are read, and groups with more are marked
+	// Partial.
+	Exact bool
+
+	// KeepQuiet, with Since, keeps the groups without a failed attempt in
+	// the window too (FailuresInWindow 0), so that one call returns every
+	// group with its count in the window. Defaults to false: Since keeps
+	// only the groups with one.
+	KeepQuiet bool
+
 	// Limit is the most groups returned, largest first. Defaults to
 	// FailuresLimitDefault (1000).
 	Limit int
@@ -97,6 +118,8 @@ func (o FailuresOptions) validate() error {
 		return fmt.Errorf("admin: FailuresOptions.Since is %s: use a positive window, or 0 for none", o.Since)
 	case o.Buckets < 0:
 		return fmt.Errorf("admin: FailuresOptions.Buckets is %d: use a positive count, or 0 for no trend", o.Buckets)
+	case o.KeepQuiet && o.Since == 0:
+		return errors.New("admin: FailuresOptions.KeepQuiet is set but Since is 0: it keeps the groups quiet in a window; give one, or drop it")
 	case o.Buckets > 0 && o.Since == 0:
 		return fmt.Errorf("admin: FailuresOptions.Buckets is %d but Since is 0: a trend needs a window to split", o.Buckets)
 	}
@@ -108,6 +131,12 @@ func (o FailuresOptions) validate() error {
 // pattern: the error text with ids, quoted values, numbers and timestamps
 // replaced by placeholders. Largest groups first, at most opts.Limit of
 // them. Replay a group with Filter.Fingerprint.
+//
+// Unless opts.Exact, it reads the newest FailuresReadDefault dead and
+// failing messages (by arrival), so that it answers in tens of
+// milliseconds however many there are; if there were more, every group
+// returned is marked Partial, its counts are lower bounds, and a group
+// with no message among those read is missing.
 //
 // What is counted over time (opts.Since, opts.Buckets) is failed attempts,
 // as recorded in the histories of the messages still in a group (dead or
@@ -125,7 +154,11 @@ func (a *Admin) Failures(ctx context.Context, opts FailuresOptions) ([]FailureGr
 	if opts.Since > 0 {
 		window = opts.Since.Milliseconds()
 	}
-	rows, err := a.pool.Query(ctx, a.q["failures"], nullable(opts.Consumer), limit, window, opts.Buckets)
+	var read any = int64(FailuresReadDefault)
+	if opts.Exact {
+		read = nil
+	}
+	rows, err := a.pool.Query(ctx, a.q["failures"], nullable(opts.Consumer), limit, window, opts.Buckets, read, opts.KeepQuiet)
 	if err != nil {
 		return nil, a.dbError(ctx, "group failures", err)
 	}
@@ -138,7 +171,7 @@ func (a *Admin) Failures(ctx context.Context, opts FailuresOptions) ([]FailureGr
 		)
 		err := r.Scan(&g.Consumer, &g.EventType, &g.Fingerprint, &g.Normalized, &g.Count, &g.Dead,
 			&g.FirstSeen, &g.LastSeen, &g.SampleID, &sample, &g.FirstFailedAt, &g.LastFailedAt, &g.FailuresInWindow,
-			&counts, &from)
+			&counts, &from, &g.Partial)
 		if sample != nil {
 			g.Error = *sample
 		}

@@ -164,3 +164,74 @@ func TestFailureGroupsInUntypedQueryModes(t *testing.T) {
 		})
 	}
 }
+
+// Failures reads the newest FailuresReadDefault dead and failing messages:
+// with more, the groups it returns are counted from those and marked
+// Partial, and a group none of them is in is missing; Exact reads them
+// all. With exactly FailuresReadDefault, nothing is partial.
+func TestFailuresReadsTheNewestAndSaysSo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, admin.Config{})
+	n := admin.FailuresReadDefault
+	b.add(t, "payments", "old", 1, pgbox.InboxDead, "gateway timeout", time.Hour)
+	b.add(t, "payments", "new", n-1, pgbox.InboxDead, "card declined", 0)
+
+	groups, err := b.adm.Failures(ctx, admin.FailuresOptions{})
+	require.NoError(t, err)
+	require.Len(t, groups, 2)
+	for _, g := range groups {
+		require.False(t, g.Partial, "every failed message was read")
+	}
+
+	b.add(t, "payments", "newer", 1, pgbox.InboxPending, "card declined", 0)
+	groups, err = b.adm.Failures(ctx, admin.FailuresOptions{})
+	require.NoError(t, err)
+	require.Len(t, groups, 1, "the oldest message's group is not among the newest %d", n)
+	require.True(t, groups[0].Partial)
+	require.EqualValues(t, n, groups[0].Count)
+	require.EqualValues(t, n-1, groups[0].Dead)
+	require.EqualValues(t, 1, groups[0].Failing)
+
+	groups, err = b.adm.Failures(ctx, admin.FailuresOptions{Exact: true})
+	require.NoError(t, err)
+	require.Len(t, groups, 2)
+	require.EqualValues(t, n, groups[0].Count)
+	require.EqualValues(t, 1, groups[1].Count)
+	require.Equal(t, "gateway timeout", groups[1].Normalized)
+	for _, g := range groups {
+		require.False(t, g.Partial)
+	}
+}
+
+// With KeepQuiet, Since keeps every group: those with no failed attempt in
+// the window too, counted 0 there, so one call gives every group and the
+// window's counts. Without a window it is refused.
+func TestFailuresKeepQuiet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, admin.Config{})
+	b.exec(t, `
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
+		                               last_error, errors, bucket)
+		VALUES ('payments', 'old', 'ChargeCard', 'dead', 1, 1, '\x00', '', 'timeout',
+		        jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '2 days', 'error', 'timeout')), /* schema */inbox_bucket('old')),
+		       ('payments', 'new', 'ChargeCard', 'dead', 1, 1, '\x00', '', 'declined',
+		        jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '1 minute', 'error', 'declined')), /* schema */inbox_bucket('new'))`)
+
+	recent, err := b.adm.Failures(ctx, admin.FailuresOptions{Since: time.Hour, Buckets: 4})
+	require.NoError(t, err)
+	require.Len(t, recent, 1, "without KeepQuiet, the quiet group is left out")
+
+	all, err := b.adm.Failures(ctx, admin.FailuresOptions{Since: time.Hour, Buckets: 4, KeepQuiet: true})
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	in := map[string]int64{}
+	for _, g := range all {
+		in[g.Normalized] = g.FailuresInWindow
+	}
+	require.Equal(t, map[string]int64{"declined": 1, "timeout": 0}, in)
+
+	_, err = b.adm.Failures(ctx, admin.FailuresOptions{KeepQuiet: true})
+	require.ErrorContains(t, err, "KeepQuiet is set but Since is 0")
+}

@@ -2,7 +2,9 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -54,7 +56,7 @@ func TestOperatorReadsUseIndexes(t *testing.T) {
 		"replay --group --dry-run":   {adm.q["count"], (Filter{Fingerprint: fp, ReplayableOnly: true}).args()},
 		"replay --group (a batch)":   {adm.q["replay"], append(group.args(), -1, 1000, nil, int64(0))}, // $13 note, $14 audit record
 		"known group":                {adm.q["groupKnown"], []any{fp}},
-		"failures":                   {adm.q["failures"], []any{nil, 50, int64(3600000), 12}},
+		"failures":                   {adm.q["failures"], []any{nil, 50, int64(3600000), 12, int64(FailuresReadDefault), false}},
 		"stats":                      {adm.q["stats"], nil},
 		"show without --consumer":    {adm.q["consumersOf"], []any{"m-17"}},
 		"show":                       {adm.q["show"], []any{"payments", "m-18"}},
@@ -107,3 +109,48 @@ func requireNoScanOfRows(t *testing.T, pool *pgxpool.Pool, schema, plan, name st
 
 // seqScan finds the inbox and outbox partitions a plan reads whole.
 var seqScan = regexp.MustCompile(`Seq Scan on ((?:in|out)box\w*)`)
+
+// failures reads at most FailuresReadDefault failed messages (and one to
+// tell whether there are more), however many there are: with three times
+// as many dead ones, the scans of the inbox's partitions return no more
+// rows than that, and neither the error pattern nor the histories are
+// computed for the others. (At a million dead messages, reading them all
+// takes seconds; the bench's operator scenario times it.)
+func TestFailuresReadsBoundedRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	_, err := pool.Exec(ctx, ident.Render(`
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
+		                               last_error, errors, bucket)
+		SELECT 'payments', 'm-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea, 'gateway timeout after ' || g || 's',
+		       jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(), 'error', 'timeout')), /* schema */inbox_bucket('m-' || g)
+		FROM generate_series(1, $1::int * 3) AS g`, schema), FailuresReadDefault)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, ident.Render("ANALYZE /* schema */inbox", schema))
+	require.NoError(t, err)
+	adm, err := New(pool, Config{Schema: schema})
+	require.NoError(t, err)
+
+	plan := pgtest.GenericPlan(t, pool, adm.q["failures"], fmt.Sprintf("NULL, 50, 3600000, 12, %d, false", FailuresReadDefault))
+	scans := scanRows.FindAllStringSubmatch(plan, -1)
+	require.NotEmpty(t, scans, plan)
+	read := 0
+	for _, m := range scans {
+		n, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+		read += n
+	}
+	require.LessOrEqual(t, read, FailuresReadDefault+1, "failures reads every failed message:\n%s", plan)
+
+	groups, err := adm.Failures(ctx, FailuresOptions{})
+	require.NoError(t, err)
+	require.Len(t, groups, 1)
+	require.True(t, groups[0].Partial)
+	require.EqualValues(t, FailuresReadDefault, groups[0].Count)
+}
+
+// scanRows finds the rows each scan of an inbox partition returned, in a
+// plan with ANALYZE.
+var scanRows = regexp.MustCompile(`Scan\b.* on inbox\w* \w+ \(actual rows=(\d+) `)

@@ -234,23 +234,33 @@ SELECT count(*) FROM /* schema */inbox AS i WHERE ` + purgeableSQL
 // earliest and latest failed attempt in its messages' histories (entries
 // without an action; replays and discards are actions). With a window of
 // $3 milliseconds (NULL: none) it keeps only the groups with a failed
-// attempt in the window, counts those attempts, and with $4 buckets (0:
-// none) counts them per bucket of the window, oldest first. Every time is
-// the database's.
+// attempt in the window (every group if $6), counts those attempts, and
+// with $4 buckets (0: none) counts them per bucket of the window, oldest
+// first. Every time is the database's.
 //
 // The rows come from inbox_failed_idx (InboxFailing is its predicate's
-// dead and failing part); only they are grouped and their histories read.
-// The fingerprint is inbox_failure_group of the pattern already computed
-// (what fingerprintSQL computes from the row).
+// dead and failing part), newest first, $5 of them at most (NULL: all):
+// only they are grouped and their histories read, since the error
+// pattern's regular expressions cost tens of microseconds a row (seconds
+// at a million). One row more is read to tell whether there were more
+// (the last column, partial). The fingerprint is inbox_failure_group of
+// the pattern already computed (what fingerprintSQL computes from the
+// row).
 const failuresSQL = `
-WITH failing AS MATERIALIZED (
+WITH newest AS MATERIALIZED (
+    SELECT i.seq, i.consumer, i.event_type, i.status, i.received_at, i.message_id, i.last_error, i.errors
+    FROM /* schema */inbox AS i
+    WHERE ` + tables.InboxFailing + `
+      AND ($1::text IS NULL OR i.consumer = $1)
+    ORDER BY i.seq DESC
+    LIMIT $5::bigint + 1
+),
+failing AS MATERIALIZED (
     SELECT p.*, /* schema */inbox_failure_group(p.consumer, p.event_type, p.pattern) AS fingerprint
     FROM (
         SELECT i.consumer, i.event_type, ` + errorPatternSQL + ` AS pattern,
                i.status, i.received_at, i.message_id, i.last_error, i.errors
-        FROM /* schema */inbox AS i
-        WHERE ` + tables.InboxFailing + `
-          AND ($1::text IS NULL OR i.consumer = $1)
+        FROM (SELECT * FROM newest ORDER BY seq DESC LIMIT $5::bigint) AS i
         OFFSET 0 -- kept apart, so the pattern's regular expressions run once a row
     ) AS p
 ),
@@ -285,11 +295,12 @@ SELECT f.consumer, f.event_type, f.fingerprint, min(f.pattern),
            FROM generate_series(1, $4::int) AS g(k)
            LEFT JOIN buckets AS b ON b.fingerprint = f.fingerprint AND b.bucket = g.k
            ORDER BY g.k) END,
-       (SELECT s.since FROM span AS s)
+       (SELECT s.since FROM span AS s),
+       coalesce((SELECT count(*) FROM newest) > $5::bigint, false)
 FROM failing AS f
 LEFT JOIN times AS t ON t.fingerprint = f.fingerprint
 GROUP BY f.consumer, f.event_type, f.fingerprint, t.first_at, t.last_at, t.recent
-HAVING $3::bigint IS NULL OR coalesce(t.recent, 0) > 0
+HAVING $3::bigint IS NULL OR $6::boolean OR coalesce(t.recent, 0) > 0
 ORDER BY count(*) DESC, 1, 2, 3
 LIMIT $2`
 
@@ -495,9 +506,9 @@ ORDER BY at DESC, id DESC
 LIMIT $3`
 
 // editLockSQL locks message $2 of consumer $1 for an edit, and says
-// whether it is replayable.
+// whether it is replayable and what its payload's SHA-256 is.
 const editLockSQL = `
-SELECT i.status, ` + replayableSQL + `
+SELECT i.status, ` + replayableSQL + `, sha256(i.payload)
 FROM /* schema */inbox AS i
 WHERE i.consumer = $1 AND i.message_id = $2
 FOR UPDATE`

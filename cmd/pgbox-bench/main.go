@@ -63,6 +63,7 @@ func run() error {
 	flag.IntVar(&cfg.SweepBacklog, "sweep-backlog", 50_000, "messages each point of the worker chart drains")
 	flag.IntVar(&cfg.Rate, "rate", 1000, "messages per second in the latency cases")
 	flag.IntVar(&cfg.OperatorRows, "operator-rows", 50_000_000, "done messages in the operator scenario's inbox (filled once, then reused)")
+	flag.IntVar(&cfg.OperatorDeadRows, "operator-dead-rows", 1_000_000, "dead messages in the inbox of the operator scenario's failures cases (filled once, then reused)")
 	flag.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each timed run of the duration cases")
 	flag.Parse()
 	if *only != "" {

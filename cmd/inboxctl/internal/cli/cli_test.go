@@ -632,3 +632,36 @@ func TestShowCutsALargePayload(t *testing.T) {
 	require.Contains(t, outbox, "(cut: the first 50 of 6,400 lines shown; all of it: inboxctl outbox show 019a0000-0000-7000-8000-0000000000b1 --full")
 	require.Greater(t, strings.Count(inboxctl(t, schema, "", "outbox", "show", "019a0000-0000-7000-8000-0000000000b1", "--full").ok(t).stdout, "\n"), 6400)
 }
+
+// With more dead messages than failures reads, the counts are marked ≥, a
+// line says why and gives the command that counts them all; --exact does,
+// and JSON marks the groups "partial".
+func TestFailuresPartial(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	_, err := pgtest.Pool(t).Exec(context.Background(), ident.Render(`
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
+		                               last_error, errors, bucket)
+		SELECT 'payments', 'flood-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea,
+		       'gateway timeout after ' || g || 's', jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(), 'error', 'timeout')),
+		       /* schema */inbox_bucket('flood-' || g)
+		FROM generate_series(1, $1::int) AS g`, schema), admin.FailuresReadDefault)
+	require.NoError(t, err)
+
+	out := inboxctl(t, schema, "", "failures").ok(t).stdout
+	require.Regexp(t, `(?m)^≥2,000\s+≥2,000\s+≥0\s+payments\s+ChargeCard\s`, out)
+	require.NotContains(t, out, "card declined", "the fixture's older groups are not among the newest 2,000")
+	require.Contains(t, out, "≥ More than 2,000 dead and failing messages: the groups are counted from the newest 2,000, so a count\n"+
+		"is at least what it says and a group with none of them is missing. Count them all (seconds at a million): "+
+		"inboxctl failures --exact --schema "+schema+"\n")
+	require.Contains(t, inboxctl(t, schema, "", "failures", "-o", "json").ok(t).stdout, `"partial": true`)
+	trend := inboxctl(t, schema, "", "failures", "--trend", "--since", "2d", "--buckets", "4").ok(t).stdout
+	require.Contains(t, trend, "Count them all (seconds at a million): inboxctl failures --exact --since 2d --trend --buckets 4 --schema "+schema+"\n",
+		"the command that counts them all is the one run, exact")
+
+	exact := inboxctl(t, schema, "", "failures", "--exact").ok(t).stdout
+	require.Regexp(t, `(?m)^2,000\s+2,000\s+0\s+payments\s+ChargeCard\s`, exact)
+	require.Contains(t, exact, "card declined")
+	require.NotContains(t, exact, "≥")
+	require.NotContains(t, inboxctl(t, schema, "", "failures", "--exact", "-o", "json").ok(t).stdout, `"partial"`)
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -509,7 +510,7 @@ func (a *app) failuresCommand() *cobra.Command {
 	var (
 		consumer, output, since string
 		buckets, limit          int
-		trend                   bool
+		trend, exact            bool
 	)
 	cmd := &cobra.Command{
 		Use:   "failures",
@@ -532,7 +533,12 @@ bucket, oldest first, as a sparkline (· for none); JSON gives the counts
 ("trend"). --trend without --since looks at the last hour. What is counted is
 failed attempts recorded in the histories of the messages still in a group
 (dead or failing), by the database's clock: a message that failed and then
-succeeded, or was discarded, has left its group, and its attempts with it.`,
+succeeded, or was discarded, has left its group, and its attempts with it.
+
+It reads the newest 2,000 dead and failing messages, so that it answers at
+once however many there are. If there are more, every count is marked ≥ (at
+least that many), a group none of them is in is missing, and a line under the
+table says so; --exact reads them all, which takes seconds at a million.`,
 		Example: `  inboxctl failures
   inboxctl failures --consumer payments -o json
   inboxctl failures --since 1h
@@ -540,7 +546,7 @@ succeeded, or was discarded, has left its group, and its attempts with it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			opts := admin.FailuresOptions{Consumer: consumer, Limit: limit}
+			opts := admin.FailuresOptions{Consumer: consumer, Limit: limit, Exact: exact}
 			if since != "" {
 				d, err := parseDuration(since)
 				if err != nil || d <= 0 {
@@ -573,6 +579,7 @@ succeeded, or was discarded, has left its group, and its attempts with it.`,
 	cmd.Flags().StringVar(&since, "since", "", "only groups with a failed attempt in this window (30m, 1h, 7d), with their count in it")
 	cmd.Flags().BoolVar(&trend, "trend", false, "show failed attempts per bucket of the --since window (default 1h)")
 	cmd.Flags().IntVar(&buckets, "buckets", 12, "how many buckets --trend splits the window into")
+	cmd.Flags().BoolVar(&exact, "exact", false, "read every dead and failing message, not the newest 2,000 (seconds at a million)")
 	outputFlag(cmd, &output, listOutput)
 	return cmd
 }
@@ -595,15 +602,24 @@ func (a *app) printFailures(groups []admin.FailureGroup, opts admin.FailuresOpti
 	}
 	t := newTable(a.out)
 	fmt.Fprintln(t, "COUNT\tDEAD\tFAILING\tCONSUMER\tTYPE\tFINGERPRINT\tFIRST FAILURE\tLAST FAILURE"+cols+"\tERROR")
+	partial := false
 	for _, g := range groups {
+		// A partial group's counts are lower bounds: "≥834".
+		n := func(v int64) string {
+			if g.Partial {
+				return "≥" + count(v)
+			}
+			return count(v)
+		}
+		partial = partial || g.Partial
 		cols := ""
 		if opts.Since > 0 {
-			cols = "\t" + count(g.FailuresInWindow)
+			cols = "\t" + n(g.FailuresInWindow)
 		}
 		if g.Trend != nil {
 			cols += "\t" + sparkline(g.Trend.Counts)
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s%s\t%s\n", count(g.Count), count(g.Dead), count(g.Failing), clean(g.Consumer),
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s%s\t%s\n", n(g.Count), n(g.Dead), n(g.Failing), clean(g.Consumer),
 			clean(g.EventType), clean(g.Fingerprint), stampOrDash(g.FirstFailedAt), stampOrDash(g.LastFailedAt), cols, cell(g.Normalized, 70))
 	}
 	if err := t.Flush(); err != nil {
@@ -614,6 +630,21 @@ func (a *app) printFailures(groups []admin.FailureGroup, opts admin.FailuresOpti
 			window(opts.Since/time.Duration(opts.Buckets)), window(opts.Since))
 	}
 	g := groups[0]
+	if partial {
+		args := []string{"failures", "--exact"}
+		if opts.Consumer != "" {
+			args = append(args, "--consumer", opts.Consumer)
+		}
+		if opts.Since > 0 {
+			args = append(args, "--since", window(opts.Since))
+		}
+		if opts.Buckets > 0 {
+			args = append(args, "--trend", "--buckets", strconv.Itoa(opts.Buckets))
+		}
+		fmt.Fprintf(a.out, "\n≥ More than %s dead and failing messages: the groups are counted from the newest %s, so a count\n"+
+			"is at least what it says and a group with none of them is missing. Count them all (seconds at a million): %s\n",
+			count(admin.FailuresReadDefault), count(admin.FailuresReadDefault), a.hint(args...))
+	}
 	fmt.Fprintf(a.out, "\nSee one: %s\n", a.hint("show", g.SampleID, "--consumer", g.Consumer))
 	fmt.Fprintf(a.out, "List a group: %s\n", a.hint("list", "--group", g.Fingerprint, "--consumer", g.Consumer))
 	fmt.Fprintf(a.out, "Replay a group: %s\n", a.hint("replay", "--group", g.Fingerprint, "--consumer", g.Consumer))

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/pgbox/pgbox/admin"
 )
 
@@ -35,6 +33,14 @@ const failuresRefresh = 15
 type failuresView struct {
 	// Consumer, if set, keeps that consumer's groups.
 	Consumer string
+	// Exact reads every dead and failing message (exact=1), not the
+	// newest admin.FailuresReadDefault.
+	Exact bool
+	// Partial is true when there were more dead and failing messages than
+	// were read: the counts are lower bounds (admin.FailureGroup.Partial).
+	Partial bool
+	// Read is how many messages are read when not Exact.
+	Read int64
 	// Groups are the failure groups, largest first.
 	Groups []admin.FailureGroup
 	// Trends holds each group's trend in the window, by fingerprint; a
@@ -48,11 +54,12 @@ type failuresView struct {
 
 // failures lists every failure group (dead and failing messages by
 // consumer, type and error pattern), largest first, each with its failed
-// attempts in the chosen window, as a trend. Both reads are admin's
-// Failures, which reads only the failed messages.
+// attempts in the chosen window, as a trend: one call of admin's
+// Failures, which reads only the newest failed messages (all of them with
+// exact=1).
 func (c *Console) failures(w http.ResponseWriter, r *http.Request, t *Target) error {
 	v := failuresView{Consumer: strings.TrimSpace(r.FormValue("consumer")), Window: cmp.Or(r.FormValue("window"), trendWindowDefault),
-		Trends: map[string]*admin.Trend{}}
+		Trends: map[string]*admin.Trend{}, Exact: r.FormValue("exact") == "1", Read: admin.FailuresReadDefault}
 	var window time.Duration
 	for _, tw := range trendWindows {
 		v.Windows = append(v.Windows, tw.Name)
@@ -63,26 +70,23 @@ func (c *Console) failures(w http.ResponseWriter, r *http.Request, t *Target) er
 	if window == 0 {
 		return httpError(http.StatusBadRequest, "The trend window %q is not one this page offers: pick %s from the list.", v.Window, strings.Join(v.Windows, ", "))
 	}
-	var recent []admin.FailureGroup
-	g, ctx := errgroup.WithContext(r.Context())
-	g.Go(func() (err error) {
-		v.Groups, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: failureGroupsShown})
-		return err
-	})
-	g.Go(func() (err error) {
-		recent, err = t.Admin.Failures(ctx, admin.FailuresOptions{Consumer: v.Consumer, Limit: failureGroupsShown, Since: window, Buckets: trendBuckets})
-		return err
-	})
-	if err := g.Wait(); err != nil {
+	// One read gives every group and its trend in the window: the failed
+	// messages are read and their errors normalised once.
+	var err error
+	v.Groups, err = t.Admin.Failures(r.Context(), admin.FailuresOptions{Consumer: v.Consumer, Limit: failureGroupsShown,
+		Since: window, Buckets: trendBuckets, KeepQuiet: true, Exact: v.Exact})
+	if err != nil {
 		return err
 	}
-	for _, fg := range recent {
-		v.Trends[fg.Fingerprint] = fg.Trend
-		for i := range v.Groups {
-			if v.Groups[i].Fingerprint == fg.Fingerprint {
-				v.Groups[i].FailuresInWindow = fg.FailuresInWindow
-			}
+	for _, fg := range v.Groups {
+		if fg.FailuresInWindow > 0 {
+			v.Trends[fg.Fingerprint] = fg.Trend
 		}
+		v.Partial = v.Partial || fg.Partial
 	}
-	return c.render(w, r, t, http.StatusOK, "failures", view{Title: "Failures", Data: v, Refresh: failuresRefresh})
+	refresh := failuresRefresh
+	if v.Exact {
+		refresh = 0 // an exact count reads every failed message: once, when asked
+	}
+	return c.render(w, r, t, http.StatusOK, "failures", view{Title: "Failures", Data: v, Refresh: refresh})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
@@ -77,6 +78,9 @@ type messageView struct {
 	ID string
 	// Replayable and Discardable say which actions apply.
 	Replayable, Discardable bool
+	// Editable says the payload can be edited and the message replayed
+	// (the edit page): replayable, and its payload text.
+	Editable bool
 }
 
 // message shows one message in full: its payload, metadata, every
@@ -112,6 +116,7 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, t *Target) err
 	}
 	v.Detail = d
 	v.Discardable = d.Status == pgbox.InboxDead
-	v.Replayable = v.Discardable || d.Status == pgbox.InboxDiscarded || (d.Status == pgbox.InboxPending && d.LastError != nil)
+	v.Replayable = replayable(d)
+	v.Editable = v.Replayable && utf8.Valid(d.Payload)
 	return c.render(w, r, t, http.StatusOK, "message", view{Title: "Message " + id, Nav: "messages", Data: v})
 }

@@ -163,3 +163,33 @@ func TestFailuresAndErrorPagesRefresh(t *testing.T) {
 	require.Equal(t, http.StatusInternalServerError, resp.StatusCode, body)
 	require.NotRegexp(t, refresh, body, "an action is never posted again by itself")
 }
+
+// With more dead messages than the failures page reads, its counts are
+// marked ≥, a note says why and links to the exact count, which reads
+// them all and does not refresh itself.
+func TestFailuresPagePartial(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	b.exec(t, `
+		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
+		                               last_error, bucket)
+		SELECT 'payments', 'flood-' || g, 'ChargeCard', 'dead', 3, 3, '\x00'::bytea, ''::bytea,
+		       'gateway timeout after ' || g || 's', /* schema */inbox_bucket('flood-' || g)
+		FROM generate_series(1, $1::int) AS g`, admin.FailuresReadDefault)
+
+	status, body := b.get(t, "/failures?consumer=payments")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `">≥2,000</a></td>`)
+	require.Contains(t, body, "More than 2,000 dead and failing messages")
+	require.Contains(t, body, `<a href="/failures?consumer=payments&amp;db=test&amp;exact=1&amp;window=24h">Count them all</a>`)
+	require.NotContains(t, body, "card declined", "the fixture's older groups are not among the newest 2,000")
+	require.Contains(t, body, `<meta http-equiv="refresh"`)
+
+	status, body = b.get(t, "/failures?consumer=payments&window=24h&exact=1")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `">2,000</a></td>`)
+	require.Contains(t, body, "card declined")
+	require.NotContains(t, body, "≥")
+	require.NotContains(t, body, `<meta http-equiv="refresh"`, "an exact count is read once, when asked")
+	require.Contains(t, body, `<input type="hidden" name="exact" value="1">`, "changing the consumer or window keeps it exact")
+}

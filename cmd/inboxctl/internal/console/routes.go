@@ -38,6 +38,8 @@ func (c *Console) routes() []route {
 		// Pauses (pause.go).
 		action("POST /pause", c.pause),
 		action("POST /resume", c.resume),
+		page("GET /message/edit", c.editMessage),
+		action("POST /edit", c.edit),
 	}
 }
 

@@ -64,6 +64,10 @@ type Config struct {
 	// holds: the retained scenario's inbox of as many UUIDv7 ids. Defaults
 	// to 50,000,000.
 	OperatorRows int
+	// OperatorDeadRows is how many dead messages the operator scenario's
+	// failures cases read: an inbox of its own holding only them. Defaults
+	// to 1,000,000.
+	OperatorDeadRows int
 	// RetainedRows are the retained scenario's inboxes of UUIDv7 ids, by
 	// the done messages they keep, largest first; an empty one is measured
 	// beside them. Defaults to 50,000,000 and 10,000,000.
@@ -92,6 +96,7 @@ func (c Config) withDefaults() Config {
 	c.SweepBacklog = cmp.Or(c.SweepBacklog, 50_000)
 	c.Rate = cmp.Or(c.Rate, 1000)
 	c.OperatorRows = cmp.Or(c.OperatorRows, 50_000_000)
+	c.OperatorDeadRows = cmp.Or(c.OperatorDeadRows, 1_000_000)
 	if len(c.RetainedRows) == 0 {
 		c.RetainedRows = []int{50_000_000, 10_000_000}
 	}
@@ -154,7 +159,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.URL == "" {
 		return nil, fmt.Errorf("bench: no database URL: set DATABASE_URL, or run `make bench`, which starts a local PostgreSQL")
 	}
-	e := &env{cfg: cfg, log: slog.New(slog.DiscardHandler), retained: &retainedState{}, operator: &operatorState{}}
+	e := &env{cfg: cfg, log: slog.New(slog.DiscardHandler), retained: &retainedState{}, operator: &operatorState{}, dead: &deadState{}}
 	rep := &Report{Started: time.Now().UTC(), Runs: cfg.Runs}
 	cases, err := e.cases()
 	if err != nil {

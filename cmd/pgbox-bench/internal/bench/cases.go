@@ -54,7 +54,11 @@ var describe = map[string]string{
 		"of `-operator-rows` done messages with UUIDv7 ids over two consumers, processed over 7 days, kept between runs) and " +
 		"3,000 dead, 600 retrying and 3,000 replayed-then-done messages in six failure groups: the " +
 		"admin call behind each inboxctl read, timed alone (ms, median of runs). `stats` estimates done messages from the " +
-		"planner's statistics; `stats --exact` counts them, for contrast.",
+		"planner's statistics; `stats --exact` counts them, for contrast. The cases with *dead messages* in their setting " +
+		"read an inbox of their own holding only `-operator-dead-rows` dead messages (an outage's), each with three failed " +
+		"attempts over the last 6 hours: nine in ten in six groups of consumer payments, the rest in about 30,000 small " +
+		"groups of consumer refunds. `failures` reads the newest 2,000 dead and failing messages and marks its counts as " +
+		"lower bounds when there are more; `failures --exact` reads them all, for contrast (once, no warm-up).",
 	"retained": "The hot paths on an inbox that keeps a week of done messages, the dedupe memory of a long-running service, beside " +
 		"an empty one, in the same run: each system is an inbox by the done messages it keeps (filled once into schemas " +
 		"pgbox_bench_retained_*, with a fifth as many published outbox rows, and reused by later runs), and **ratio** is the " +

@@ -51,6 +51,9 @@ type env struct {
 	// operator is the operator scenario's filled schema, which the
 	// console's cases share.
 	operator *operatorState
+	// dead is the operator scenario's inbox of dead messages (failures at
+	// a million), filled once.
+	dead *deadState
 }
 
 // loadInbox stores n new messages in batches of 1000, four batches at once.

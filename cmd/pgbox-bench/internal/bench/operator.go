@@ -113,6 +113,10 @@ func (e *env) operatorCases() []benchCase {
 			_, err := adm.Failures(ctx, admin.FailuresOptions{Limit: 50, Since: 6 * time.Hour, Buckets: 12})
 			return err
 		}),
+		e.deadCall("failures", admin.FailuresOptions{Limit: 50}, false),
+		e.deadCall("failures --trend --since 6h", admin.FailuresOptions{Limit: 50, Since: 6 * time.Hour, Buckets: 12}, false),
+		e.deadCall("failures --consumer refunds (30,000 small groups)", admin.FailuresOptions{Limit: 50, Consumer: "refunds"}, false),
+		e.deadCall("failures --exact", admin.FailuresOptions{Limit: 50, Exact: true}, true),
 		call("list --group", list(admin.Filter{Fingerprint: "-"})),
 		call("list --group --status dead", list(admin.Filter{Fingerprint: "-", Statuses: dead})),
 		call("list --status dead", list(admin.Filter{Statuses: dead})),
@@ -232,4 +236,111 @@ func millions(n int) string {
 	default:
 		return strconv.Itoa(n)
 	}
+}
+
+// deadSchema holds the failures cases' inbox: e.cfg.OperatorDeadRows dead
+// messages and nothing else, kept between runs of the bench.
+func (e *env) deadSchema() string {
+	return "pgbox_bench_dead_" + strings.ToLower(millions(e.cfg.OperatorDeadRows))
+}
+
+// deadMark is the comment a filled dead schema carries, at this build's
+// schema version: what a later run checks to reuse it.
+func deadMark(rows int) string {
+	return fmt.Sprintf("pgbox-bench dead: %d dead rows, schema version %d", rows, pgbox.SchemaVersion)
+}
+
+// operatorDeadSQL stores $1 dead messages, as an outage leaves them, each
+// with three failed attempts in its history, spread over the last 6 hours
+// in arrival order: nine in ten in consumer payments, in six groups (three
+// causes, two event types); the rest in consumer refunds, in 10,000
+// groups of about three (10,000 event types, three causes each).
+const operatorDeadSQL = `
+INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts,
+                               received_at, available_at, payload_hash, payload, last_error, errors, bucket)
+SELECT m.consumer, m.id, m.event_type, 'dead', 3, 3, m.at, m.at, '\x00'::bytea, '{"order":2}'::bytea, e.text,
+       jsonb_build_array(
+           jsonb_build_object('attempt', 1, 'at', m.at, 'error', e.text),
+           jsonb_build_object('attempt', 2, 'at', m.at + interval '1 second', 'error', e.text),
+           jsonb_build_object('attempt', 3, 'at', m.at + interval '3 seconds', 'error', e.text)),
+       /* schema */inbox_bucket(m.id)
+FROM generate_series(1, $1::int) AS g,
+     LATERAL (SELECT CASE WHEN g % 10 = 0 THEN 'refunds' ELSE 'payments' END AS consumer,
+                     CASE WHEN g % 10 = 0 THEN 'Refund' || (g / 10 % 10000)
+                          WHEN g % 2 = 0 THEN 'ChargeCard' ELSE 'CapturePayment' END AS event_type,
+                     'dead-' || g AS id,
+                     now() - interval '6 hours' + g * interval '6 hours' / $1::int AS at) AS m,
+     LATERAL (SELECT CASE g % 3
+         WHEN 0 THEN 'payment gateway timeout after ' || (g % 40) || 's (request ' || md5(g::text) || ')'
+         WHEN 1 THEN 'card declined: insufficient funds on order ''order-' || g || ''''
+         ELSE 'panic: runtime error: index out of range [' || (g % 9) || '] with length 3' END AS text) AS e`
+
+// deadState is the dead schema, filled once per bench run (or found
+// filled by an earlier one).
+type deadState struct {
+	once sync.Once
+	err  error
+}
+
+// deadCall is an operator case that times Failures with opts on the dead
+// schema (once, without a warm-up, if once: a read of every dead message).
+func (e *env) deadCall(what string, opts admin.FailuresOptions, once bool) benchCase {
+	run := func(ctx context.Context, _ scale) (Figures, error) {
+		pool, _, err := newPool(ctx, e.cfg.URL, 4)
+		if err != nil {
+			return nil, err
+		}
+		defer pool.Close()
+		e.dead.once.Do(func() { e.dead.err = e.deadFill(ctx, pool) })
+		if e.dead.err != nil {
+			return nil, e.dead.err
+		}
+		adm, err := admin.New(pool, admin.Config{Schema: e.deadSchema()})
+		if err != nil {
+			return nil, err
+		}
+		if err := pool.Ping(ctx); err != nil { // connect outside the timing
+			return nil, err
+		}
+		start := time.Now()
+		groups, err := adm.Failures(ctx, opts)
+		took := time.Since(start)
+		if err != nil {
+			return nil, err
+		}
+		if len(groups) == 0 {
+			return nil, fmt.Errorf("%s: no failure group in %s: drop the schema and run again", what, e.deadSchema())
+		}
+		return Figures{"ms": float64(took.Microseconds()) / 1000}, nil
+	}
+	return benchCase{scenario: "operator", setting: fmt.Sprintf("%s, %s dead messages", what, millions(e.cfg.OperatorDeadRows)),
+		main: "ms", once: once, systems: []system{{"pgbox", run}}}
+}
+
+// deadFill makes the dead schema hold e.cfg.OperatorDeadRows dead
+// messages (operatorDeadSQL), unless an earlier run left it so.
+func (e *env) deadFill(ctx context.Context, pool *pgxpool.Pool) error {
+	schema, rows := e.deadSchema(), e.cfg.OperatorDeadRows
+	var mark *string
+	err := pool.QueryRow(ctx, "SELECT obj_description(oid, 'pg_namespace') FROM pg_catalog.pg_namespace WHERE nspname = $1", schema).Scan(&mark)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	if mark != nil && *mark == deadMark(rows) {
+		fmt.Fprintf(e.cfg.Progress, "operator: reusing schema %s\n", schema)
+		return nil
+	}
+	if err := pgboxSchema(ctx, pool, schema); err != nil {
+		return err
+	}
+	sql := strings.ReplaceAll(operatorDeadSQL, "/* schema */", pgx.Identifier{schema}.Sanitize()+".")
+	if _, err := pool.Exec(ctx, sql, rows); err != nil {
+		return fmt.Errorf("store the dead messages in %s: %w", schema, err)
+	}
+	if err := vacuum(ctx, pool, schema, "inbox"); err != nil {
+		return err
+	}
+	// COMMENT takes no parameter; the mark is plain words and digits.
+	_, err = pool.Exec(ctx, "COMMENT ON SCHEMA "+pgx.Identifier{schema}.Sanitize()+" IS '"+deadMark(rows)+"'")
+	return err
 }
