@@ -35,12 +35,14 @@ const (
 	// AuditEditPayload is EditAndReplay: a payload replaced, and the
 	// message replayed.
 	AuditEditPayload AuditAction = "edit_payload"
+	// AuditReleaseLeases is ReleaseLeases: a process's leases ended.
+	AuditReleaseLeases AuditAction = "release_leases"
 )
 
 // AuditActions returns every action the audit log records.
 func AuditActions() []AuditAction {
 	return []AuditAction{AuditReplay, AuditDiscard, AuditPurge, AuditScheduleReplay, AuditCancelScheduledReplay,
-		AuditOutboxRetry, AuditEditPayload}
+		AuditOutboxRetry, AuditEditPayload, AuditReleaseLeases}
 }
 
 // AuditState is how far an audited action got.
