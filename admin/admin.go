@@ -12,8 +12,8 @@
 // # Audit
 //
 // Every write (Replay, Discard, Purge, ScheduleReplay and
-// CancelScheduledReplay, OutboxRetry, EditAndReplay) is recorded in the
-// audit log (AuditLog): who (the options' Actor, by default this process),
+// CancelScheduledReplay, OutboxRetry, EditAndReplay, ReleaseLeases) is
+// recorded in the audit log (AuditLog): who (the options' Actor, by default this process),
 // from where, when, the selection, the note and how many rows it changed.
 // The record is written before the first batch, and each batch adds its
 // count to it in the statement that makes the change, so the count is
@@ -26,7 +26,7 @@
 // Each write comes in a pair, as in River: Replay and ReplayTx, Discard and
 // DiscardTx, Purge and PurgeTx, OutboxRetry and OutboxRetryTx,
 // ScheduleReplay and ScheduleReplayTx, CancelScheduledReplay and
-// CancelScheduledReplayTx. The plain form runs on the pool; a bulk one runs
+// CancelScheduledReplayTx, ReleaseLeases and ReleaseLeasesTx. The plain form runs on the pool; a bulk one runs
 // each batch as its own short statement, so a million-message replay never
 // holds one giant lock or transaction. The Tx form runs inside the caller's
 // pgx.Tx and commits nothing itself: its changes take effect if, and when,

@@ -35,6 +35,7 @@ func (c *Console) routes() []route {
 		action("POST /discard", c.discard),
 		action("POST /scheduled/cancel", c.cancelScheduled),
 		action("POST /outbox/retry", c.outboxRetry),
+		action("POST /processes/release", c.releaseLeases),
 	}
 }
 

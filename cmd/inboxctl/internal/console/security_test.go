@@ -249,7 +249,7 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{Credentials: Credentials{Token: "s3cret-token"}})
 	routes := b.console.routes()
-	require.Len(t, actionPaths(b.console), 4, "replay, discard, cancel, retry")
+	require.Len(t, actionPaths(b.console), 5, "replay, discard, cancel, retry, release")
 	for _, rt := range routes {
 		resp, _ := do(t, requestOf(t, b.srv.URL, rt))
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s without credentials", rt.pattern)
