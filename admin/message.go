@@ -102,9 +102,24 @@ func history(raw []byte) ([]HistoryEntry, error) {
 	return out, nil
 }
 
+// KeyHolder is the dead message that holds up a blocked message: the
+// first dead message before it of its consumer and ordering key. Nothing
+// of the key after it moves until an operator replays or discards it.
+type KeyHolder struct {
+	// Attempts is how many attempts it used.
+	Attempts int `json:"attempts"`
+	// DeadSince is when it died: its last failed attempt (database time).
+	DeadSince time.Time `json:"dead_since"`
+	// ID is its message id.
+	ID string `json:"id"`
+}
+
 // Detail is one inbox message in full.
 type Detail struct {
 	Message
+	// BlockedBy is, for a pending message held behind a dead message of
+	// its ordering key, that dead message; nil for any other message.
+	BlockedBy *KeyHolder `json:"blocked_by,omitempty"`
 	// Conflicts counts deliveries that reused this id with another payload.
 	Conflicts int `json:"conflicts"`
 	// History lists its failed attempts and operator actions, oldest first.
@@ -186,11 +201,15 @@ func (a *Admin) listPage(ctx context.Context, f Filter, below any, n int, fn fun
 // Show returns one message in full, or ErrNotFound.
 func (a *Admin) Show(ctx context.Context, consumer, id string) (*Detail, error) {
 	var (
-		d        Detail
-		raw      []byte
-		metadata []byte
+		d         Detail
+		raw       []byte
+		metadata  []byte
+		holder    *string
+		attempts  *int
+		deadSince *time.Time
 	)
-	err := a.pool.QueryRow(ctx, a.q["show"], consumer, id).Scan(append(d.scanTargets(), &d.Payload, &metadata, &raw, &d.Conflicts)...)
+	err := a.pool.QueryRow(ctx, a.q["show"], consumer, id).Scan(append(d.scanTargets(), &d.Payload, &metadata, &raw, &d.Conflicts,
+		&holder, &attempts, &deadSince)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -203,6 +222,9 @@ func (a *Admin) Show(ctx context.Context, consumer, id string) (*Detail, error) 
 	}
 	if d.History, err = history(raw); err != nil {
 		return nil, a.dbError(ctx, "show message", err)
+	}
+	if holder != nil {
+		d.BlockedBy = &KeyHolder{Attempts: *attempts, DeadSince: deadSince.UTC(), ID: *holder}
 	}
 	return &d, nil
 }

@@ -73,11 +73,24 @@ WHERE ` + filterSQL + `
 ORDER BY i.seq DESC
 LIMIT $12`
 
-// showSQL reads one message with its payload, metadata and history.
+// showSQL reads one message with its payload, metadata and history, and,
+// for a pending message blocked behind a dead message of its ordering key
+// (tables.InboxBehindDead), the first such dead message: its id, attempts,
+// and when it died (its last history entry; its last due time for one
+// without history), found through inbox_ordering_idx.
 const showSQL = `
 SELECT ` + messageColumns + `, i.payload, i.metadata, i.errors,
-       (SELECT count(*) FROM /* schema */inbox_conflicts AS c WHERE c.consumer = i.consumer AND c.message_id = i.message_id)
+       (SELECT count(*) FROM /* schema */inbox_conflicts AS c WHERE c.consumer = i.consumer AND c.message_id = i.message_id),
+       h.message_id, h.attempts, h.dead_since
 FROM /* schema */inbox AS i
+LEFT JOIN LATERAL (
+    SELECT d.message_id, d.attempts, coalesce((d.errors->-1->>'at')::timestamptz, d.available_at) AS dead_since
+    FROM /* schema */inbox AS d
+    WHERE i.status = ` + tables.InboxPending + ` AND i.ordering_key IS NOT NULL
+      AND d.consumer = i.consumer AND d.ordering_key = i.ordering_key AND d.status = ` + tables.InboxDead + ` AND d.seq < i.seq
+    ORDER BY d.seq
+    LIMIT 1
+) AS h ON true
 WHERE i.consumer = $1 AND i.message_id = $2`
 
 // distinctConsumersSQL is a recursive CTE, consumers(consumer), of every
@@ -296,7 +309,15 @@ LIMIT $2`
 // oldest pending message and how many messages were done in the last
 // minute and hour. Each status is read from its partial index
 // (inbox_pending_idx, inbox_running_idx, inbox_failed_idx), so the count
-// costs what those few rows cost, never a read of the dedupe memory. Done
+// costs what those few rows cost, never a read of the dedupe memory.
+//
+// Pending messages held behind a dead message of their ordering key
+// (tables.InboxBehindDead) are counted as blocked, and taken out of the
+// fresh, retrying and scheduled counts. They are found from the dead end:
+// the first dead message of each key (the dead rows, from
+// inbox_failed_idx), then the pending messages of that key after it
+// (inbox_ordering_idx), so the count costs what the dead keys and their
+// blocked messages cost, not a probe per pending message. Done
 // messages are counted apart: doneExactSQL, or estimated from
 // doneEstimateSQL.
 //
@@ -332,6 +353,27 @@ counts AS (
     FROM open AS o
     GROUP BY o.consumer
 ),
+dead_heads AS (
+    SELECT i.consumer, i.ordering_key, min(i.seq) AS seq
+    FROM /* schema */inbox AS i
+    WHERE i.status = ` + tables.InboxDead + ` AND i.ordering_key IS NOT NULL
+    GROUP BY i.consumer, i.ordering_key
+),
+blocked AS (
+    SELECT h.consumer,
+           count(*) AS blocked,
+           count(*) FILTER (WHERE NOT b.failed AND b.available_at <= now()) AS fresh,
+           count(*) FILTER (WHERE b.failed) AS retrying,
+           count(*) FILTER (WHERE NOT b.failed AND b.available_at > now()) AS scheduled
+    FROM dead_heads AS h
+    CROSS JOIN LATERAL (
+        SELECT i.last_error IS NOT NULL AS failed, i.available_at
+        FROM /* schema */inbox AS i
+        WHERE i.consumer = h.consumer AND i.ordering_key = h.ordering_key
+          AND i.status = ` + tables.InboxPending + ` AND i.seq > h.seq
+    ) AS b
+    GROUP BY h.consumer
+),
 newest AS (
     SELECT i.consumer, i.processed_at
     FROM /* schema */inbox AS i
@@ -352,7 +394,8 @@ recent AS (
     FROM newest AS n
     GROUP BY n.consumer
 )
-SELECT c.consumer, coalesce(n.fresh, 0), coalesce(n.retrying, 0), coalesce(n.scheduled, 0), coalesce(n.running, 0),
+SELECT c.consumer, coalesce(n.fresh, 0) - coalesce(b.fresh, 0), coalesce(n.retrying, 0) - coalesce(b.retrying, 0),
+       coalesce(n.scheduled, 0) - coalesce(b.scheduled, 0), coalesce(b.blocked, 0), coalesce(n.running, 0),
        coalesce(n.dead, 0), coalesce(n.discarded, 0), n.oldest, n.next_retry,
        CASE WHEN s.read < 60 THEN round(coalesce(r.minute, 0) * 60 / s.read)::bigint ELSE coalesce(r.minute, 0) END,
        CASE WHEN s.read IS NOT NULL THEN round(coalesce(r.hour, 0) * 3600 / s.read)::bigint ELSE coalesce(r.hour, 0) END,
@@ -360,6 +403,7 @@ SELECT c.consumer, coalesce(n.fresh, 0), coalesce(n.retrying, 0), coalesce(n.sch
 FROM consumers AS c
 CROSS JOIN span AS s
 LEFT JOIN counts AS n ON n.consumer = c.consumer
+LEFT JOIN blocked AS b ON b.consumer = c.consumer
 LEFT JOIN recent AS r ON r.consumer = c.consumer
 WHERE c.consumer IS NOT NULL
 ORDER BY c.consumer`
@@ -394,7 +438,10 @@ WHERE i.inhparent = ($1 || '.' || $2)::regclass`
 
 // outboxStatsSQL counts the outbox's unfinished rows by status, each from
 // its partial index, with the age of the oldest unpublished row (a status
-// at a time too: no partial index holds a list of statuses); the
+// at a time too: no partial index holds a list of statuses), and the
+// pending rows blocked behind a dead row of their ordering key, found from
+// the first dead row of each key (outbox_dead_idx) through
+// outbox_ordering_idx, as statsSQL finds the inbox's; the
 // published rows are counted by publishedExactSQL or estimated
 // (estimateSQL).
 const outboxStatsSQL = `
@@ -403,6 +450,12 @@ SELECT (SELECT count(*) FROM /* schema */outbox WHERE status = ` + tables.Outbox
        (SELECT count(*) FROM /* schema */outbox WHERE status = ` + tables.OutboxDead + `),
        extract(epoch FROM now() - least((SELECT min(created_at) FROM /* schema */outbox WHERE status = ` + tables.OutboxPending + `),
                                         (SELECT min(created_at) FROM /* schema */outbox WHERE status = ` + tables.OutboxRunning + `))),
+       (SELECT count(*)
+        FROM (SELECT o.ordering_key, min(o.seq) AS seq FROM /* schema */outbox AS o
+              WHERE o.status = ` + tables.OutboxDead + ` AND o.ordering_key IS NOT NULL
+              GROUP BY o.ordering_key) AS h
+        CROSS JOIN LATERAL (SELECT 1 FROM /* schema */outbox AS o
+                            WHERE o.ordering_key = h.ordering_key AND o.status = ` + tables.OutboxPending + ` AND o.seq > h.seq) AS b),
        now()`
 
 // publishedExactSQL counts the published rows the outbox keeps: every one
