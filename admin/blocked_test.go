@@ -86,3 +86,42 @@ func TestShowNamesTheKeyHolder(t *testing.T) {
 		require.Nil(t, d.BlockedBy, id)
 	}
 }
+
+// A filter by ordering key keeps that key's messages, in list, count and
+// replay alike.
+func TestFilterByOrderingKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, admin.Config{})
+	_, err := b.pool.Exec(ctx, ident.Render(blockedSQL, b.schema))
+	require.NoError(t, err)
+
+	f := admin.Filter{Consumer: "payments", OrderingKey: "A"}
+	var ids []string
+	require.NoError(t, b.adm.List(ctx, admin.ListOptions{Filter: f}, func(m admin.Message) error {
+		ids = append(ids, m.ID)
+		return nil
+	}))
+	require.Equal(t, []string{"a-5", "a-4", "a-3", "a-2", "a-1"}, ids)
+	n, err := b.adm.Count(ctx, admin.Filter{OrderingKey: "A"})
+	require.NoError(t, err)
+	require.EqualValues(t, 6, n, "refunds' r-1 too")
+	n, err = b.adm.Replay(ctx, admin.ReplayOptions{Filter: admin.Filter{OrderingKey: "B"}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "b-1, the only replayable message of key B")
+}
+
+// The outbox's list filters by ordering key too.
+func TestOutboxListByOrderingKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, admin.Config{})
+	_, err := b.pool.Exec(ctx, ident.Render(blockedSQL, b.schema))
+	require.NoError(t, err)
+	var seqs []int64
+	require.NoError(t, b.adm.OutboxList(ctx, admin.OutboxListOptions{Filter: admin.OutboxFilter{OrderingKey: "A"}}, func(m admin.OutboxMessage) error {
+		seqs = append(seqs, m.Seq)
+		return nil
+	}))
+	require.Equal(t, []int64{2, 1}, seqs)
+}

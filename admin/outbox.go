@@ -16,6 +16,8 @@ import (
 
 // OutboxFilter selects outbox rows. Zero fields select everything.
 type OutboxFilter struct {
+	// OrderingKey keeps the rows of one ordering key.
+	OrderingKey string
 	// Statuses keeps rows in these statuses.
 	Statuses []pgbox.OutboxStatus
 	// Topic keeps one topic.
@@ -109,7 +111,7 @@ func (a *Admin) OutboxList(ctx context.Context, opts OutboxListOptions, fn func(
 		if limit > 0 {
 			n = min(page, limit-sent)
 		}
-		rows, err := a.pool.Query(ctx, a.q["outboxList"], statuses, nullable(f.Topic), below, n)
+		rows, err := a.pool.Query(ctx, a.q["outboxList"], statuses, nullable(f.Topic), below, n, nullable(f.OrderingKey))
 		if err != nil {
 			return a.dbError(ctx, "list outbox", err)
 		}

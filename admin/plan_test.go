@@ -55,7 +55,7 @@ func TestOperatorReadsUseIndexes(t *testing.T) {
 		"list --group --status dead": {adm.q["list"], append(groupDead.args(), nil, 50)},
 		"list --status dead":         {adm.q["list"], append(dead.args(), nil, 50)},
 		"replay --group --dry-run":   {adm.q["count"], (Filter{Fingerprint: fp, ReplayableOnly: true}).args()},
-		"replay --group (a batch)":   {adm.q["replay"], append(group.args(), -1, 1000, nil, int64(0))}, // $13 note, $14 audit record
+		"replay --group (a batch)":   {adm.q["replay"], append(group.args(), -1, 1000, nil, int64(0))}, // $14 note, $15 audit record
 		"known group":                {adm.q["groupKnown"], []any{fp}},
 		"failures":                   {adm.q["failures"], []any{nil, 50, int64(3600000), 12}},
 		"stats":                      {adm.q["stats"], nil},

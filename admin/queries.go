@@ -46,7 +46,7 @@ const inGroupSQL = `(` + replayableSQL + ` AND i.last_error IS NOT NULL AND ` + 
 // $1 consumer, $2 statuses, $3 event type, $4 received since, $5 received
 // before, $6 error contains (case-insensitive, literal), $7 error matches
 // (case-insensitive regular expression), $8 failure fingerprint, $9 ids,
-// $10 replayable only.
+// $10 replayable only, $11 ordering key.
 const filterSQL = `
     ($1::text IS NULL OR i.consumer = $1)
     AND ($2::text[] IS NULL OR i.status = ANY($2::text[]))
@@ -57,21 +57,22 @@ const filterSQL = `
     AND ($7::text IS NULL OR coalesce(i.last_error, '') ~* $7)
     AND ($8::text IS NULL OR ` + inGroupSQL + `)
     AND ($9::text[] IS NULL OR i.message_id = ANY($9::text[]))
-    AND ($10::boolean IS NOT TRUE OR ` + replayableSQL + `)`
+    AND ($10::boolean IS NOT TRUE OR ` + replayableSQL + `)
+    AND ($11::text IS NULL OR i.ordering_key = $11)`
 
 // messageColumns are the columns of a Message, in scan order.
 const messageColumns = `i.consumer, i.message_id, i.seq, i.event_type, i.status, coalesce(i.ordering_key, ''),
     i.attempts, i.max_attempts, i.replays, i.received_at, i.available_at, i.processed_at, i.last_error`
 
 // listSQL lists messages matching the filter, newest first, after the
-// keyset $11 (a seq; messages below it) and up to $12 of them.
+// keyset $12 (a seq; messages below it) and up to $13 of them.
 const listSQL = `
 SELECT ` + messageColumns + `
 FROM /* schema */inbox AS i
 WHERE ` + filterSQL + `
-  AND ($11::bigint IS NULL OR i.seq < $11)
+  AND ($12::bigint IS NULL OR i.seq < $12)
 ORDER BY i.seq DESC
-LIMIT $12`
+LIMIT $13`
 
 // showSQL reads one message with its payload, metadata and history, and,
 // for a pending message blocked behind a dead message of its ordering key
@@ -158,52 +159,52 @@ func replaySetSQL(note, extra string) string {
                        'previous_status', i.status, 'previous_attempts', i.attempts, 'note', ` + note + `::text)))`
 }
 
-// replayBatchSQL replays up to $12 replayable messages matching the filter
-// whose seq is above $11, in seq order, in one short statement (see
-// replaySetSQL; $13 is the operator's note), and counts them in audit
-// record $14. Batches walk forward by seq, so every matching row is
+// replayBatchSQL replays up to $13 replayable messages matching the filter
+// whose seq is above $12, in seq order, in one short statement (see
+// replaySetSQL; $14 is the operator's note), and counts them in audit
+// record $15. Batches walk forward by seq, so every matching row is
 // visited once however many there are, and no statement holds many locks
 // for long.
 var replayBatchSQL = `
 WITH batch AS (
     SELECT i.consumer, i.message_id
     FROM /* schema */inbox AS i
-    WHERE ` + filterSQL + ` AND ` + replayableSQL + ` AND i.seq > $11
+    WHERE ` + filterSQL + ` AND ` + replayableSQL + ` AND i.seq > $12
     ORDER BY i.seq
-    LIMIT $12
+    LIMIT $13
     FOR UPDATE
 ),
 changed AS (
-    UPDATE /* schema */inbox AS i SET ` + replaySetSQL("$13", "") + `
+    UPDATE /* schema */inbox AS i SET ` + replaySetSQL("$14", "") + `
     FROM batch AS b
     WHERE i.consumer = b.consumer AND i.message_id = b.message_id
     RETURNING i.seq
 ),
-` + auditCountSQL("$14") + `
+` + auditCountSQL("$15") + `
 SELECT seq FROM changed`
 
-// discardBatchSQL sets aside up to $12 dead messages matching the filter
-// whose seq is above $11: discarded, with the reason $13 in the history,
-// counted in audit record $14. A discarded message no longer holds up its
+// discardBatchSQL sets aside up to $13 dead messages matching the filter
+// whose seq is above $12: discarded, with the reason $14 in the history,
+// counted in audit record $15. A discarded message no longer holds up its
 // ordering key.
 var discardBatchSQL = `
 WITH batch AS (
     SELECT i.consumer, i.message_id
     FROM /* schema */inbox AS i
-    WHERE ` + filterSQL + ` AND i.status = ` + tables.InboxDead + ` AND i.seq > $11
+    WHERE ` + filterSQL + ` AND i.status = ` + tables.InboxDead + ` AND i.seq > $12
     ORDER BY i.seq
-    LIMIT $12
+    LIMIT $13
     FOR UPDATE
 ),
 changed AS (
     UPDATE /* schema */inbox AS i SET
         status = ` + tables.InboxDiscarded + `,
-        errors = i.errors || jsonb_build_array(jsonb_build_object('action', 'discarded', 'at', now(), 'reason', $13::text))
+        errors = i.errors || jsonb_build_array(jsonb_build_object('action', 'discarded', 'at', now(), 'reason', $14::text))
     FROM batch AS b
     WHERE i.consumer = b.consumer AND i.message_id = b.message_id
     RETURNING i.seq
 ),
-` + auditCountSQL("$14") + `
+` + auditCountSQL("$15") + `
 SELECT seq FROM changed`
 
 // idStatusSQL reports the status of each of the ids $2 held by consumer
@@ -467,12 +468,13 @@ const outboxColumns = `o.id, o.seq, o.topic, o.event_type, coalesce(o.ordering_k
     o.created_at, o.available_at, o.published_at, o.last_error`
 
 // outboxListSQL lists outbox rows: $1 statuses, $2 topic, $3 keyset
-// (seq below), $4 limit; newest first.
+// (seq below), $4 limit, $5 ordering key; newest first.
 const outboxListSQL = `
 SELECT ` + outboxColumns + `
 FROM /* schema */outbox AS o
 WHERE ($1::text[] IS NULL OR o.status = ANY($1::text[]))
   AND ($2::text IS NULL OR o.topic = $2)
+  AND ($5::text IS NULL OR o.ordering_key = $5)
   AND ($3::bigint IS NULL OR o.seq < $3)
 ORDER BY o.seq DESC
 LIMIT $4`
