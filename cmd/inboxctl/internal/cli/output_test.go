@@ -28,6 +28,7 @@ func TestOutputFlagIsTheSameEverywhere(t *testing.T) {
 		{"stats"}, {"show", "bad-1"}, {"outbox", "show", "019a0000-0000-7000-8000-000000000002"},
 		{"migrate", "version"}, {"migrate", "check"}, {"version"},
 		{"purge", "--older-than", "1d", "--dry-run"}, {"outbox", "retry", "--all-dead", "--dry-run"},
+		{"processes", "release", "2", "--dry-run"},
 	}
 	lists := [][]string{
 		{"list"}, {"failures"}, {"outbox", "list"}, {"scheduled"}, {"migrate", "status"}, {"audit"}, {"processes"},
