@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox/admin"
@@ -124,4 +125,20 @@ func TestOutboxListByOrderingKey(t *testing.T) {
 		return nil
 	}))
 	require.Equal(t, []int64{2, 1}, seqs)
+}
+
+// OutboxShow names the dead row that holds a blocked row's key.
+func TestOutboxShowNamesTheKeyHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, admin.Config{})
+	_, err := b.pool.Exec(ctx, ident.Render(blockedSQL, b.schema))
+	require.NoError(t, err)
+	d, err := b.adm.OutboxShow(ctx, uuid.MustParse("019a0000-0000-7000-8000-00000000000b"))
+	require.NoError(t, err)
+	require.NotNil(t, d.BlockedBy)
+	require.Equal(t, "019a0000-0000-7000-8000-00000000000a", d.BlockedBy.ID)
+	d, err = b.adm.OutboxShow(ctx, uuid.MustParse("019a0000-0000-7000-8000-00000000000c"))
+	require.NoError(t, err)
+	require.Nil(t, d.BlockedBy, "key B has no dead row")
 }

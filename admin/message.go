@@ -114,6 +114,24 @@ type KeyHolder struct {
 	ID string `json:"id"`
 }
 
+// keyHolderScan receives a show's key-holder columns (id, attempts, dead
+// since), NULL for a message that is not blocked.
+type keyHolderScan struct {
+	id        *string
+	attempts  *int
+	deadSince *time.Time
+}
+
+func (k *keyHolderScan) targets() []any { return []any{&k.id, &k.attempts, &k.deadSince} }
+
+// holder returns the KeyHolder scanned, or nil.
+func (k *keyHolderScan) holder() *KeyHolder {
+	if k.id == nil {
+		return nil
+	}
+	return &KeyHolder{Attempts: *k.attempts, DeadSince: k.deadSince.UTC(), ID: *k.id}
+}
+
 // Detail is one inbox message in full.
 type Detail struct {
 	Message
@@ -201,15 +219,13 @@ func (a *Admin) listPage(ctx context.Context, f Filter, below any, n int, fn fun
 // Show returns one message in full, or ErrNotFound.
 func (a *Admin) Show(ctx context.Context, consumer, id string) (*Detail, error) {
 	var (
-		d         Detail
-		raw       []byte
-		metadata  []byte
-		holder    *string
-		attempts  *int
-		deadSince *time.Time
+		d        Detail
+		raw      []byte
+		metadata []byte
+		holder   keyHolderScan
 	)
-	err := a.pool.QueryRow(ctx, a.q["show"], consumer, id).Scan(append(d.scanTargets(), &d.Payload, &metadata, &raw, &d.Conflicts,
-		&holder, &attempts, &deadSince)...)
+	err := a.pool.QueryRow(ctx, a.q["show"], consumer, id).Scan(append(d.scanTargets(), append([]any{&d.Payload, &metadata, &raw, &d.Conflicts},
+		holder.targets()...)...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -223,9 +239,7 @@ func (a *Admin) Show(ctx context.Context, consumer, id string) (*Detail, error) 
 	if d.History, err = history(raw); err != nil {
 		return nil, a.dbError(ctx, "show message", err)
 	}
-	if holder != nil {
-		d.BlockedBy = &KeyHolder{Attempts: *attempts, DeadSince: deadSince.UTC(), ID: *holder}
-	}
+	d.BlockedBy = holder.holder()
 	return &d, nil
 }
 

@@ -480,10 +480,19 @@ ORDER BY o.seq DESC
 LIMIT $4`
 
 // outboxShowSQL reads one outbox row with its payload, metadata and
-// history.
+// history, and for a pending row blocked behind a dead row of its ordering
+// key the first such dead row, as showSQL does for the inbox.
 const outboxShowSQL = `
-SELECT ` + outboxColumns + `, o.payload, o.metadata, o.errors
+SELECT ` + outboxColumns + `, o.payload, o.metadata, o.errors, h.id::text, h.attempts, h.dead_since
 FROM /* schema */outbox AS o
+LEFT JOIN LATERAL (
+    SELECT d.id, d.attempts, coalesce((d.errors->-1->>'at')::timestamptz, d.available_at) AS dead_since
+    FROM /* schema */outbox AS d
+    WHERE o.status = ` + tables.OutboxPending + ` AND o.ordering_key IS NOT NULL
+      AND d.ordering_key = o.ordering_key AND d.status = ` + tables.OutboxDead + ` AND d.seq < o.seq
+    ORDER BY d.seq
+    LIMIT 1
+) AS h ON true
 WHERE o.id = $1`
 
 // outboxRetrySQL puts dead outbox rows back to pending: the ids $1, or

@@ -44,6 +44,13 @@ func TestBlockedBehindADeadHead(t *testing.T) {
 	require.Regexp(t, `order-6/placed\s+ChargeCard\s+customer-7\s+pending`, out)
 	require.Regexp(t, `order-2/placed\s+ChargeCard\s+customer-7\s+dead`, out)
 	require.NotContains(t, out, "order-3/placed")
+	_, err = pgtest.Pool(t).Exec(context.Background(), ident.Render(`
+		UPDATE /* schema */outbox SET ordering_key = 'order-2' WHERE id = '019a0000-0000-7000-8000-000000000002';
+		UPDATE /* schema */outbox SET ordering_key = 'order-2' WHERE id = '019a0000-0000-7000-8000-000000000003'`, schema))
+	require.NoError(t, err)
+	out = inboxctl(t, schema, "", "outbox", "show", "019a0000-0000-7000-8000-000000000003").ok(t).stdout
+	require.Contains(t, out, "Blocked       ordering key order-2 is held by outbox row 019a0000-0000-7000-8000-000000000002 (dead since 2026-01-01 10:01:07 UTC, 3 attempts): retry it")
+	require.Contains(t, out, "inboxctl outbox retry 019a0000-0000-7000-8000-000000000002 --schema "+schema)
 	out = inboxctl(t, schema, "", "outbox", "list", "--ordering-key", "order-1").ok(t).stdout
 	require.Contains(t, out, "019a0000-0000-7000-8000-000000000001")
 	require.NotContains(t, out, "019a0000-0000-7000-8000-000000000002")

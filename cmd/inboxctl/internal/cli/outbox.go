@@ -135,6 +135,12 @@ always has all of it.`,
 			}
 			row("Created", stamp(d.CreatedAt)+" UTC")
 			switch {
+			case d.BlockedBy != nil:
+				h := d.BlockedBy
+				row("Blocked", fmt.Sprintf("ordering key %s is held by outbox row %s (dead since %s UTC, %s): retry it",
+					clean(d.OrderingKey), clean(h.ID), stamp(h.DeadSince), plural(int64(h.Attempts), "attempt")))
+				row("", a.hint("outbox", "show", h.ID))
+				row("", a.hint("outbox", "retry", h.ID))
 			case d.PublishedAt != nil:
 				row("Published", stamp(*d.PublishedAt)+" UTC")
 			case d.Status == pgbox.OutboxPending:
