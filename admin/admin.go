@@ -13,8 +13,9 @@
 //
 // Every write (Replay, Discard, Purge, ScheduleReplay and
 // CancelScheduledReplay, OutboxRetry, EditAndReplay, ReleaseLeases) is
-// recorded in the audit log (AuditLog): who (the options' Actor, by default this process),
-// from where, when, the selection, the note and how many rows it changed.
+// recorded in the audit log (AuditLog): who (the options' Actor, by
+// default this process), from where, when, the selection, the note and
+// how many rows it changed.
 // The record is written before the first batch, and each batch adds its
 // count to it in the statement that makes the change, so the count is
 // always what committed: an action interrupted part way ends as
