@@ -13,9 +13,10 @@
 // # Audit
 //
 // Every write (Replay, Discard, Purge, ScheduleReplay and
-// CancelScheduledReplay, OutboxRetry, EditAndReplay, Pause and Resume) is
-// recorded in the audit log (AuditLog): who (the options' Actor, by default this process),
-// from where, when, the selection, the note and how many rows it changed.
+// CancelScheduledReplay, OutboxRetry, EditAndReplay, Pause, Resume and
+// ReleaseLeases) is recorded in the audit log (AuditLog): who (the
+// options' Actor, by default this process), from where, when, the
+// selection, the note and how many rows it changed.
 // The record is written before the first batch, and each batch adds its
 // count to it in the statement that makes the change, so the count is
 // always what committed: an action interrupted part way ends as
@@ -27,10 +28,11 @@
 // Each write comes in a pair, as in River: Replay and ReplayTx, Discard and
 // DiscardTx, Purge and PurgeTx, OutboxRetry and OutboxRetryTx,
 // ScheduleReplay and ScheduleReplayTx, CancelScheduledReplay and
-// CancelScheduledReplayTx, Pause and PauseTx, Resume and ResumeTx. The
-// plain form runs on the pool; a bulk one runs each batch as its own short
-// statement, so a million-message replay never holds one giant lock or
-// transaction. The Tx form runs inside the caller's
+// CancelScheduledReplayTx, Pause and PauseTx, Resume and ResumeTx,
+// ReleaseLeases and ReleaseLeasesTx. The plain form runs on the pool; a
+// bulk one runs each batch as its own short statement, so a
+// million-message replay never holds one giant lock or transaction. The Tx
+// form runs inside the caller's
 // pgx.Tx and commits nothing itself: its changes take effect if, and when,
 // the caller commits, together with the caller's own writes (an audit row,
 // say). A bulk Tx form still works in batches, but holds every row it

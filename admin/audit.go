@@ -40,12 +40,14 @@ const (
 	AuditPause AuditAction = "pause"
 	// AuditResume is Resume.
 	AuditResume AuditAction = "resume"
+	// AuditReleaseLeases is ReleaseLeases: a process's leases ended.
+	AuditReleaseLeases AuditAction = "release_leases"
 )
 
 // AuditActions returns every action the audit log records.
 func AuditActions() []AuditAction {
 	return []AuditAction{AuditReplay, AuditDiscard, AuditPurge, AuditScheduleReplay, AuditCancelScheduledReplay,
-		AuditOutboxRetry, AuditEditPayload, AuditPause, AuditResume}
+		AuditOutboxRetry, AuditEditPayload, AuditPause, AuditResume, AuditReleaseLeases}
 }
 
 // AuditState is how far an audited action got.

@@ -18,14 +18,14 @@ import (
 // others (purge, outbox retry), whose changed rows leave the selection.
 
 // replayLeftSQL reports whether a replayable message matching the filter
-// remains above seq $11: what replayBatchSQL's next batch would replay.
+// remains above seq $12: what replayBatchSQL's next batch would replay.
 const replayLeftSQL = `
-SELECT EXISTS (SELECT 1 FROM /* schema */inbox AS i WHERE ` + filterSQL + ` AND ` + replayableSQL + ` AND i.seq > $11)`
+SELECT EXISTS (SELECT 1 FROM /* schema */inbox AS i WHERE ` + filterSQL + ` AND ` + replayableSQL + ` AND i.seq > $12)`
 
 // discardLeftSQL reports whether a dead message matching the filter
-// remains above seq $11: what discardBatchSQL's next batch would discard.
+// remains above seq $12: what discardBatchSQL's next batch would discard.
 const discardLeftSQL = `
-SELECT EXISTS (SELECT 1 FROM /* schema */inbox AS i WHERE ` + filterSQL + ` AND i.status = ` + tables.InboxDead + ` AND i.seq > $11)`
+SELECT EXISTS (SELECT 1 FROM /* schema */inbox AS i WHERE ` + filterSQL + ` AND i.status = ` + tables.InboxDead + ` AND i.seq > $12)`
 
 // purgeLeftSQL reports whether a message Purge would delete remains: what
 // purgeBatchSQL's next batch would delete. Its parameters are

@@ -28,6 +28,8 @@ type Filter struct {
 	Fingerprint string `json:"fingerprint,omitzero"`
 	// IDs keeps these message ids.
 	IDs []string `json:"ids,omitzero"`
+	// OrderingKey keeps the messages of one ordering key.
+	OrderingKey string `json:"ordering_key,omitzero"`
 	// ReplayableOnly keeps the messages Replay may touch: dead, discarded,
 	// or pending after a failure.
 	ReplayableOnly bool `json:"replayable_only,omitzero"`
@@ -71,7 +73,7 @@ func (f Filter) Validate() error {
 	return nil
 }
 
-// args returns the filter as filterSQL's parameters $1 to $10.
+// args returns the filter as filterSQL's parameters $1 to $11.
 func (f Filter) args() []any {
 	var statuses, ids any
 	if len(f.Statuses) > 0 {
@@ -88,7 +90,7 @@ func (f Filter) args() []any {
 		until = f.Until
 	}
 	return []any{nullable(f.Consumer), statuses, nullable(f.EventType), since, until,
-		nullable(f.ErrorContains), nullable(f.ErrorMatches), nullable(f.Fingerprint), ids, f.ReplayableOnly}
+		nullable(f.ErrorContains), nullable(f.ErrorMatches), nullable(f.Fingerprint), ids, f.ReplayableOnly, nullable(f.OrderingKey)}
 }
 
 // textArray returns statuses as the plain strings a text[] parameter takes.

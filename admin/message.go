@@ -102,9 +102,42 @@ func history(raw []byte) ([]HistoryEntry, error) {
 	return out, nil
 }
 
+// KeyHolder is the dead message that holds up a blocked message: the
+// first dead message before it of its consumer and ordering key. Nothing
+// of the key after it moves until an operator replays or discards it.
+type KeyHolder struct {
+	// Attempts is how many attempts it used.
+	Attempts int `json:"attempts"`
+	// DeadSince is when it died: its last failed attempt (database time).
+	DeadSince time.Time `json:"dead_since"`
+	// ID is its message id.
+	ID string `json:"id"`
+}
+
+// keyHolderScan receives a show's key-holder columns (id, attempts, dead
+// since), NULL for a message that is not blocked.
+type keyHolderScan struct {
+	id        *string
+	attempts  *int
+	deadSince *time.Time
+}
+
+func (k *keyHolderScan) targets() []any { return []any{&k.id, &k.attempts, &k.deadSince} }
+
+// holder returns the KeyHolder scanned, or nil.
+func (k *keyHolderScan) holder() *KeyHolder {
+	if k.id == nil {
+		return nil
+	}
+	return &KeyHolder{Attempts: *k.attempts, DeadSince: k.deadSince.UTC(), ID: *k.id}
+}
+
 // Detail is one inbox message in full.
 type Detail struct {
 	Message
+	// BlockedBy is, for a pending message held behind a dead message of
+	// its ordering key, that dead message; nil for any other message.
+	BlockedBy *KeyHolder `json:"blocked_by,omitempty"`
 	// Conflicts counts deliveries that reused this id with another payload.
 	Conflicts int `json:"conflicts"`
 	// History lists its failed attempts and operator actions, oldest first.
@@ -189,8 +222,10 @@ func (a *Admin) Show(ctx context.Context, consumer, id string) (*Detail, error) 
 		d        Detail
 		raw      []byte
 		metadata []byte
+		holder   keyHolderScan
 	)
-	err := a.pool.QueryRow(ctx, a.q["show"], consumer, id).Scan(append(d.scanTargets(), &d.Payload, &metadata, &raw, &d.Conflicts)...)
+	err := a.pool.QueryRow(ctx, a.q["show"], consumer, id).Scan(append(d.scanTargets(), append([]any{&d.Payload, &metadata, &raw, &d.Conflicts},
+		holder.targets()...)...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -204,6 +239,7 @@ func (a *Admin) Show(ctx context.Context, consumer, id string) (*Detail, error) 
 	if d.History, err = history(raw); err != nil {
 		return nil, a.dbError(ctx, "show message", err)
 	}
+	d.BlockedBy = holder.holder()
 	return &d, nil
 }
 

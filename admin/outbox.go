@@ -16,6 +16,8 @@ import (
 
 // OutboxFilter selects outbox rows. Zero fields select everything.
 type OutboxFilter struct {
+	// OrderingKey keeps the rows of one ordering key.
+	OrderingKey string
 	// Statuses keeps rows in these statuses.
 	Statuses []pgbox.OutboxStatus
 	// Topic keeps one topic.
@@ -71,6 +73,9 @@ func (m *OutboxMessage) scanTargets() []any {
 // OutboxDetail is one outbox row in full.
 type OutboxDetail struct {
 	OutboxMessage
+	// BlockedBy is, for a pending row held behind a dead row of its
+	// ordering key, that dead row (its ID a UUID); nil for any other row.
+	BlockedBy *KeyHolder `json:"blocked_by,omitempty"`
 	// History lists its failed publishes and operator actions.
 	History []HistoryEntry `json:"history"`
 	// Metadata is published with it.
@@ -109,7 +114,7 @@ func (a *Admin) OutboxList(ctx context.Context, opts OutboxListOptions, fn func(
 		if limit > 0 {
 			n = min(page, limit-sent)
 		}
-		rows, err := a.pool.Query(ctx, a.q["outboxList"], statuses, nullable(f.Topic), below, n)
+		rows, err := a.pool.Query(ctx, a.q["outboxList"], statuses, nullable(f.Topic), below, n, nullable(f.OrderingKey))
 		if err != nil {
 			return a.dbError(ctx, "list outbox", err)
 		}
@@ -136,8 +141,9 @@ func (a *Admin) OutboxShow(ctx context.Context, id uuid.UUID) (*OutboxDetail, er
 	var (
 		d             OutboxDetail
 		metadata, raw []byte
+		holder        keyHolderScan
 	)
-	err := a.pool.QueryRow(ctx, a.q["outboxShow"], id).Scan(append(d.scanTargets(), &d.Payload, &metadata, &raw)...)
+	err := a.pool.QueryRow(ctx, a.q["outboxShow"], id).Scan(append(d.scanTargets(), append([]any{&d.Payload, &metadata, &raw}, holder.targets()...)...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -150,6 +156,7 @@ func (a *Admin) OutboxShow(ctx context.Context, id uuid.UUID) (*OutboxDetail, er
 	if d.History, err = history(raw); err != nil {
 		return nil, a.dbError(ctx, "show outbox row", err)
 	}
+	d.BlockedBy = holder.holder()
 	return &d, nil
 }
 

@@ -26,7 +26,7 @@ func (a *Admin) outboxStats(ctx context.Context, exact bool) (OutboxStats, time.
 		oldest *float64
 		at     time.Time
 	)
-	err := a.pool.QueryRow(ctx, a.q["outboxStats"]).Scan(&st.Pending, &st.Running, &st.Dead, &oldest, &at)
+	err := a.pool.QueryRow(ctx, a.q["outboxStats"]).Scan(&st.Pending, &st.Running, &st.Dead, &oldest, &st.Blocked, &at)
 	if err != nil {
 		return st, at, a.dbError(ctx, "outbox stats", err)
 	}

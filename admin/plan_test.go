@@ -18,7 +18,8 @@ import (
 
 // The operator's reads find their rows through the partial indexes, never
 // by reading the dedupe memory: on an analyzed inbox of 30,000 done
-// messages and a few failing ones, no plan reads the inbox table whole.
+// messages and a few failing ones, some of them blocked behind a dead
+// message of their ordering key, no plan reads the inbox table whole.
 // (The bench's operator scenario times them at 50 million.)
 func TestOperatorReadsUseIndexes(t *testing.T) {
 	t.Parallel()
@@ -27,11 +28,13 @@ func TestOperatorReadsUseIndexes(t *testing.T) {
 	schema := pgtest.Schema(t)
 	_, err := pool.Exec(ctx, ident.Render(`
 		INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts, payload_hash, payload,
-		                               processed_at, last_error, bucket)
+		                               processed_at, last_error, ordering_key, bucket)
 		SELECT CASE WHEN g % 2 = 0 THEN 'payments' ELSE 'refunds' END, 'm-' || g, 'ChargeCard',
 		       CASE WHEN g % 1000 = 0 THEN 'dead' WHEN g % 1000 = 1 THEN 'pending' ELSE 'done' END, 1, 3,
 		       '\x00'::bytea, ''::bytea, now() - g * interval '1 second',
-		       CASE WHEN g % 1000 IN (0, 1) THEN 'gateway timeout after ' || g || 's' END, /* schema */inbox_bucket('m-' || g)
+		       CASE WHEN g % 1000 IN (0, 1) THEN 'gateway timeout after ' || g || 's' END,
+		       CASE WHEN g % 1000 IN (0, 1, 2) THEN 'order-' || g / 1000 END, -- pending m-1001 and done m-1002 behind dead m-1000
+		       /* schema */inbox_bucket('m-' || g)
 		FROM generate_series(1, 30000) AS g`, schema))
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, ident.Render("ANALYZE /* schema */inbox", schema))
@@ -54,7 +57,7 @@ func TestOperatorReadsUseIndexes(t *testing.T) {
 		"list --group --status dead": {adm.q["list"], append(groupDead.args(), nil, 50)},
 		"list --status dead":         {adm.q["list"], append(dead.args(), nil, 50)},
 		"replay --group --dry-run":   {adm.q["count"], (Filter{Fingerprint: fp, ReplayableOnly: true}).args()},
-		"replay --group (a batch)":   {adm.q["replay"], append(group.args(), -1, 1000, nil, int64(0))}, // $13 note, $14 audit record
+		"replay --group (a batch)":   {adm.q["replay"], append(group.args(), -1, 1000, nil, int64(0))}, // $14 note, $15 audit record
 		"known group":                {adm.q["groupKnown"], []any{fp}},
 		"failures":                   {adm.q["failures"], []any{nil, 50, int64(3600000), 12, int64(FailuresReadDefault), false}},
 		"stats":                      {adm.q["stats"], nil},
@@ -76,11 +79,12 @@ func TestOutboxReadsUseIndexes(t *testing.T) {
 	pool := pgtest.Pool(t)
 	schema := pgtest.Schema(t)
 	_, err := pool.Exec(ctx, ident.Render(`
-		INSERT INTO /* schema */outbox (id, topic, event_type, payload, status, published_at, bucket)
-		SELECT x.id, 't', 'E', '', x.status, CASE WHEN x.status = 'published' THEN now() END, /* schema */outbox_bucket(x.id)
+		INSERT INTO /* schema */outbox (id, topic, event_type, payload, status, published_at, ordering_key, bucket)
+		SELECT x.id, 't', 'E', '', x.status, CASE WHEN x.status = 'published' THEN now() END,
+		       CASE WHEN g <= 4 THEN 'order-1' END, /* schema */outbox_bucket(x.id)
 		FROM generate_series(1, 30000) AS g,
 		     LATERAL (SELECT gen_random_uuid() AS id,
-		                     CASE g WHEN 1 THEN 'pending' WHEN 2 THEN 'running' WHEN 3 THEN 'dead' ELSE 'published' END AS status) AS x`, schema))
+		                     CASE g WHEN 1 THEN 'dead' WHEN 2 THEN 'running' WHEN 3 THEN 'pending' ELSE 'published' END AS status) AS x`, schema))
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, ident.Render("ANALYZE /* schema */outbox", schema))
 	require.NoError(t, err)
@@ -92,6 +96,7 @@ func TestOutboxReadsUseIndexes(t *testing.T) {
 	require.EqualValues(t, 1, st.Pending)
 	require.EqualValues(t, 1, st.Running)
 	require.EqualValues(t, 1, st.Dead)
+	require.EqualValues(t, 1, st.Blocked, "the pending row, behind the dead one")
 }
 
 // requireNoScanOfRows fails if plan reads a partition of the inbox or the

@@ -114,11 +114,11 @@ const (
 // the running outbox rows, both found through the running rows' partial
 // indexes, which hold only the messages in flight. $1 is
 // pgbox.ProcessDeadAfter.
-const processesSQL = `
+var processesSQL = `
 SELECT p.id, p.kind, coalesce(p.consumer, ''), p.name, p.host, p.pid, p.version, coalesce(p.river_id, ''),
        p.heartbeat_ms, p.started_at, p.last_seen_at,
        extract(epoch FROM now() - p.last_seen_at)::float8,
-       p.last_seen_at < now() - $1::int * p.heartbeat_ms * interval '1 millisecond',
+       ` + processDeadSQL("$1") + `,
        li.held + lo.held, li.expired + lo.expired, greatest(li.last_end, lo.last_end)
 FROM /* schema */processes AS p
 CROSS JOIN LATERAL (

@@ -46,7 +46,7 @@ const inGroupSQL = `(` + replayableSQL + ` AND i.last_error IS NOT NULL AND ` + 
 // $1 consumer, $2 statuses, $3 event type, $4 received since, $5 received
 // before, $6 error contains (case-insensitive, literal), $7 error matches
 // (case-insensitive regular expression), $8 failure fingerprint, $9 ids,
-// $10 replayable only.
+// $10 replayable only, $11 ordering key.
 const filterSQL = `
     ($1::text IS NULL OR i.consumer = $1)
     AND ($2::text[] IS NULL OR i.status = ANY($2::text[]))
@@ -57,27 +57,41 @@ const filterSQL = `
     AND ($7::text IS NULL OR coalesce(i.last_error, '') ~* $7)
     AND ($8::text IS NULL OR ` + inGroupSQL + `)
     AND ($9::text[] IS NULL OR i.message_id = ANY($9::text[]))
-    AND ($10::boolean IS NOT TRUE OR ` + replayableSQL + `)`
+    AND ($10::boolean IS NOT TRUE OR ` + replayableSQL + `)
+    AND ($11::text IS NULL OR i.ordering_key = $11)`
 
 // messageColumns are the columns of a Message, in scan order.
 const messageColumns = `i.consumer, i.message_id, i.seq, i.event_type, i.status, coalesce(i.ordering_key, ''),
     i.attempts, i.max_attempts, i.replays, i.received_at, i.available_at, i.processed_at, i.last_error`
 
 // listSQL lists messages matching the filter, newest first, after the
-// keyset $11 (a seq; messages below it) and up to $12 of them.
+// keyset $12 (a seq; messages below it) and up to $13 of them.
 const listSQL = `
 SELECT ` + messageColumns + `
 FROM /* schema */inbox AS i
 WHERE ` + filterSQL + `
-  AND ($11::bigint IS NULL OR i.seq < $11)
+  AND ($12::bigint IS NULL OR i.seq < $12)
 ORDER BY i.seq DESC
-LIMIT $12`
+LIMIT $13`
 
-// showSQL reads one message with its payload, metadata and history.
+// showSQL reads one message with its payload, metadata and history, and,
+// for a pending message blocked behind a dead message of its ordering key
+// (tables.InboxBehindDead), the first such dead message: its id, attempts,
+// and when it died (its last history entry; its last due time for one
+// without history), found through inbox_ordering_idx.
 const showSQL = `
 SELECT ` + messageColumns + `, i.payload, i.metadata, i.errors,
-       (SELECT count(*) FROM /* schema */inbox_conflicts AS c WHERE c.consumer = i.consumer AND c.message_id = i.message_id)
+       (SELECT count(*) FROM /* schema */inbox_conflicts AS c WHERE c.consumer = i.consumer AND c.message_id = i.message_id),
+       h.message_id, h.attempts, h.dead_since
 FROM /* schema */inbox AS i
+LEFT JOIN LATERAL (
+    SELECT d.message_id, d.attempts, coalesce((d.errors->-1->>'at')::timestamptz, d.available_at) AS dead_since
+    FROM /* schema */inbox AS d
+    WHERE i.status = ` + tables.InboxPending + ` AND i.ordering_key IS NOT NULL
+      AND d.consumer = i.consumer AND d.ordering_key = i.ordering_key AND d.status = ` + tables.InboxDead + ` AND d.seq < i.seq
+    ORDER BY d.seq
+    LIMIT 1
+) AS h ON true
 WHERE i.consumer = $1 AND i.message_id = $2`
 
 // distinctConsumersSQL is a recursive CTE, consumers(consumer), of every
@@ -145,52 +159,52 @@ func replaySetSQL(note, extra string) string {
                        'previous_status', i.status, 'previous_attempts', i.attempts, 'note', ` + note + `::text)))`
 }
 
-// replayBatchSQL replays up to $12 replayable messages matching the filter
-// whose seq is above $11, in seq order, in one short statement (see
-// replaySetSQL; $13 is the operator's note), and counts them in audit
-// record $14. Batches walk forward by seq, so every matching row is
+// replayBatchSQL replays up to $13 replayable messages matching the filter
+// whose seq is above $12, in seq order, in one short statement (see
+// replaySetSQL; $14 is the operator's note), and counts them in audit
+// record $15. Batches walk forward by seq, so every matching row is
 // visited once however many there are, and no statement holds many locks
 // for long.
 var replayBatchSQL = `
 WITH batch AS (
     SELECT i.consumer, i.message_id
     FROM /* schema */inbox AS i
-    WHERE ` + filterSQL + ` AND ` + replayableSQL + ` AND i.seq > $11
+    WHERE ` + filterSQL + ` AND ` + replayableSQL + ` AND i.seq > $12
     ORDER BY i.seq
-    LIMIT $12
+    LIMIT $13
     FOR UPDATE
 ),
 changed AS (
-    UPDATE /* schema */inbox AS i SET ` + replaySetSQL("$13", "") + `
+    UPDATE /* schema */inbox AS i SET ` + replaySetSQL("$14", "") + `
     FROM batch AS b
     WHERE i.consumer = b.consumer AND i.message_id = b.message_id
     RETURNING i.seq
 ),
-` + auditCountSQL("$14") + `
+` + auditCountSQL("$15") + `
 SELECT seq FROM changed`
 
-// discardBatchSQL sets aside up to $12 dead messages matching the filter
-// whose seq is above $11: discarded, with the reason $13 in the history,
-// counted in audit record $14. A discarded message no longer holds up its
+// discardBatchSQL sets aside up to $13 dead messages matching the filter
+// whose seq is above $12: discarded, with the reason $14 in the history,
+// counted in audit record $15. A discarded message no longer holds up its
 // ordering key.
 var discardBatchSQL = `
 WITH batch AS (
     SELECT i.consumer, i.message_id
     FROM /* schema */inbox AS i
-    WHERE ` + filterSQL + ` AND i.status = ` + tables.InboxDead + ` AND i.seq > $11
+    WHERE ` + filterSQL + ` AND i.status = ` + tables.InboxDead + ` AND i.seq > $12
     ORDER BY i.seq
-    LIMIT $12
+    LIMIT $13
     FOR UPDATE
 ),
 changed AS (
     UPDATE /* schema */inbox AS i SET
         status = ` + tables.InboxDiscarded + `,
-        errors = i.errors || jsonb_build_array(jsonb_build_object('action', 'discarded', 'at', now(), 'reason', $13::text))
+        errors = i.errors || jsonb_build_array(jsonb_build_object('action', 'discarded', 'at', now(), 'reason', $14::text))
     FROM batch AS b
     WHERE i.consumer = b.consumer AND i.message_id = b.message_id
     RETURNING i.seq
 ),
-` + auditCountSQL("$14") + `
+` + auditCountSQL("$15") + `
 SELECT seq FROM changed`
 
 // idStatusSQL reports the status of each of the ids $2 held by consumer
@@ -311,7 +325,15 @@ LIMIT $2`
 // oldest pending message and how many messages were done in the last
 // minute and hour. Each status is read from its partial index
 // (inbox_pending_idx, inbox_running_idx, inbox_failed_idx), so the count
-// costs what those few rows cost, never a read of the dedupe memory. Done
+// costs what those few rows cost, never a read of the dedupe memory.
+//
+// Pending messages held behind a dead message of their ordering key
+// (tables.InboxBehindDead) are counted as blocked, and taken out of the
+// fresh, retrying and scheduled counts. They are found from the dead end:
+// the first dead message of each key (the dead rows, from
+// inbox_failed_idx), then the pending messages of that key after it
+// (inbox_ordering_idx), so the count costs what the dead keys and their
+// blocked messages cost, not a probe per pending message. Done
 // messages are counted apart: doneExactSQL, or estimated from
 // doneEstimateSQL.
 //
@@ -347,6 +369,27 @@ counts AS (
     FROM open AS o
     GROUP BY o.consumer
 ),
+dead_heads AS (
+    SELECT i.consumer, i.ordering_key, min(i.seq) AS seq
+    FROM /* schema */inbox AS i
+    WHERE i.status = ` + tables.InboxDead + ` AND i.ordering_key IS NOT NULL
+    GROUP BY i.consumer, i.ordering_key
+),
+blocked AS (
+    SELECT h.consumer,
+           count(*) AS blocked,
+           count(*) FILTER (WHERE NOT b.failed AND b.available_at <= now()) AS fresh,
+           count(*) FILTER (WHERE b.failed) AS retrying,
+           count(*) FILTER (WHERE NOT b.failed AND b.available_at > now()) AS scheduled
+    FROM dead_heads AS h
+    CROSS JOIN LATERAL (
+        SELECT i.last_error IS NOT NULL AS failed, i.available_at
+        FROM /* schema */inbox AS i
+        WHERE i.consumer = h.consumer AND i.ordering_key = h.ordering_key
+          AND i.status = ` + tables.InboxPending + ` AND i.seq > h.seq
+    ) AS b
+    GROUP BY h.consumer
+),
 newest AS (
     SELECT i.consumer, i.processed_at
     FROM /* schema */inbox AS i
@@ -367,7 +410,8 @@ recent AS (
     FROM newest AS n
     GROUP BY n.consumer
 )
-SELECT c.consumer, coalesce(n.fresh, 0), coalesce(n.retrying, 0), coalesce(n.scheduled, 0), coalesce(n.running, 0),
+SELECT c.consumer, coalesce(n.fresh, 0) - coalesce(b.fresh, 0), coalesce(n.retrying, 0) - coalesce(b.retrying, 0),
+       coalesce(n.scheduled, 0) - coalesce(b.scheduled, 0), coalesce(b.blocked, 0), coalesce(n.running, 0),
        coalesce(n.dead, 0), coalesce(n.discarded, 0), n.oldest, n.next_retry,
        CASE WHEN s.read < 60 THEN round(coalesce(r.minute, 0) * 60 / s.read)::bigint ELSE coalesce(r.minute, 0) END,
        CASE WHEN s.read IS NOT NULL THEN round(coalesce(r.hour, 0) * 3600 / s.read)::bigint ELSE coalesce(r.hour, 0) END,
@@ -375,6 +419,7 @@ SELECT c.consumer, coalesce(n.fresh, 0), coalesce(n.retrying, 0), coalesce(n.sch
 FROM consumers AS c
 CROSS JOIN span AS s
 LEFT JOIN counts AS n ON n.consumer = c.consumer
+LEFT JOIN blocked AS b ON b.consumer = c.consumer
 LEFT JOIN recent AS r ON r.consumer = c.consumer
 WHERE c.consumer IS NOT NULL
 ORDER BY c.consumer`
@@ -409,7 +454,10 @@ WHERE i.inhparent = ($1 || '.' || $2)::regclass`
 
 // outboxStatsSQL counts the outbox's unfinished rows by status, each from
 // its partial index, with the age of the oldest unpublished row (a status
-// at a time too: no partial index holds a list of statuses); the
+// at a time too: no partial index holds a list of statuses), and the
+// pending rows blocked behind a dead row of their ordering key, found from
+// the first dead row of each key (outbox_dead_idx) through
+// outbox_ordering_idx, as statsSQL finds the inbox's; the
 // published rows are counted by publishedExactSQL or estimated
 // (estimateSQL).
 const outboxStatsSQL = `
@@ -418,6 +466,12 @@ SELECT (SELECT count(*) FROM /* schema */outbox WHERE status = ` + tables.Outbox
        (SELECT count(*) FROM /* schema */outbox WHERE status = ` + tables.OutboxDead + `),
        extract(epoch FROM now() - least((SELECT min(created_at) FROM /* schema */outbox WHERE status = ` + tables.OutboxPending + `),
                                         (SELECT min(created_at) FROM /* schema */outbox WHERE status = ` + tables.OutboxRunning + `))),
+       (SELECT count(*)
+        FROM (SELECT o.ordering_key, min(o.seq) AS seq FROM /* schema */outbox AS o
+              WHERE o.status = ` + tables.OutboxDead + ` AND o.ordering_key IS NOT NULL
+              GROUP BY o.ordering_key) AS h
+        CROSS JOIN LATERAL (SELECT 1 FROM /* schema */outbox AS o
+                            WHERE o.ordering_key = h.ordering_key AND o.status = ` + tables.OutboxPending + ` AND o.seq > h.seq) AS b),
        now()`
 
 // publishedExactSQL counts the published rows the outbox keeps: every one
@@ -429,21 +483,31 @@ const outboxColumns = `o.id, o.seq, o.topic, o.event_type, coalesce(o.ordering_k
     o.created_at, o.available_at, o.published_at, o.last_error`
 
 // outboxListSQL lists outbox rows: $1 statuses, $2 topic, $3 keyset
-// (seq below), $4 limit; newest first.
+// (seq below), $4 limit, $5 ordering key; newest first.
 const outboxListSQL = `
 SELECT ` + outboxColumns + `
 FROM /* schema */outbox AS o
 WHERE ($1::text[] IS NULL OR o.status = ANY($1::text[]))
   AND ($2::text IS NULL OR o.topic = $2)
+  AND ($5::text IS NULL OR o.ordering_key = $5)
   AND ($3::bigint IS NULL OR o.seq < $3)
 ORDER BY o.seq DESC
 LIMIT $4`
 
 // outboxShowSQL reads one outbox row with its payload, metadata and
-// history.
+// history, and for a pending row blocked behind a dead row of its ordering
+// key the first such dead row, as showSQL does for the inbox.
 const outboxShowSQL = `
-SELECT ` + outboxColumns + `, o.payload, o.metadata, o.errors
+SELECT ` + outboxColumns + `, o.payload, o.metadata, o.errors, h.id::text, h.attempts, h.dead_since
 FROM /* schema */outbox AS o
+LEFT JOIN LATERAL (
+    SELECT d.id, d.attempts, coalesce((d.errors->-1->>'at')::timestamptz, d.available_at) AS dead_since
+    FROM /* schema */outbox AS d
+    WHERE o.status = ` + tables.OutboxPending + ` AND o.ordering_key IS NOT NULL
+      AND d.ordering_key = o.ordering_key AND d.status = ` + tables.OutboxDead + ` AND d.seq < o.seq
+    ORDER BY d.seq
+    LIMIT 1
+) AS h ON true
 WHERE o.id = $1`
 
 // outboxRetryableSQL is true for an outbox row o that an outbox retry

@@ -18,6 +18,14 @@ type Stats struct {
 
 // ConsumerStats counts one consumer's inbox.
 type ConsumerStats struct {
+	// Blocked counts its pending messages held behind a dead message of
+	// their ordering key: an earlier message of the same consumer and key
+	// is dead, so they do not move until an operator replays or discards
+	// it. They are not counted as PendingFresh, Retrying or Scheduled.
+	// Messages behind an earlier message that is pending (retrying, say)
+	// or running are not blocked: they move on their own once it is
+	// handled or dies, with no one acting.
+	Blocked int64 `json:"blocked"`
 	// Consumer is the consumer counted.
 	Consumer string `json:"consumer"`
 	// Dead counts its dead messages.
@@ -37,10 +45,11 @@ type ConsumerStats struct {
 	// since it was received; nil when none is pending.
 	OldestPending *Duration `json:"oldest_pending"`
 	// Pending counts its pending messages: PendingFresh plus Retrying
-	// plus Scheduled.
+	// plus Scheduled plus Blocked.
 	Pending int64 `json:"pending"`
 	// PendingFresh counts its pending messages that never failed and are
-	// due: waiting for a worker.
+	// due, and are not Blocked: waiting for a worker (a keyed one, for the
+	// earlier messages of its key to be handled first).
 	PendingFresh int64 `json:"pending_fresh"`
 	// ProcessedLastHour counts the messages it completed in the last hour:
 	// exactly unless ProcessedLastHourEstimated.
@@ -72,12 +81,17 @@ type ConsumerStats struct {
 
 // OutboxStats counts the outbox.
 type OutboxStats struct {
+	// Blocked counts the pending rows held behind a dead row of their
+	// ordering key: an earlier row of the key is dead, so they are not
+	// published until an operator retries it (inboxctl outbox retry).
+	// They are counted in Pending too.
+	Blocked int64 `json:"blocked"`
 	// Dead counts the dead rows.
 	Dead int64 `json:"dead"`
 	// OldestUnpublished is the age of the oldest pending or running row;
 	// nil when there is none.
 	OldestUnpublished *Duration `json:"oldest_unpublished"`
-	// Pending counts the rows waiting to be published.
+	// Pending counts the rows waiting to be published, Blocked included.
 	Pending int64 `json:"pending"`
 	// Published counts the published rows still kept: estimated when
 	// PublishedEstimated is set (see StatsOptions).
@@ -139,11 +153,11 @@ func (a *Admin) Stats(ctx context.Context, opts StatsOptions) (*Stats, error) {
 	defer rows.Close()
 	for rows.Next() {
 		var c ConsumerStats
-		if err := rows.Scan(&c.Consumer, &c.PendingFresh, &c.Retrying, &c.Scheduled, &c.Running, &c.Dead, &c.Discarded,
+		if err := rows.Scan(&c.Consumer, &c.PendingFresh, &c.Retrying, &c.Scheduled, &c.Blocked, &c.Running, &c.Dead, &c.Discarded,
 			&oldest, &c.NextRetryAt, &c.ProcessedLastMinute, &c.ProcessedLastHour, &c.ProcessedLastMinuteEstimated, &c.ProcessedLastHourEstimated); err != nil {
 			return nil, a.dbError(ctx, "inbox stats", err)
 		}
-		c.Pending = c.PendingFresh + c.Retrying + c.Scheduled
+		c.Pending = c.PendingFresh + c.Retrying + c.Scheduled + c.Blocked
 		c.OldestPending = seconds(oldest)
 		c.NextRetryAt = utc(c.NextRetryAt)
 		st.Consumers = append(st.Consumers, c)

@@ -162,8 +162,8 @@ func TestThrottledReplayDryRun(t *testing.T) {
 
 	table := inboxctl(t, schema, "", "replay", "--group", group, "--rate", "10/s", "--dry-run").ok(t).stdout
 	require.Contains(t, table, "Would schedule a replay for now (2 messages are replayable now, at 10/s, about 200ms). Nothing was changed (--dry-run). The newest of them:\n\n")
-	require.Regexp(t, `(?m)^\S+ \S+\s+payments\s+order-3/placed\s+ChargeCard\s+dead`, table)
-	require.Regexp(t, `(?m)^\S+ \S+\s+payments\s+order-2/placed\s+ChargeCard\s+dead`, table)
+	require.Regexp(t, `(?m)^\S+ \S+\s+payments\s+order-3/placed\s+ChargeCard\s+-\s+dead`, table)
+	require.Regexp(t, `(?m)^\S+ \S+\s+payments\s+order-2/placed\s+ChargeCard\s+customer-7\s+dead`, table)
 
 	var report struct {
 		Action    string           `json:"action"`

@@ -20,7 +20,7 @@ import (
 type filterFlags struct {
 	consumer, eventType         string
 	errorContains, errorMatches string
-	group                       string
+	group, orderingKey          string
 	since, until                string
 	statuses                    []string
 }
@@ -32,6 +32,7 @@ func (f *filterFlags) add(cmd *cobra.Command, withStatus bool) {
 	fl.StringVar(&f.errorContains, "error-contains", "", "only messages whose last error contains this text (any case)")
 	fl.StringVar(&f.errorMatches, "error-matches", "", "only messages whose last error matches this regular expression (any case)")
 	fl.StringVar(&f.group, "group", "", "only one failure group: a fingerprint from 'inboxctl failures'")
+	fl.StringVar(&f.orderingKey, "ordering-key", "", "only the messages of this ordering key")
 	fl.StringVar(&f.since, "since", "", "only messages received since: a duration ago (90m, 2h, 7d) or a time (2026-11-22T06:00:00Z)")
 	fl.StringVar(&f.until, "until", "", "only messages received before: a duration ago or a time")
 	if withStatus {
@@ -45,7 +46,7 @@ func (f *filterFlags) any() bool { return f.consumer != "" || f.narrows() }
 // narrows reports whether a flag other than --consumer was given.
 func (f *filterFlags) narrows() bool {
 	return f.eventType != "" || f.errorContains != "" || f.errorMatches != "" ||
-		f.group != "" || f.since != "" || f.until != "" || len(f.statuses) > 0
+		f.group != "" || f.orderingKey != "" || f.since != "" || f.until != "" || len(f.statuses) > 0
 }
 
 func (f *filterFlags) filter(now time.Time) (admin.Filter, error) {
@@ -55,6 +56,7 @@ func (f *filterFlags) filter(now time.Time) (admin.Filter, error) {
 		ErrorMatches:  f.errorMatches,
 		EventType:     f.eventType,
 		Fingerprint:   f.group,
+		OrderingKey:   f.orderingKey,
 		Statuses:      statuses[pgbox.InboxStatus](f.statuses),
 	}
 	var err error

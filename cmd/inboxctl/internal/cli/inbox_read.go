@@ -31,11 +31,16 @@ func (a *app) statsCommand() *cobra.Command {
 pending message and how many it finished in the last minute and hour, and the
 outbox's backlog with the age of its oldest unpublished message.
 
-Pending messages are split three ways: FRESH (never failed, waiting for a
+Pending messages are split four ways: FRESH (never failed, waiting for a
 worker), RETRYING (failed before, waiting for their backoff; 'inboxctl failures'
-shows why) and SCHEDULED (never failed, snoozed by their handler until later).
-JSON keeps "pending" as their sum and adds "pending_fresh", "retrying",
-"scheduled" and "next_retry_at".
+shows why), SCHEDULED (never failed, snoozed by their handler until later) and
+BLOCKED (held behind a dead message of their ordering key: they wait for an
+operator to replay or discard it, not for a worker). A message behind an
+earlier one of its key that is still pending or running is not blocked: it
+moves once that one is handled. JSON keeps "pending" as their sum and adds
+"pending_fresh", "retrying", "scheduled", "blocked" and "next_retry_at"; the
+outbox's "blocked" rows (behind a dead row of their key) are among its
+"pending".
 
 Every count but DONE is exact and cheap however large the inbox: it reads only
 the small indexes of the rows it counts. DONE, the dedupe memory, can hold
@@ -165,7 +170,7 @@ func (a *app) printStats(st *admin.Stats, footer bool) {
 		return age(time.Duration(*d))
 	}
 	t := newTable(a.out)
-	fmt.Fprintln(t, "INBOX\tFRESH\tRETRYING\tSCHEDULED\tRUNNING\tDEAD\tDISCARDED\tDONE\tOLDEST PENDING\tDONE LAST 1M\tDONE LAST 1H")
+	fmt.Fprintln(t, "INBOX\tFRESH\tRETRYING\tSCHEDULED\tBLOCKED\tRUNNING\tDEAD\tDISCARDED\tDONE\tOLDEST PENDING\tDONE LAST 1M\tDONE LAST 1H")
 	var sum inboxSums
 	for _, c := range st.Consumers {
 		done := count(c.Done)
@@ -179,8 +184,8 @@ func (a *app) printStats(st *admin.Stats, footer bool) {
 		if c.ProcessedLastHourEstimated {
 			hour = "≈" + hour
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(c.Consumer), count(c.PendingFresh), count(c.Retrying),
-			count(c.Scheduled), count(c.Running), count(c.Dead), count(c.Discarded), done, ageOf(c.OldestPending), minute, hour)
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(c.Consumer), count(c.PendingFresh), count(c.Retrying),
+			count(c.Scheduled), count(c.Blocked), count(c.Running), count(c.Dead), count(c.Discarded), done, ageOf(c.OldestPending), minute, hour)
 		sum.add(c)
 	}
 	if len(st.Consumers) == 0 {
@@ -190,12 +195,12 @@ func (a *app) printStats(st *admin.Stats, footer bool) {
 	fmt.Fprintln(a.out)
 	o := st.Outbox
 	t = newTable(a.out)
-	fmt.Fprintln(t, "OUTBOX\tPENDING\tRUNNING\tDEAD\tPUBLISHED\tOLDEST UNPUBLISHED")
+	fmt.Fprintln(t, "OUTBOX\tPENDING\tBLOCKED\tRUNNING\tDEAD\tPUBLISHED\tOLDEST UNPUBLISHED")
 	published := count(o.Published)
 	if o.PublishedEstimated {
 		published = "≈" + published
 	}
-	fmt.Fprintf(t, "\t%s\t%s\t%s\t%s\t%s\n", count(o.Pending), count(o.Running), count(o.Dead), published, ageOf(o.OldestUnpublished))
+	fmt.Fprintf(t, "\t%s\t%s\t%s\t%s\t%s\t%s\n", count(o.Pending), count(o.Blocked), count(o.Running), count(o.Dead), published, ageOf(o.OldestUnpublished))
 	_ = t.Flush()
 	switch {
 	case sum.estimated && o.PublishedEstimated:
@@ -220,6 +225,10 @@ func (a *app) printStats(st *admin.Stats, footer bool) {
 	if sum.dead > 0 {
 		fmt.Fprintf(a.out, "%s in the inbox: '%s' groups them by cause.\n", plural(sum.dead, "dead message"), a.hint(sum.failuresArgs()...))
 	}
+	if sum.blocked > 0 {
+		fmt.Fprintf(a.out, "%s held behind a dead message of their ordering key: they move once it is replayed or discarded.\n",
+			plural(sum.blocked, "message"))
+	}
 	if sum.retrying > 0 {
 		fmt.Fprintf(a.out, "%s retrying after a failure, the next %s: '%s' shows why.\n",
 			plural(sum.retrying, "message"), due(*sum.nextRetry, st.At), a.hint(sum.failuresArgs()...))
@@ -227,12 +236,15 @@ func (a *app) printStats(st *admin.Stats, footer bool) {
 	if o.Dead > 0 {
 		fmt.Fprintf(a.out, "%s in the outbox: '%s' shows them.\n", plural(o.Dead, "dead row"), a.hint("outbox", "list", "--status", "dead"))
 	}
+	if o.Blocked > 0 {
+		fmt.Fprintf(a.out, "%s held behind a dead outbox row of their ordering key: published once it is retried.\n", plural(o.Blocked, "outbox row"))
+	}
 }
 
 // inboxSums adds up what printStats's footer says of every consumer.
 type inboxSums struct {
-	dead, retrying int64
-	estimated      bool
+	dead, retrying, blocked int64
+	estimated               bool
 	// rateEstimated: a DONE LAST column is estimated (see
 	// admin.ConsumerStats.ProcessedLastHourEstimated).
 	rateEstimated bool
@@ -244,6 +256,7 @@ type inboxSums struct {
 func (s *inboxSums) add(c admin.ConsumerStats) {
 	s.dead += c.Dead
 	s.retrying += c.Retrying
+	s.blocked += c.Blocked
 	s.estimated = s.estimated || c.DoneEstimated
 	s.rateEstimated = s.rateEstimated || c.ProcessedLastHourEstimated
 	if c.Dead > 0 || c.Retrying > 0 {
@@ -320,7 +333,7 @@ func (a *app) list(ctx context.Context, f admin.Filter, limit int, output, more 
 		return writeJSON(a.out, msgs)
 	}
 	t := newTable(a.out)
-	fmt.Fprintln(t, "RECEIVED (UTC)\tCONSUMER\tID\tTYPE\tSTATUS\tATTEMPTS\tREPLAYS\tLAST ERROR")
+	fmt.Fprintln(t, "RECEIVED (UTC)\tCONSUMER\tID\tTYPE\tKEY\tSTATUS\tATTEMPTS\tREPLAYS\tLAST ERROR")
 	n := 0
 	err := a.admin.List(ctx, opts, func(m admin.Message) error {
 		n++
@@ -328,8 +341,8 @@ func (a *app) list(ctx context.Context, f admin.Filter, limit int, output, more 
 		if m.LastError != nil {
 			lastError = cell(*m.LastError, 70)
 		}
-		_, err := fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\n", stamp(m.ReceivedAt), clean(m.Consumer), clean(m.ID), clean(m.EventType),
-			m.Status, m.Attempts, m.MaxAttempts, m.Replays, lastError)
+		_, err := fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\n", stamp(m.ReceivedAt), clean(m.Consumer), clean(m.ID), clean(m.EventType),
+			orDash(cell(m.OrderingKey, 30)), m.Status, m.Attempts, m.MaxAttempts, m.Replays, lastError)
 		return err
 	})
 	if err != nil {
@@ -440,12 +453,19 @@ func (a *app) printDetail(d *admin.Detail, full bool) {
 		row("Ordering key", clean(d.OrderingKey))
 	}
 	row("Received", stamp(d.ReceivedAt)+" UTC")
-	switch d.Status {
-	case pgbox.InboxPending:
+	switch {
+	case d.BlockedBy != nil:
+		h := d.BlockedBy
+		row("Blocked", fmt.Sprintf("ordering key %s is held by %s (dead since %s UTC, %s): replay or discard it",
+			clean(d.OrderingKey), clean(h.ID), stamp(h.DeadSince), plural(int64(h.Attempts), "attempt")))
+		row("", a.hint("show", h.ID, "--consumer", d.Consumer))
+		row("", a.hint("replay", h.ID, "--consumer", d.Consumer))
+		row("", a.hint("discard", h.ID, "--consumer", d.Consumer, "--reason", "REASON"))
+	case d.Status == pgbox.InboxPending:
 		row("Next attempt", stamp(d.AvailableAt)+" UTC")
-	case pgbox.InboxRunning:
+	case d.Status == pgbox.InboxRunning:
 		row("Lease ends", stamp(d.AvailableAt)+" UTC")
-	case pgbox.InboxDone:
+	case d.Status == pgbox.InboxDone:
 		if d.ProcessedAt != nil {
 			row("Processed", stamp(*d.ProcessedAt)+" UTC")
 		}

@@ -23,15 +23,17 @@ func (a *app) outboxCommand() *cobra.Command {
 
 func (a *app) outboxListCommand() *cobra.Command {
 	var (
-		statusFlags   []string
-		topic, output string
-		limit         int
+		statusFlags []string
+		topic, key  string
+		output      string
+		limit       int
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List outbox rows, newest first",
 		Example: `  inboxctl outbox list --status dead
   inboxctl outbox list --status pending,running --topic orders
+  inboxctl outbox list --ordering-key customer-7
   inboxctl outbox list --limit 0 -o jsonl`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -39,7 +41,7 @@ func (a *app) outboxListCommand() *cobra.Command {
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			f := admin.OutboxListOptions{Filter: admin.OutboxFilter{Statuses: statuses[pgbox.OutboxStatus](statusFlags), Topic: topic}, Limit: limit}
+			f := admin.OutboxListOptions{Filter: admin.OutboxFilter{OrderingKey: key, Statuses: statuses[pgbox.OutboxStatus](statusFlags), Topic: topic}, Limit: limit}
 			switch output {
 			case formatJSONL:
 				return a.admin.OutboxList(ctx, f, func(m admin.OutboxMessage) error { return writeJSONLine(a.out, m) })
@@ -51,7 +53,7 @@ func (a *app) outboxListCommand() *cobra.Command {
 				return writeJSON(a.out, rows)
 			}
 			t := newTable(a.out)
-			fmt.Fprintln(t, "CREATED (UTC)\tID\tTOPIC\tTYPE\tSTATUS\tATTEMPTS\tLAST ERROR")
+			fmt.Fprintln(t, "CREATED (UTC)\tID\tTOPIC\tTYPE\tKEY\tSTATUS\tATTEMPTS\tLAST ERROR")
 			n := 0
 			err := a.admin.OutboxList(ctx, f, func(m admin.OutboxMessage) error {
 				n++
@@ -59,7 +61,8 @@ func (a *app) outboxListCommand() *cobra.Command {
 				if m.LastError != nil {
 					lastError = cell(*m.LastError, 70)
 				}
-				_, err := fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", stamp(m.CreatedAt), m.ID, clean(m.Topic), clean(m.EventType), m.Status, m.Attempts, lastError)
+				_, err := fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", stamp(m.CreatedAt), m.ID, clean(m.Topic), clean(m.EventType),
+					orDash(cell(m.OrderingKey, 30)), m.Status, m.Attempts, lastError)
 				return err
 			})
 			if err != nil {
@@ -78,6 +81,7 @@ func (a *app) outboxListCommand() *cobra.Command {
 	}
 	cmd.Flags().StringSliceVar(&statusFlags, "status", nil, "only these statuses: pending, running, published, dead (comma-separated)")
 	cmd.Flags().StringVar(&topic, "topic", "", "only this topic")
+	cmd.Flags().StringVar(&key, "ordering-key", "", "only the rows of this ordering key")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many rows; 0 for all")
 	outputFlag(cmd, &output, listOutput)
 	return cmd
@@ -131,6 +135,12 @@ always has all of it.`,
 			}
 			row("Created", stamp(d.CreatedAt)+" UTC")
 			switch {
+			case d.BlockedBy != nil:
+				h := d.BlockedBy
+				row("Blocked", fmt.Sprintf("ordering key %s is held by outbox row %s (dead since %s UTC, %s): retry it",
+					clean(d.OrderingKey), clean(h.ID), stamp(h.DeadSince), plural(int64(h.Attempts), "attempt")))
+				row("", a.hint("outbox", "show", h.ID))
+				row("", a.hint("outbox", "retry", h.ID))
 			case d.PublishedAt != nil:
 				row("Published", stamp(*d.PublishedAt)+" UTC")
 			case d.Status == pgbox.OutboxPending:

@@ -29,6 +29,7 @@ func TestOutputFlagIsTheSameEverywhere(t *testing.T) {
 		{"migrate", "version"}, {"migrate", "check"}, {"version"},
 		{"purge", "--older-than", "1d", "--dry-run"}, {"outbox", "retry", "--all-dead", "--dry-run"},
 		{"pause", "shipping", "--reason", "x"}, {"resume", "payments"},
+		{"processes", "release", "2", "--dry-run"},
 	}
 	lists := [][]string{
 		{"list"}, {"failures"}, {"outbox", "list"}, {"scheduled"}, {"migrate", "status"}, {"audit"}, {"processes"}, {"pauses"},

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
@@ -84,6 +83,7 @@ adds "check": {"ok", "problems": [{"kind", "consumer", "count", "text"}]}.`,
 		},
 	}
 	outputFlag(cmd, &output, snapshotOutput)
+	cmd.AddCommand(a.processesReleaseCommand())
 	cmd.Flags().BoolVar(&check, "check", false, "exit "+strconv.Itoa(ExitCheckFailed)+" if on-call must act: a dead process's leases or work left with no live process, no maintenance leader (for scripts and probes)")
 	return cmd
 }
@@ -112,7 +112,7 @@ func (a *app) printProcesses(ps *admin.Processes) error {
 	if err := t.Flush(); err != nil {
 		return err
 	}
-	printDead(a.out, ps)
+	a.printDead(ps)
 	return nil
 }
 
@@ -153,7 +153,8 @@ func orDash(s string) string {
 
 // printDead writes the footer: what each dead process left behind, and
 // what to do about it.
-func printDead(w io.Writer, ps *admin.Processes) {
+func (a *app) printDead(ps *admin.Processes) {
+	w := a.out
 	var dead []admin.Process
 	for _, p := range ps.Processes {
 		if p.State == admin.ProcessDead {
@@ -184,6 +185,8 @@ func printDead(w io.Writer, ps *admin.Processes) {
 		if n := p.Leases; n > 0 {
 			fmt.Fprintf(w, "  %s %s for %s to expire, by %s UTC; then a live %s %s.\n", plural(n, what), verb(n, "waits", "wait"),
 				verb(n, "its lease", "their leases"), stamp(*p.LeasesEnd), scope, fmt.Sprintf(retries, verb(n, "it", "them")))
+			fmt.Fprintf(w, "  Gone for good? '%s' makes %s claimable now.\n", a.hint("processes", "release", strconv.FormatInt(p.ID, 10)),
+				verb(n, "it", "them"))
 		}
 		if n := p.ExpiredLeases; n > 0 {
 			fmt.Fprintf(w, "  %s %s: a live %s %s.\n", plural(n, what), verb(n, "has an expired lease", "have expired leases"),
@@ -205,11 +208,11 @@ func verb(n int64, one, many string) string {
 	return many
 }
 
-// aliveLike reports whether a live process can take over dead's work: one
-// of the same kind and, for dispatchers, consumer.
-func aliveLike(ps *admin.Processes, dead admin.Process) bool {
+// aliveLike reports whether another live process can take over gone's
+// work: one of the same kind and, for dispatchers, consumer.
+func aliveLike(ps *admin.Processes, gone admin.Process) bool {
 	for _, p := range ps.Processes {
-		if p.State != admin.ProcessDead && p.Kind == dead.Kind && p.Consumer == dead.Consumer {
+		if p.ID != gone.ID && p.State != admin.ProcessDead && p.Kind == gone.Kind && p.Consumer == gone.Consumer {
 			return true
 		}
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -71,4 +72,58 @@ func TestProcessesNoneRegistered(t *testing.T) {
 	require.Contains(t, out, "No process is registered.")
 	require.Contains(t, inboxctl(t, schema, "", "ps", "-o", "json").ok(t).stdout, `"processes": []`)
 	require.Equal(t, ExitUsage, inboxctl(t, schema, "", "ps", "-o", "yaml").code)
+}
+
+// processes release ends a dead dispatcher's held leases after a
+// confirmation, says what it did and what is left, refuses a live process
+// without --force and an unknown one, and changes nothing on a dry run.
+func TestProcessesRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	pool := pgtest.Pool(t)
+	_, err := pool.Exec(ctx, ident.Render(processesFixtureSQL, schema))
+	require.NoError(t, err)
+	held := func() (n int) {
+		require.NoError(t, pool.QueryRow(ctx, ident.Render(
+			"SELECT count(*) FROM /* schema */inbox WHERE consumer = 'payments' AND available_at > now()", schema)).Scan(&n))
+		return n
+	}
+	require.Equal(t, 3, held(), "charge-1, charge-2 (the dead dispatcher 2's) and charge-4 (no process's)")
+
+	r := inboxctl(t, schema, "", "processes", "release", "2", "--dry-run").ok(t)
+	require.Contains(t, r.stdout, "Would release 2 messages of consumer payments (their leases end by 2030-01-01 00:05:00 UTC) held by dead dispatcher payments-2b1d (id 2, host node-b, pid 977")
+	require.Equal(t, 3, held())
+
+	r = inboxctl(t, schema, "no\n", "processes", "release", "2")
+	require.Equal(t, ExitFailure, r.code)
+	require.Contains(t, r.stderr, "Release 2 messages of consumer payments")
+	require.Contains(t, r.stderr, "not confirmed: nothing was released")
+	require.Equal(t, 3, held())
+
+	r = inboxctl(t, schema, "yes\n", "processes", "release", "2").ok(t)
+	require.Contains(t, r.stdout, "Released 2 messages of consumer payments: a live dispatcher of payments takes them over now, and counts the lost attempt.")
+	require.Contains(t, r.stdout, "1 message of consumer payments already has an expired lease", "charge-3")
+	require.Equal(t, 1, held(), "charge-4 is no process's")
+
+	r = inboxctl(t, schema, "", "processes", "release", "2", "--yes", "-o", "json").ok(t)
+	require.Contains(t, r.stdout, `"changed": 0`)
+	require.Contains(t, r.stdout, `"state": "dead"`)
+
+	r = inboxctl(t, schema, "", "processes", "release", "4", "--yes")
+	require.Equal(t, ExitFailure, r.code)
+	require.Contains(t, r.stderr, "relay relay-1 (id 4, host node-a, pid 4242) is alive")
+	require.Contains(t, r.stderr, "add --force; nothing was released")
+
+	r = inboxctl(t, schema, "", "processes", "release", "4", "--yes", "--force").ok(t)
+	require.Contains(t, r.stderr, "Warning: alive relay relay-1 (id 4")
+	require.Contains(t, r.stdout, "Released 1 outbox row: a live relay takes it over now")
+	require.Contains(t, r.stdout, "No other live relay is running: start one, or they wait.")
+
+	require.Equal(t, ExitNotFound, inboxctl(t, schema, "", "processes", "release", "9", "--yes").code)
+	require.Equal(t, ExitUsage, inboxctl(t, schema, "", "processes", "release", "two").code)
+	require.Equal(t, ExitUsage, inboxctl(t, schema, "", "processes", "release").code)
+
+	audit := inboxctl(t, schema, "", "audit", "-o", "json").ok(t).stdout
+	require.Equal(t, 2, strings.Count(audit, `"action": "release_leases"`), "each release that ran; one that found nothing to release changes nothing, and is not recorded")
 }

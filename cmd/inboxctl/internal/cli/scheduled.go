@@ -320,6 +320,9 @@ func describe(f admin.Filter) string {
 	if f.ErrorContains != "" {
 		add("error-contains", strconv.Quote(f.ErrorContains))
 	}
+	if f.OrderingKey != "" {
+		add("ordering-key", strconv.Quote(f.OrderingKey))
+	}
 	if f.ErrorMatches != "" {
 		add("error-matches", strconv.Quote(f.ErrorMatches))
 	}

@@ -219,6 +219,7 @@ func describe(f admin.Filter) string {
 	add("status", strings.Join(statuses, " or "))
 	add("type", f.EventType)
 	add("group", f.Fingerprint)
+	add("ordering key", f.OrderingKey)
 	if f.ErrorContains != "" {
 		add("error containing", strconv.Quote(f.ErrorContains))
 	}

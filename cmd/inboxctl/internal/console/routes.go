@@ -40,6 +40,7 @@ func (c *Console) routes() []route {
 		action("POST /resume", c.resume),
 		page("GET /message/edit", c.editMessage),
 		action("POST /edit", c.edit),
+		action("POST /processes/release", c.releaseLeases),
 	}
 }
 

@@ -249,7 +249,7 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{Credentials: Credentials{Token: "s3cret-token"}})
 	routes := b.console.routes()
-	require.Len(t, actionPaths(b.console), 7, "replay, discard, cancel, retry, pause, resume, edit")
+	require.Len(t, actionPaths(b.console), 8, "replay, discard, cancel, retry, pause, resume, edit, release")
 	for _, rt := range routes {
 		resp, _ := do(t, requestOf(t, b.srv.URL, rt))
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s without credentials", rt.pattern)

@@ -19,6 +19,8 @@ type selection struct {
 	Group string
 	// IDs are the messages ticked (id, repeated); they need Consumer.
 	IDs []string
+	// Key keeps one ordering key's messages (key).
+	Key string
 	// Status is a status, statusFailed (the default) or statusAny (status).
 	Status string
 	// Type keeps one event type (type).
@@ -30,7 +32,7 @@ func selectionFrom(r *http.Request) selection {
 	_ = r.ParseForm() // a malformed body leaves the form empty: nothing is selected
 	trim := strings.TrimSpace
 	s := selection{Consumer: trim(r.Form.Get("consumer")), Error: trim(r.Form.Get("error")), Group: trim(r.Form.Get("group")),
-		Status: trim(r.Form.Get("status")), Type: trim(r.Form.Get("type"))}
+		Key: trim(r.Form.Get("key")), Status: trim(r.Form.Get("status")), Type: trim(r.Form.Get("type"))}
 	for _, id := range r.Form["id"] {
 		if id != "" {
 			s.IDs = append(s.IDs, id)
@@ -67,7 +69,7 @@ func (s selection) readsDedupeMemory() bool {
 // is wrong with it. With no status it selects the failed messages (dead,
 // discarded, or retrying), read from their small index.
 func (s selection) filter() (admin.Filter, error) {
-	f := admin.Filter{Consumer: s.Consumer, ErrorContains: s.Error, EventType: s.Type, Fingerprint: s.Group, IDs: s.IDs}
+	f := admin.Filter{Consumer: s.Consumer, ErrorContains: s.Error, EventType: s.Type, Fingerprint: s.Group, IDs: s.IDs, OrderingKey: s.Key}
 	switch s.Status {
 	case "", statusFailed:
 		f.ReplayableOnly = true
@@ -92,7 +94,7 @@ func (s selection) withoutIDs() selection {
 
 // pairs returns s as query pairs for link, ids left out.
 func (s selection) pairs() []any {
-	return []any{"consumer", s.Consumer, "group", s.Group, "status", s.Status, "type", s.Type, "error", s.Error}
+	return []any{"consumer", s.Consumer, "group", s.Group, "key", s.Key, "status", s.Status, "type", s.Type, "error", s.Error}
 }
 
 // Link returns the URL of path on target db with s's filter and the
