@@ -47,7 +47,8 @@ func main() {
 }
 
 func run() error {
-	cfg := bench.Config{URL: os.Getenv("DATABASE_URL"), NATSURL: os.Getenv("NATS_URL"), RabbitMQURL: os.Getenv("RABBITMQ_URL"), PoolerURL: os.Getenv("PGBOUNCER_URL"), Progress: os.Stderr}
+	cfg := bench.Config{URL: os.Getenv("DATABASE_URL"), NATSURL: os.Getenv("NATS_URL"), RabbitMQURL: os.Getenv("RABBITMQ_URL"), RedisURL: os.Getenv("REDIS_URL"),
+		PoolerURL: os.Getenv("PGBOUNCER_URL"), Progress: os.Stderr}
 	var (
 		out    = flag.String("out", "docs/benchmarks", "write the report to this path plus .md, .json and .png")
 		only   = flag.String("only", "", "comma-separated scenarios to run (default all); scenario/word runs that scenario's cases whose setting contains word, e.g. pooler/poll-only")

@@ -29,6 +29,8 @@ type Config struct {
 	NATSURL string
 	// RabbitMQURL, when set, adds the relay case through RabbitMQ.
 	RabbitMQURL string
+	// RedisURL, when set, adds the relay case through Redis Streams.
+	RedisURL string
 	// PoolerURL, when set, adds the pooler scenario: the hot paths
 	// measured on URL and through this transaction-pooling PgBouncer in
 	// front of the same server, side by side.
