@@ -322,13 +322,14 @@ func EmptySchema(tb testing.TB) string {
 }
 
 // Main runs a package's tests, then closes the shared pool and fails the run
-// if any goroutine outlived its test. Call it from TestMain.
+// if any goroutine outlived its test, apart from those leaks describes (a
+// library's goroutines that outlive it by design). Call it from TestMain.
 //
 // Before the tests it sets DATABASE_URL, when unset, to the local test
 // cluster's URL, so that runnable Examples, which open their database as a
 // user's program would (pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"),
 // …)), find the same database as the tests.
-func Main(m *testing.M) {
+func Main(m *testing.M, leaks ...goleak.Option) {
 	if os.Getenv("DATABASE_URL") == "" {
 		if u, err := url(); err == nil {
 			os.Setenv("DATABASE_URL", u)
@@ -339,7 +340,7 @@ func Main(m *testing.M) {
 		shared.Close()
 	}
 	if code == 0 && !IsChild() {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(leaks...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: goroutines outlived the tests: %v\n", err)
 			code = 1
 		}
