@@ -8,13 +8,13 @@
 # throwaway nats-server in .pgbox/nats (scripts/nats.sh, which installs
 # Debian's package if missing), and make test a PgBouncer in transaction
 # pooling mode in .pgbox/pgbouncer (scripts/pgbouncer.sh, likewise), or
-# PGBOUNCER_URL. The RabbitMQ tests start brokers of their own
-# (scripts/rabbitmq.sh, Debian's rabbitmq-server, installed if missing) to
-# kill them; make bench uses RABBITMQ_URL, or the one in .pgbox/rabbitmq.
-# The Amazon SQS tests likewise start goaws servers of their own
-# (scripts/goaws.sh, built from the Go module proxy into .pgbox/bin); make
-# bench uses SQS_URL, or the one in .pgbox/goaws.
-# `make down` stops and removes them all.
+# PGBOUNCER_URL. The RabbitMQ and Redis tests start brokers of their own
+# (scripts/rabbitmq.sh, Debian's rabbitmq-server, and scripts/redis.sh,
+# Debian's redis-server, installed if missing) to kill them, and the Amazon
+# SQS tests goaws servers (scripts/goaws.sh, built from the Go module proxy
+# into .pgbox/bin); make bench uses RABBITMQ_URL, REDIS_URL and SQS_URL, or
+# the ones in .pgbox/rabbitmq, .pgbox/redis and .pgbox/goaws. `make down`
+# stops and removes them all.
 
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
@@ -24,14 +24,17 @@ NATS := scripts/nats.sh
 PGBOUNCER := scripts/pgbouncer.sh
 RABBITMQ := scripts/rabbitmq.sh
 GOAWS := scripts/goaws.sh
+REDIS := scripts/redis.sh
 # The database URL: DATABASE_URL, or the local cluster (started if needed).
 DB = $${DATABASE_URL:-$$($(PG) up)}
 # The NATS URL: NATS_URL, or the local server (started if needed).
-BROKER = $${NATS_URL:-$$($(NATS) up)}
+NATSURL = $${NATS_URL:-$$($(NATS) up)}
 # The RabbitMQ URL: RABBITMQ_URL, or the local broker (started if needed).
 RABBIT = $${RABBITMQ_URL:-$$($(RABBITMQ) up)}
 # The SQS endpoint: SQS_URL, or the local goaws (started if needed).
 SQS = $${SQS_URL:-$$($(GOAWS) up)}
+# The Redis URL: REDIS_URL, or the local server (started if needed).
+REDISURL = $${REDIS_URL:-$$($(REDIS) up)}
 
 # Fuzz targets run briefly by make test (each target:package), for a count
 # of inputs rather than a duration: with -fuzztime=5s, Go 1.26's fuzzing
@@ -83,10 +86,10 @@ POOLER_MODE := cache_describe
 POOLER_PKGS := ./migrations ./inbox ./internal/partition ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance ./internal/liveness \
 	./health ./pgboxtest ./watermillinbox ./test ./examples/quickstart
 
-.PHONY: test chaos bench demo demo-pooler demo-quickstart inboxctl pg-up pg-down nats-up nats-down pgbouncer-up pgbouncer-down rabbitmq-up rabbitmq-down goaws-up goaws-down down
+.PHONY: test chaos bench demo demo-pooler demo-quickstart inboxctl pg-up pg-down nats-up nats-down pgbouncer-up pgbouncer-down rabbitmq-up rabbitmq-down redis-up redis-down goaws-up goaws-down down
 
 test:
-	@url=$(DB); nats=$(BROKER); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
+	@url=$(DB); nats=$(NATSURL); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
 	export NATS_URL="$$nats" PGBOUNCER_URL="$$pooler"; \
 	go vet ./...; \
 	DATABASE_URL="$$url" go test -race -count=1 -timeout 20m ./...; \
@@ -120,26 +123,40 @@ chaos:
 # (go run ./cmd/pgbox-bench -h lists them), e.g. BENCHFLAGS="-runs 5"; after a fix,
 # BENCHFLAGS="-only operator -update" measures that scenario again into the report, which says so.
 bench:
-	@url=$(DB); nats=$(BROKER); rabbit=$(RABBIT); sqs=$(SQS); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
-	DATABASE_URL="$$url" NATS_URL="$$nats" RABBITMQ_URL="$$rabbit" SQS_URL="$$sqs" PGBOUNCER_URL="$$pooler" go run ./cmd/pgbox-bench $(BENCHFLAGS)
+	@url=$(DB); nats=$(NATSURL); rabbit=$(RABBIT); redis=$(REDISURL); sqs=$(SQS); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
+	DATABASE_URL="$$url" NATS_URL="$$nats" RABBITMQ_URL="$$rabbit" REDIS_URL="$$redis" SQS_URL="$$sqs" PGBOUNCER_URL="$$pooler" \
+		go run ./cmd/pgbox-bench $(BENCHFLAGS)
 
 # The orders example (examples/orders): three services and two stand-in
 # providers as separate processes, under load, duplicate deliveries and a
 # SIGKILL, then verified from the database. It fails unless every order was
-# charged once and mailed once. DEMO_FLAGS passes flags on, for instance
-# DEMO_FLAGS="-broker nats://127.0.0.1:4222 -orders 5000".
+# charged once and mailed once. BROKER picks the broker between the
+# services: postgres (watermill-sql on the same PostgreSQL, the default),
+# nats (NATS JetStream: NATS_URL, or the local server) or redis (Redis
+# Streams: REDIS_URL, or the local server), e.g. make demo BROKER=redis.
+# DEMO_FLAGS passes flags on, for instance DEMO_FLAGS="-orders 5000".
+BROKER ?= postgres
 DEMO_FLAGS ?=
+# The demo's -broker for BROKER, starting its local server if needed.
+DEMO_BROKER = case "$(BROKER)" in \
+		postgres) echo postgres;; \
+		nats) echo $(NATSURL);; \
+		redis) echo $(REDISURL);; \
+		*) echo "make: unknown BROKER=$(BROKER): use postgres, nats or redis" >&2; exit 2;; \
+	esac
 demo:
-	@url=$(DB); DATABASE_URL="$$url" go run ./examples/orders demo $(DEMO_FLAGS)
+	@url=$(DB); broker=$$($(DEMO_BROKER)); \
+	DATABASE_URL="$$url" go run ./examples/orders demo -broker "$$broker" $(DEMO_FLAGS)
 
 # The orders example with every service and provider connecting through a
 # transaction-pooling PgBouncer (scripts/pgbouncer.sh, installed if
 # missing) in POOLER_MODE; the run's setup and verification stay on the
-# direct URL. (In exec mode its watermill-sql broker cannot publish:
-# watermill-sql sends its metadata as bytes to a JSON column.)
+# direct URL. BROKER as for make demo. (In exec mode its watermill-sql
+# broker cannot publish: watermill-sql sends its metadata as bytes to a
+# JSON column.)
 demo-pooler:
-	@url=$(DB); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
-	DATABASE_URL="$$url" go run ./examples/orders demo -services-db "$$pooler&default_query_exec_mode=$(POOLER_MODE)" $(DEMO_FLAGS)
+	@url=$(DB); broker=$$($(DEMO_BROKER)); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
+	DATABASE_URL="$$url" go run ./examples/orders demo -broker "$$broker" -services-db "$$pooler&default_query_exec_mode=$(POOLER_MODE)" $(DEMO_FLAGS)
 
 # The smaller, single-process example: an inbox and a dispatcher.
 demo-quickstart:
@@ -183,4 +200,10 @@ goaws-up:
 goaws-down:
 	@$(GOAWS) down
 
-down: pgbouncer-down rabbitmq-down goaws-down nats-down pg-down
+redis-up:
+	@$(REDIS) up
+
+redis-down:
+	@$(REDIS) down
+
+down: pgbouncer-down rabbitmq-down redis-down goaws-down nats-down pg-down

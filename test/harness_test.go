@@ -38,7 +38,7 @@ import (
 	"github.com/pgbox/pgbox/watermillinbox"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, pgtest.PubSubGoroutines...) }
 
 // broker is a real message broker, seen through Watermill.
 type broker struct {

@@ -61,22 +61,7 @@ func TestKafka(t *testing.T) {
 	waitPublished(t, p)
 	c.waitSettled(t, 2*orders, orders)
 
-	payments := c.paymentsPerOrder(t)
-	require.Len(t, payments, orders)
-	for id, n := range payments {
-		require.Equal(t, 1, n, "order %s must be paid exactly once", id)
-	}
-	rows, err := c.pool.Query(context.Background(), ident.Render("SELECT ordering_key, order_id FROM /* schema */payments ORDER BY seq", c.schema))
-	require.NoError(t, err)
-	last := map[string]string{}
-	for rows.Next() {
-		var key, id string
-		require.NoError(t, rows.Scan(&key, &id))
-		require.Greater(t, id, last[key], "customer %s: %s paid after %s", key, id, last[key])
-		last[key] = id
-	}
-	require.NoError(t, rows.Err())
-	require.Len(t, last, customers)
+	requirePaidOncePerKeyInOrder(t, c, orders, customers)
 
 	// Read the topic back with another client: each customer on one
 	// partition, the customers on several, each record under its outbox id.

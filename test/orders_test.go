@@ -18,6 +18,7 @@ import (
 	"github.com/pgbox/pgbox/examples/orders/cli"
 	"github.com/pgbox/pgbox/examples/orders/demo"
 	"github.com/pgbox/pgbox/examples/orders/events"
+	"github.com/pgbox/pgbox/internal/brokertest"
 	"github.com/pgbox/pgbox/internal/natstest"
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
@@ -53,6 +54,10 @@ func TestOrders(t *testing.T) {
 	t.Run("NATSJetStream", func(t *testing.T) {
 		t.Parallel()
 		runOrders(t, natstest.URL(t), 120)
+	})
+	t.Run("RedisStreams", func(t *testing.T) {
+		t.Parallel()
+		runOrders(t, brokertest.Start(t, brokertest.Redis).URL(), 120)
 	})
 }
 

@@ -46,7 +46,12 @@ func (f *failCounter) Publish(topic string, msgs ...*message.Message) error {
 func TestBrokerOutageCostsNoAttempts(t *testing.T) {
 	t.Parallel()
 	srv := brokertest.Start(t, brokertest.NATS)
-	b := natsBrokerAt(t, srv.URL(), "outage")
+	runBrokerOutage(t, srv, natsBrokerAt(t, srv.URL(), "outage"))
+}
+
+// runBrokerOutage is TestBrokerOutageCostsNoAttempts on broker b, served
+// by srv.
+func runBrokerOutage(t *testing.T, srv *brokertest.Server, b broker) {
 	p := newProducer(t, b.topic)
 	c := startConsumer(t, b)
 

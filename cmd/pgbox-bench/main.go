@@ -47,7 +47,8 @@ func main() {
 }
 
 func run() error {
-	cfg := bench.Config{URL: os.Getenv("DATABASE_URL"), NATSURL: os.Getenv("NATS_URL"), RabbitMQURL: os.Getenv("RABBITMQ_URL"), SQSURL: os.Getenv("SQS_URL"), PoolerURL: os.Getenv("PGBOUNCER_URL"), Progress: os.Stderr}
+	cfg := bench.Config{URL: os.Getenv("DATABASE_URL"), NATSURL: os.Getenv("NATS_URL"), RabbitMQURL: os.Getenv("RABBITMQ_URL"), RedisURL: os.Getenv("REDIS_URL"),
+		SQSURL: os.Getenv("SQS_URL"), PoolerURL: os.Getenv("PGBOUNCER_URL"), Progress: os.Stderr}
 	var (
 		out    = flag.String("out", "docs/benchmarks", "write the report to this path plus .md, .json and .png")
 		only   = flag.String("only", "", "comma-separated scenarios to run (default all); scenario/word runs that scenario's cases whose setting contains word, e.g. pooler/poll-only")
@@ -102,10 +103,12 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	loadBefore := bench.ReadLoad()
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
+	rep.Load = bench.LoadDuring(loadBefore, bench.ReadLoad())
 	rep.Command = "make bench" + strings.TrimPrefix(strings.Join(os.Args, " "), os.Args[0])
 	if rep.Machine, err = bench.ReadMachine(ctx, cfg.URL); err != nil {
 		return err

@@ -1,5 +1,5 @@
 // Package brokertest runs a broker of a test's own through the project's
-// scripts (scripts/nats.sh, scripts/rabbitmq.sh, scripts/goaws.sh), in a directory of its
+// scripts (scripts/nats.sh, scripts/rabbitmq.sh, scripts/redis.sh, scripts/goaws.sh), in a directory of its
 // own, so that the test may SIGKILL it and start it again on the same URL
 // without disturbing the shared servers other tests use.
 package brokertest
@@ -31,6 +31,9 @@ var (
 	NATS = Script{dirEnv: "PGBOX_NATS_DIR", name: "nats.sh"}
 	// RabbitMQ is RabbitMQ (scripts/rabbitmq.sh, Debian's rabbitmq-server).
 	RabbitMQ = Script{dirEnv: "PGBOX_RABBITMQ_DIR", name: "rabbitmq.sh"}
+	// Redis is Redis (scripts/redis.sh, Debian's redis-server), which
+	// fsyncs every write before it answers.
+	Redis = Script{dirEnv: "PGBOX_REDIS_DIR", name: "redis.sh"}
 )
 
 // Server is a running broker of one test's own, stopped and deleted when

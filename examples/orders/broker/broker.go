@@ -1,6 +1,6 @@
 // Package broker connects the example's services to a message broker
 // through Watermill: watermill-sql on the services' own PostgreSQL by
-// default (nothing else to install), or NATS JetStream.
+// default (nothing else to install), NATS JetStream or Redis Streams.
 //
 // pgbox never talks to the broker itself. The relay publishes through any
 // Watermill message.Publisher and watermillinbox stores what any Watermill
@@ -10,30 +10,24 @@
 // A Broker keeps everything it creates under one namespace, so that runs
 // and tests sharing a database or a NATS server never see each other's
 // messages: the PostgreSQL schema of watermill-sql's tables, or the prefix
-// of the NATS streams.
+// of the NATS or Redis streams.
+//
+// Each broker is a file of its own (sql.go, nats.go, redis.go), which
+// implements backend, and a line in kinds: adding one is a file and a
+// line.
 package broker
 
 import (
 	"cmp"
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
-	wmsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/pgbox/pgbox/examples/orders/ddl"
 )
 
 // Defaults.
@@ -62,8 +56,9 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Namespace keeps the broker's resources apart: the PostgreSQL schema
-	// holding watermill-sql's tables, or the prefix of NATS stream names
-	// (streams are named <Namespace>_<topic>). Defaults to NamespaceDefault.
+	// holding watermill-sql's tables, or the prefix of NATS or Redis stream
+	// names (streams are named <Namespace>_<topic>). Defaults to
+	// NamespaceDefault.
 	Namespace string
 
 	// Partitions is how many partitions each topic is split into (see
@@ -83,9 +78,71 @@ type Config struct {
 	PollInterval time.Duration
 
 	// URL selects the broker: PostgresURL ("postgres") for watermill-sql
-	// on Pool, or a NATS URL ("nats://127.0.0.1:4222") for NATS JetStream.
-	// Defaults to PostgresURL.
+	// on Pool, a NATS URL ("nats://127.0.0.1:4222") for NATS JetStream, or
+	// a Redis URL ("redis://127.0.0.1:6379/0") for Redis Streams. Defaults
+	// to PostgresURL.
 	URL string
+}
+
+// backend is one broker's side of a Broker: it publishes and subscribes
+// to partition topics (partition.go), which Broker maps topics onto.
+type backend interface {
+	// publisher returns the publisher of partition topics.
+	publisher() message.Publisher
+	// subscriber returns a subscriber of partition topics in the consumer
+	// group, redelivering what one of the group leaves unacknowledged for
+	// Config.AckWait.
+	subscriber(group string) (message.Subscriber, error)
+	// backlog returns how many of a partition topic's messages the group
+	// has not acknowledged: waiting, or delivered and in flight.
+	backlog(ctx context.Context, topic, group string) (int, error)
+	// close closes the connections the backend opened; the publisher is
+	// closed before.
+	close()
+}
+
+// kind is a broker the package can connect to.
+type kind struct {
+	// matches reports whether Config.URL selects this broker.
+	matches func(url string) bool
+	// open connects and creates what the partitions of topics need, if
+	// missing. On an error it leaves nothing open.
+	open func(ctx context.Context, b *Broker, topics []string) (backend, error)
+	// reset deletes what the broker holds for the partitions of topics in
+	// the namespace.
+	reset func(ctx context.Context, cfg Config, topics []string) error
+	// says is what the URL looks like, for the error naming the choices.
+	says string
+}
+
+// kinds are the brokers, one file each.
+var kinds = []kind{
+	{matches: func(url string) bool { return url == PostgresURL }, open: openSQL, reset: resetSQL, says: fmt.Sprintf("%q (watermill-sql on the same PostgreSQL)", PostgresURL)},
+	{matches: prefix("nats://"), open: openNATS, reset: resetNATS, says: "a nats:// URL (NATS JetStream)"},
+	{matches: prefix("redis://"), open: openRedis, reset: resetRedis, says: "a redis:// URL (Redis Streams)"},
+}
+
+func prefix(p string) func(string) bool {
+	return func(url string) bool { return strings.HasPrefix(url, p) }
+}
+
+// kindOf returns the broker url selects.
+func kindOf(url string) (kind, error) {
+	for _, k := range kinds {
+		if k.matches(url) {
+			return k, nil
+		}
+	}
+	return kind{}, fmt.Errorf("broker: unknown broker %q: use %s", url, Choices())
+}
+
+// Choices says what Config.URL may be, for a flag's usage and errors.
+func Choices() string {
+	says := make([]string, len(kinds))
+	for i, k := range kinds {
+		says[i] = k.says
+	}
+	return strings.Join(says[:len(says)-1], ", ") + " or " + says[len(says)-1]
 }
 
 // Broker is a connection to the broker: a publisher, and subscribers on
@@ -97,9 +154,7 @@ type Broker struct {
 	// partitions. The relay uses it.
 	Publisher message.Publisher
 
-	db       *sql.DB    // watermill-sql only
-	nc       *nats.Conn // NATS only
-	js       jetstream.JetStream
+	backend  backend
 	wmLogger watermill.LoggerAdapter
 }
 
@@ -108,20 +163,15 @@ type Broker struct {
 // broker at once.
 func Open(ctx context.Context, cfg Config, topics ...string) (*Broker, error) {
 	cfg = cfg.withDefaults()
-	b := &Broker{cfg: cfg, wmLogger: watermill.NewSlogLogger(cfg.Logger)}
-	var err error
-	switch {
-	case cfg.URL == PostgresURL:
-		err = b.openSQL(ctx, topics)
-	case strings.HasPrefix(cfg.URL, "nats://"):
-		err = b.openNATS(ctx, topics)
-	default:
-		err = fmt.Errorf("broker: unknown broker %q: use %q (watermill-sql on the same PostgreSQL) or a nats:// URL", cfg.URL, PostgresURL)
-	}
+	k, err := kindOf(cfg.URL)
 	if err != nil {
-		b.Close()
 		return nil, err
 	}
+	b := &Broker{cfg: cfg, wmLogger: watermill.NewSlogLogger(cfg.Logger)}
+	if b.backend, err = k.open(ctx, b, topics); err != nil {
+		return nil, err
+	}
+	b.Publisher = partitionedPublisher{b: b, pub: b.backend.publisher()}
 	return b, nil
 }
 
@@ -144,35 +194,11 @@ func (c Config) withDefaults() Config {
 // once, so a Watermill router handles up to Config.Partitions messages
 // concurrently.
 func (b *Broker) Subscriber(group string) (message.Subscriber, error) {
-	sub, err := b.subscriber(group)
+	sub, err := b.backend.subscriber(group)
 	if err != nil {
 		return nil, err
 	}
 	return partitionedSubscriber{b: b, sub: sub}, nil
-}
-
-func (b *Broker) subscriber(group string) (message.Subscriber, error) {
-	if b.nc != nil {
-		return wmnats.NewSubscriber(wmnats.SubscriberConfig{
-			AckWaitTimeout:  b.cfg.AckWait,
-			ConfigureStream: b.streamConfig,
-			ConsumeOptions:  []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(32)},
-			// A connection of its own: closing the subscriber drains it.
-			Logger:              b.wmLogger,
-			ResourceInitializer: b.groupConsumer(group),
-			URL:                 b.cfg.URL,
-		})
-	}
-	schema, offsets := b.sqlAdapters()
-	return wmsql.NewSubscriber(b.db, wmsql.SubscriberConfig{
-		AckDeadline:    &b.cfg.AckWait,
-		ConsumerGroup:  group,
-		OffsetsAdapter: offsets,
-		PollInterval:   b.cfg.PollInterval,
-		ResendInterval: 50 * time.Millisecond,
-		RetryInterval:  100 * time.Millisecond,
-		SchemaAdapter:  schema,
-	}, b.wmLogger)
 }
 
 // Backlog returns how many of the topic's messages the group has not
@@ -180,8 +206,8 @@ func (b *Broker) subscriber(group string) (message.Subscriber, error) {
 // group has consumed everything published so far.
 func (b *Broker) Backlog(ctx context.Context, topic, group string) (int, error) {
 	total := 0
-	for _, t := range b.partitions(topic) {
-		n, err := b.backlog(ctx, t, group)
+	for _, t := range b.cfg.partitions(topic) {
+		n, err := b.backend.backlog(ctx, t, group)
 		if err != nil {
 			return 0, err
 		}
@@ -190,188 +216,24 @@ func (b *Broker) Backlog(ctx context.Context, topic, group string) (int, error) 
 	return total, nil
 }
 
-func (b *Broker) backlog(ctx context.Context, topic, group string) (int, error) {
-	if b.nc != nil {
-		c, err := b.js.Consumer(ctx, b.stream(topic), consumerName(group, b.stream(topic)))
-		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			info, err := b.js.Stream(ctx, b.stream(topic))
-			if err != nil {
-				return 0, err
-			}
-			return int(info.CachedInfo().State.Msgs), nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			return 0, err
-		}
-		return int(info.NumPending) + info.NumAckPending, nil
-	}
-	schema, offsets := b.sqlAdapters()
-	var n int
-	err := b.db.QueryRowContext(ctx, `
-		SELECT count(*) FROM `+schema.MessagesTable(topic)+` AS m
-		LEFT JOIN `+offsets.MessagesOffsetsTable(topic)+` AS o ON o.consumer_group = $1
-		WHERE o.consumer_group IS NULL
-		   OR m.transaction_id > o.last_processed_transaction_id
-		   OR (m.transaction_id = o.last_processed_transaction_id AND m."offset" > o.offset_acked)`, group).Scan(&n)
-	return n, err
-}
-
 // Reset deletes everything the broker holds in its namespace (the schema, or
 // the streams of topics), for a fresh run. cfg.Pool is required for
 // PostgresURL.
 func Reset(ctx context.Context, cfg Config, topics ...string) error {
 	cfg = cfg.withDefaults()
-	if cfg.URL == PostgresURL {
-		_, err := cfg.Pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{cfg.Namespace}.Sanitize()+" CASCADE")
-		return err
-	}
-	nc, err := nats.Connect(cfg.URL)
-	if err != nil {
-		return fmt.Errorf("broker: connect to %s: %w", cfg.URL, err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
+	k, err := kindOf(cfg.URL)
 	if err != nil {
 		return err
 	}
-	b := &Broker{cfg: cfg}
-	for _, topic := range topics {
-		for _, t := range b.partitions(topic) {
-			if err := js.DeleteStream(ctx, b.stream(t)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-				return fmt.Errorf("broker: delete stream %s: %w", b.stream(t), err)
-			}
-		}
-	}
-	return nil
+	return k.reset(ctx, cfg, topics)
 }
 
 // Close closes the publisher and the broker connection.
 func (b *Broker) Close() {
-	if b.Publisher != nil {
-		_ = b.Publisher.Close()
-	}
-	if b.db != nil {
-		_ = b.db.Close()
-	}
-	if b.nc != nil {
-		b.nc.Close()
-	}
+	_ = b.Publisher.Close()
+	b.backend.close()
 }
 
-// openSQL sets up watermill-sql: one table per topic and one offsets table
-// per topic, in the namespace schema.
-func (b *Broker) openSQL(ctx context.Context, topics []string) error {
-	if b.cfg.Pool == nil {
-		return errors.New("broker: Config.Pool is required for watermill-sql")
-	}
-	b.db = stdlib.OpenDBFromPool(b.cfg.Pool)
-	schema, offsets := b.sqlAdapters()
-	// Every process of the example opens the broker at start-up. The
-	// CREATE … IF NOT EXISTS statements are not safe to run concurrently
-	// (two creators can collide in the catalog), so they take turns
-	// (ddl.InTurn). watermill-sql's own AutoInitializeSchema would run them
-	// unguarded, from each publisher and subscriber.
-	err := ddl.InTurn(ctx, b.cfg.Pool, "pgbox-example-broker:"+b.cfg.Namespace, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{b.cfg.Namespace}.Sanitize()); err != nil {
-			return err
-		}
-		for _, topic := range topics {
-			for _, t := range b.partitions(topic) {
-				for _, q := range append(schema.SchemaInitializingQueries(t), offsets.SchemaInitializingQueries(t)...) {
-					if _, err := tx.Exec(ctx, q.Query, q.Args...); err != nil {
-						return fmt.Errorf("create the tables of topic %s: %w", t, err)
-					}
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("broker: %w", err)
-	}
-	pub, err := wmsql.NewPublisher(b.db, wmsql.PublisherConfig{SchemaAdapter: schema}, b.wmLogger)
-	if err != nil {
-		return fmt.Errorf("broker: %w", err)
-	}
-	b.Publisher = partitionedPublisher{b: b, pub: pub}
-	return nil
-}
-
-// sqlAdapters name watermill-sql's tables inside the namespace schema. The
-// payload column is BYTEA rather than watermill-sql's default JSON: pgbox
-// payloads are bytes, and JSON would reformat them, so the inbox would see
-// different bytes on a redelivery.
-func (b *Broker) sqlAdapters() (wmsql.DefaultPostgreSQLSchema, wmsql.DefaultPostgreSQLOffsetsAdapter) {
-	table := func(name string) string {
-		return pgx.Identifier{b.cfg.Namespace, name}.Sanitize()
-	}
-	return wmsql.DefaultPostgreSQLSchema{
-			GenerateMessagesTableName: func(topic string) string { return table("watermill_" + topic) },
-			GeneratePayloadType:       func(string) string { return "BYTEA" },
-			// A subscriber reads a batch in one transaction that holds its
-			// consumer group's offset row locked, and acknowledges the
-			// batch at its end: smaller batches mean fewer redeliveries
-			// after a SIGKILL and shorter waits for the group's other
-			// subscribers.
-			SubscribeBatchSize: 20,
-		}, wmsql.DefaultPostgreSQLOffsetsAdapter{
-			GenerateMessagesOffsetsTableName: func(topic string) string { return table("watermill_offsets_" + topic) },
-		}
-}
-
-// openNATS connects to NATS JetStream and creates one stream per topic.
-func (b *Broker) openNATS(ctx context.Context, topics []string) error {
-	nc, err := nats.Connect(b.cfg.URL, nats.Name("pgbox orders example"))
-	if err != nil {
-		return fmt.Errorf("broker: connect to %s: %w", b.cfg.URL, err)
-	}
-	b.nc = nc
-	if b.js, err = jetstream.New(nc); err != nil {
-		return fmt.Errorf("broker: %w", err)
-	}
-	for _, topic := range topics {
-		for _, t := range b.partitions(topic) {
-			if _, err := b.js.CreateOrUpdateStream(ctx, b.streamConfig(t)); err != nil {
-				return fmt.Errorf("broker: create stream %s: %w", b.stream(t), err)
-			}
-		}
-	}
-	pub, err := wmnats.NewPublisher(wmnats.PublisherConfig{Conn: nc, ConfigureStream: b.streamConfig, Logger: b.wmLogger})
-	if err != nil {
-		return fmt.Errorf("broker: %w", err)
-	}
-	b.Publisher = partitionedPublisher{b: b, pub: pub}
-	return nil
-}
-
-func (b *Broker) stream(topic string) string { return b.cfg.Namespace + "_" + topic }
-
-func (b *Broker) streamConfig(topic string) jetstream.StreamConfig {
-	return jetstream.StreamConfig{Name: b.stream(topic), Subjects: []string{b.stream(topic)}}
-}
-
-// groupConsumer is a durable JetStream consumer shared by every subscriber
-// of the group, with the short AckWait the demo needs. (Watermill's
-// GroupedConsumer names the stream after the topic itself and keeps NATS's
-// 30-second AckWait.)
-func (b *Broker) groupConsumer(group string) wmnats.ResourceInitializer {
-	return func(ctx context.Context, js jetstream.JetStream, topic string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
-		stream, err := js.Stream(ctx, b.stream(topic))
-		if err != nil {
-			return nil, nil, fmt.Errorf("stream for topic %s: %w", topic, err)
-		}
-		c, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       b.cfg.AckWait,
-			Durable:       consumerName(group, b.stream(topic)),
-			MaxAckPending: 256,
-		})
-		return c, nil, err
-	}
-}
-
-func consumerName(group, stream string) string { return "pgbox__" + group + "__" + stream }
+// stream is the name of a NATS or Redis stream: the partition topic in the
+// namespace.
+func (c Config) stream(topic string) string { return c.Namespace + "_" + topic }

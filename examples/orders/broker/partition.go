@@ -26,19 +26,19 @@ import (
 // ordering key share a partition, so they still arrive in order.
 
 // partition returns the partition topic for topic and the message.
-func (b *Broker) partition(topic string, m *message.Message) string {
+func (c Config) partition(topic string, m *message.Message) string {
 	key := m.Metadata.Get(pgbox.MetadataOrderingKey)
 	if key == "" {
 		key = m.UUID
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
-	return partitionTopic(topic, int(h.Sum32()%uint32(b.cfg.Partitions)))
+	return partitionTopic(topic, int(h.Sum32()%uint32(c.Partitions)))
 }
 
 // partitions returns every partition topic of topic.
-func (b *Broker) partitions(topic string) []string {
-	out := make([]string, b.cfg.Partitions)
+func (c Config) partitions(topic string) []string {
+	out := make([]string, c.Partitions)
 	for p := range out {
 		out[p] = partitionTopic(topic, p)
 	}
@@ -59,7 +59,7 @@ func (p partitionedPublisher) Publish(topic string, msgs ...*message.Message) er
 	var order []string
 	byPartition := map[string][]*message.Message{}
 	for _, m := range msgs {
-		t := p.b.partition(topic, m)
+		t := p.b.cfg.partition(topic, m)
 		if _, ok := byPartition[t]; !ok {
 			order = append(order, t)
 		}
@@ -89,7 +89,7 @@ type partitionedSubscriber struct {
 func (s partitionedSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	out := make(chan *message.Message)
 	var wg sync.WaitGroup
-	for _, t := range s.b.partitions(topic) {
+	for _, t := range s.b.cfg.partitions(topic) {
 		in, err := s.sub.Subscribe(ctx, t)
 		if err != nil {
 			return nil, fmt.Errorf("subscribe to %s: %w", t, err)

@@ -144,8 +144,8 @@ func runService(ctx context.Context, name string, args []string, stdout, stderr 
 	fs.StringVar(&f.schema, "schema", "demo_"+name, "PostgreSQL schema of this service's tables, pgbox's included")
 	switch name {
 	case "orders", "payments", "notifications":
-		fs.StringVar(&f.broker, "broker", broker.PostgresURL, `"postgres" for watermill-sql on the same PostgreSQL, or a nats:// URL for NATS JetStream`)
-		fs.StringVar(&f.brokerNS, "broker-namespace", broker.NamespaceDefault, "the broker's schema (watermill-sql) or stream name prefix (NATS)")
+		fs.StringVar(&f.broker, "broker", broker.PostgresURL, broker.Choices())
+		fs.StringVar(&f.brokerNS, "broker-namespace", broker.NamespaceDefault, "the broker's schema (watermill-sql) or stream name prefix (NATS, Redis)")
 	}
 	switch name {
 	case "orders", "payments":
@@ -371,7 +371,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var cfg demo.Config
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.Broker, "broker", broker.PostgresURL, `"postgres" for watermill-sql on the same PostgreSQL, or a nats:// URL for NATS JetStream`)
+	fs.StringVar(&cfg.Broker, "broker", broker.PostgresURL, broker.Choices())
 	fs.IntVar(&cfg.Clients, "clients", demo.ClientsDefault, "concurrent HTTP clients placing orders")
 	fs.StringVar(&cfg.DatabaseURL, "db", "", "PostgreSQL URL (default: $DATABASE_URL)")
 	noKill := fs.Bool("no-kill", false, "do not SIGKILL a payments process mid-run")

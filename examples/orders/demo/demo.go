@@ -63,7 +63,7 @@ var ErrVerificationFailed = errors.New("verification failed")
 // Config configures a run.
 type Config struct {
 	// Broker is "postgres" for watermill-sql on the same PostgreSQL, or a
-	// nats:// URL for NATS JetStream. Defaults to "postgres".
+	// broker's URL: broker.Choices says which. Defaults to "postgres".
 	Broker string
 
 	// Clients is how many HTTP clients place orders at once. Defaults to

@@ -32,6 +32,8 @@ type Config struct {
 	// SQSURL, when set, is an SQS endpoint (goaws: scripts/goaws.sh), and
 	// adds the relay case through Amazon SQS's protocol.
 	SQSURL string
+	// RedisURL, when set, adds the relay case through Redis Streams.
+	RedisURL string
 	// PoolerURL, when set, adds the pooler scenario: the hot paths
 	// measured on URL and through this transaction-pooling PgBouncer in
 	// front of the same server, side by side.

@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	pgtest.Main(m)
+	pgtest.Main(m, pgtest.PubSubGoroutines...)
 }
 
 // Every case of `make bench` runs, at a tiny scale, so a change that breaks

@@ -112,8 +112,12 @@ func (e *env) cases() ([]benchCase, error) {
 	if cfg.RabbitMQURL != "" {
 		cs = append(cs, relayTo("RabbitMQ", rabbitMQ(cfg.RabbitMQURL), false))
 	}
+	if cfg.RedisURL != "" {
+		cs = append(cs, relayTo("Redis Streams", redisStreams(cfg.RedisURL), false))
+	}
 	cs = append(cs, relayTo("Kafka (kfake, in process)", kafkaKFake, false))
 	cs = append(cs, sqsRelay(cfg.SQSURL, relayTo)...)
+	cs = append(cs, relayTo("Google Cloud Pub/Sub (pstest, in process)", pubsubPSTest, false))
 	cs = append(cs,
 		benchCase{scenario: "latency", setting: fmt.Sprintf("inbox, %d/s", cfg.Rate), main: "p99 ms",
 			systems: []system{{"pgbox", e.inboxLatency(cfg.Rate)}}},

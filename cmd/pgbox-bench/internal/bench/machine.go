@@ -56,3 +56,25 @@ func ReadMachine(ctx context.Context, url string) (Machine, error) {
 		Scan(&m.PostgreSQL, &m.Fsync, &m.SynchronousCommit)
 	return m, err
 }
+
+// ReadLoad returns the machine's one-minute load average as /proc/loadavg
+// gives it ("3.42"), or "" where there is none: what else was running
+// while the figures were taken.
+func ReadLoad() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	first, _, _ := strings.Cut(string(b), " ")
+	return strings.TrimSpace(first)
+}
+
+// LoadDuring says what the load averages read before and after a run
+// were, for the report ("load average 3.42 at the start, 5.10 at the
+// end"), or "" when either is unknown.
+func LoadDuring(start, end string) string {
+	if start == "" || end == "" {
+		return ""
+	}
+	return fmt.Sprintf("load average %s at the start, %s at the end", start, end)
+}

@@ -75,7 +75,7 @@ func TestUpdateReplacesOnlyWhatItMeasured(t *testing.T) {
 	rep := &Report{Command: "make bench", Results: []Result{
 		result("operator", "stats, 50M done", 1700), result("operator", "failures, 50M done", 90),
 	}}
-	rep.Update(&Report{Command: "make bench -only operator/stats -update", Results: []Result{
+	rep.Update(&Report{Command: "make bench -only operator/stats -update", Load: LoadDuring("0.52", "1.90"), Results: []Result{
 		result("operator", "stats, 50M done", 40), result("operator", "stats --exact, 50M done", 9000),
 	}})
 	require.Equal(t, []Result{
@@ -84,7 +84,8 @@ func TestUpdateReplacesOnlyWhatItMeasured(t *testing.T) {
 	}, rep.Results)
 	var b strings.Builder
 	require.NoError(t, rep.WriteMarkdown(&b, ""))
-	require.Contains(t, b.String(), "Measured again by `make bench -only operator/stats -update`")
+	require.Contains(t, b.String(), "Measured again by `make bench -only operator/stats -update` on 0001-01-01 00:00 UTC (load average 0.52 at the start, 1.90 at the end),",
+		"an update says what else ran")
 	require.Contains(t, b.String(), "operator: stats, 50M done; operator: stats --exact, 50M done")
 
 	rep.Sweep = []Point{{System: "pgbox", Workers: 1, Throughput: 10}}

@@ -1,0 +1,38 @@
+package bench
+
+import (
+	"context"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+)
+
+// redisStreams publishes through watermill-redisstream to the Redis at url
+// (scripts/redis.sh's fsyncs every write before it answers), one XADD per
+// message, into a stream deleted after the run.
+func redisStreams(url string) newPublisher {
+	return func(ctx context.Context, _ *pgxpool.Pool) (message.Publisher, func(), error) {
+		opts, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, nil, err
+		}
+		rdb := redis.NewClient(opts)
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			_ = rdb.Close()
+			return nil, nil, err
+		}
+		// The publisher closes its client.
+		pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb}, watermill.NopLogger{})
+		if err != nil {
+			_ = rdb.Close()
+			return nil, nil, err
+		}
+		return pub, func() {
+			_ = rdb.Del(context.Background(), "bench").Err()
+			_ = pub.Close()
+		}, nil
+	}
+}

@@ -1,0 +1,144 @@
+package googlepubsub_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/googlepubsub"
+	"github.com/pgbox/pgbox/relay"
+)
+
+// fake starts pstest, the Pub/Sub client's in-process fake, and returns a
+// client on it; both end with the test.
+func fake(tb testing.TB) (*pstest.Server, *pubsub.Client) {
+	tb.Helper()
+	srv := pstest.NewServer()
+	tb.Cleanup(func() { _ = srv.Close() })
+	return srv, client(tb, srv.Addr)
+}
+
+func client(tb testing.TB, addr string) *pubsub.Client {
+	tb.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(tb, err)
+	c, err := pubsub.NewClient(context.Background(), "pgbox", option.WithGRPCConn(conn))
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = c.Close(); _ = conn.Close() })
+	return c
+}
+
+func keyed(key string) *message.Message {
+	m := message.NewMessage(fmt.Sprintf("id-%d", time.Now().UnixNano()), []byte(`{}`))
+	m.Metadata.Set(pgbox.MetadataOrderingKey, key)
+	return m
+}
+
+// A publish that fails pauses its ordering key in the Pub/Sub client,
+// which then refuses every later publish of the key: the relay's retry of
+// the row would fail for ever. The publisher resumes the key, and the
+// retry goes out. The failure (a topic not yet created) is the message's,
+// not an outage.
+func TestPublisherResumesAnOrderingKeyAfterAFailure(t *testing.T) {
+	t.Parallel()
+	_, c := fake(t)
+	pub := googlepubsub.NewPublisher(c, googlepubsub.PublisherConfig{})
+	t.Cleanup(func() { _ = pub.Close() })
+
+	err := pub.Publish("late", keyed("customer-1"))
+	require.ErrorContains(t, err, "googlepubsub: publish message")
+	require.False(t, relay.IsUnreachable(err), "a refusal, not an outage: %v", err)
+
+	_, err = c.TopicAdminClient.CreateTopic(context.Background(), &pubsubpb.Topic{Name: "projects/pgbox/topics/late"})
+	require.NoError(t, err)
+	require.NoError(t, pub.Publish("late", keyed("customer-1")), "the key was resumed")
+}
+
+// While Pub/Sub cannot be reached, a publish fails within PublishTimeout
+// with an error the relay takes for an outage.
+func TestPublisherReportsAnOutage(t *testing.T) {
+	t.Parallel()
+	srv, c := fake(t)
+	_, err := c.TopicAdminClient.CreateTopic(context.Background(), &pubsubpb.Topic{Name: "projects/pgbox/topics/orders"})
+	require.NoError(t, err)
+	pub := googlepubsub.NewPublisher(c, googlepubsub.PublisherConfig{PublishTimeout: time.Second})
+	t.Cleanup(func() { _ = pub.Close() })
+	require.NoError(t, pub.Publish("orders", keyed("customer-1")))
+
+	require.NoError(t, srv.Close())
+	err = pub.Publish("orders", keyed("customer-1"))
+	require.ErrorIs(t, err, relay.ErrBrokerUnreachable)
+	require.True(t, relay.IsUnreachable(err))
+}
+
+// A subscriber for a subscription that does not exist says so, and what to
+// do, when it subscribes.
+func TestSubscriberNamesAMissingSubscription(t *testing.T) {
+	t.Parallel()
+	_, c := fake(t)
+	sub, err := googlepubsub.NewSubscriber(c, googlepubsub.SubscriberConfig{Subscription: func(topic string) string { return topic + ".payments" }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	_, err = sub.Subscribe(context.Background(), "orders")
+	require.ErrorContains(t, err, "googlepubsub: subscription projects/pgbox/subscriptions/orders.payments for topic orders")
+	require.ErrorContains(t, err, "create it, on the topic, before the relay publishes")
+
+	_, err = googlepubsub.NewSubscriber(c, googlepubsub.SubscriberConfig{})
+	require.ErrorContains(t, err, "SubscriberConfig.Subscription is required")
+}
+
+// A message goes through Pub/Sub under its Watermill UUID, with its
+// metadata and pgbox's ordering key, which is Pub/Sub's too.
+func Example() {
+	ctx := context.Background()
+	srv := pstest.NewServer()
+	defer func() { _ = srv.Close() }()
+	conn, _ := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer func() { _ = conn.Close() }()
+	client, _ := pubsub.NewClient(ctx, "shop", option.WithGRPCConn(conn))
+	defer func() { _ = client.Close() }()
+
+	// The topic, and the consumer's subscription, exist before anything is
+	// published: Pub/Sub drops what reaches a topic with no subscription.
+	_, _ = client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: "projects/shop/topics/orders"})
+	_, _ = client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: "projects/shop/subscriptions/orders.payments", Topic: "projects/shop/topics/orders", EnableMessageOrdering: true,
+	})
+
+	// The relay's publisher: relay.Config{Publisher: pub}.
+	pub := googlepubsub.NewPublisher(client, googlepubsub.PublisherConfig{})
+	defer func() { _ = pub.Close() }()
+	m := message.NewMessage("0193a5e4-7c1d-7000-8000-000000000001", []byte(`{"order":"o-1"}`))
+	m.Metadata.Set(pgbox.MetadataEventType, "OrderPlaced")
+	m.Metadata.Set(pgbox.MetadataOrderingKey, "customer-7")
+	if err := pub.Publish("orders", m); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// The consumer's subscriber, for watermillinbox.Handler in a router.
+	sub, _ := googlepubsub.NewSubscriber(client, googlepubsub.SubscriberConfig{
+		Subscription: func(topic string) string { return topic + ".payments" },
+	})
+	defer func() { _ = sub.Close() }()
+	msgs, err := sub.Subscribe(ctx, "orders")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	got := <-msgs
+	fmt.Println(got.UUID, got.Metadata.Get(pgbox.MetadataEventType), got.Metadata.Get(pgbox.MetadataOrderingKey), string(got.Payload))
+	got.Ack()
+	// Output: 0193a5e4-7c1d-7000-8000-000000000001 OrderPlaced customer-7 {"order":"o-1"}
+}

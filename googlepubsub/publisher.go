@@ -1,0 +1,134 @@
+package googlepubsub
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pgbox/pgbox/relay"
+)
+
+// PublishTimeoutDefault is the default PublisherConfig.PublishTimeout.
+const PublishTimeoutDefault = 10 * time.Second
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	// PublishTimeout bounds each message's publish, retries included:
+	// while Pub/Sub cannot be reached the client retries until then, and
+	// the call then fails as an outage. Keep it under the relay's
+	// Config.PublishTimeout, so that the relay hears of an outage from the
+	// error rather than by giving up on the call. Defaults to
+	// PublishTimeoutDefault (10s).
+	PublishTimeout time.Duration
+}
+
+// Publisher publishes Watermill messages to Pub/Sub topics, one at a time,
+// each waiting for Pub/Sub's answer: a Publish call returns nil once every
+// message is stored, and fails at the first message that is not, with the
+// earlier ones published. A topic is a topic ID in the client's project or
+// a full name ("projects/p/topics/t").
+//
+// Errors that mean Pub/Sub could not be reached (gRPC Unavailable or
+// DeadlineExceeded, PublishTimeout passed) wrap relay.ErrBrokerUnreachable,
+// so that a relay pauses and charges no attempt; others (a topic that does
+// not exist, a message refused) are the message's failure. After a failed
+// publish of a message with an ordering key the key is resumed, which the
+// Pub/Sub client otherwise refuses to publish again.
+type Publisher struct {
+	client  *pubsub.Client
+	timeout time.Duration
+
+	mu     sync.Mutex
+	closed bool
+	topics map[string]*pubsub.Publisher
+}
+
+// NewPublisher returns a publisher on client. Closing it stops its
+// topics' publishers, not the client.
+func NewPublisher(client *pubsub.Client, cfg PublisherConfig) *Publisher {
+	return &Publisher{
+		client:  client,
+		timeout: cmp.Or(cfg.PublishTimeout, PublishTimeoutDefault),
+		topics:  map[string]*pubsub.Publisher{},
+	}
+}
+
+// Publish publishes msgs to topic, in order.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	t, err := p.topic(topic)
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		pm, err := toPubSub(m)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(m.Context(), p.timeout)
+		_, err = t.Publish(ctx, pm).Get(ctx)
+		cancel()
+		if err != nil {
+			if pm.OrderingKey != "" {
+				t.ResumePublish(pm.OrderingKey)
+			}
+			return publishError(topic, m.UUID, err)
+		}
+	}
+	return nil
+}
+
+// publishError says which message failed, and marks an outage as one.
+func publishError(topic, uuid string, err error) error {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return fmt.Errorf("googlepubsub: publish message %s to topic %s: %w: %w", uuid, topic, relay.ErrBrokerUnreachable, err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("googlepubsub: publish message %s to topic %s: %w: %w", uuid, topic, relay.ErrBrokerUnreachable, err)
+	}
+	return fmt.Errorf("googlepubsub: publish message %s to topic %s: %w", uuid, topic, err)
+}
+
+// topic returns the client's publisher for topic, made on first use: with
+// message ordering on, each message sent at once rather than held up to
+// 10ms for a batch (the relay publishes one message per call, and waits
+// for each), and retried for PublishTimeout at most.
+func (p *Publisher) topic(topic string) (*pubsub.Publisher, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errors.New("googlepubsub: the publisher is closed")
+	}
+	t := p.topics[topic]
+	if t == nil {
+		t = p.client.Publisher(topic)
+		t.EnableMessageOrdering = true
+		t.PublishSettings.CountThreshold = 1
+		// The client's own bound on a publish's retries, which goes on
+		// after Get has given up, and which Close waits for.
+		t.PublishSettings.Timeout = p.timeout
+		p.topics[topic] = t
+	}
+	return t, nil
+}
+
+// Close stops the topics' publishers, after what they are sending.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		p.closed = true
+		for _, t := range p.topics {
+			t.Stop()
+		}
+	}
+	return nil
+}
