@@ -132,8 +132,9 @@ bench:
 # SIGKILL, then verified from the database. It fails unless every order was
 # charged once and mailed once. BROKER picks the broker between the
 # services: postgres (watermill-sql on the same PostgreSQL, the default),
-# nats (NATS JetStream: NATS_URL, or the local server) or redis (Redis
-# Streams: REDIS_URL, or the local server), e.g. make demo BROKER=redis.
+# nats (NATS JetStream: NATS_URL, or the local server), redis (Redis
+# Streams: REDIS_URL, or the local server) or sqs (Amazon SQS's protocol:
+# SQS_URL, or the local goaws), e.g. make demo BROKER=redis.
 # DEMO_FLAGS passes flags on, for instance DEMO_FLAGS="-orders 5000".
 BROKER ?= postgres
 DEMO_FLAGS ?=
@@ -142,7 +143,8 @@ DEMO_BROKER = case "$(BROKER)" in \
 		postgres) echo postgres;; \
 		nats) echo $(NATSURL);; \
 		redis) echo $(REDISURL);; \
-		*) echo "make: unknown BROKER=$(BROKER): use postgres, nats or redis" >&2; exit 2;; \
+		sqs) echo "sqs+$(SQS)";; \
+		*) echo "make: unknown BROKER=$(BROKER): use postgres, nats, redis or sqs" >&2; exit 2;; \
 	esac
 demo:
 	@url=$(DB); broker=$$($(DEMO_BROKER)); \

@@ -120,6 +120,7 @@ var kinds = []kind{
 	{matches: func(url string) bool { return url == PostgresURL }, open: openSQL, reset: resetSQL, says: fmt.Sprintf("%q (watermill-sql on the same PostgreSQL)", PostgresURL)},
 	{matches: prefix("nats://"), open: openNATS, reset: resetNATS, says: "a nats:// URL (NATS JetStream)"},
 	{matches: prefix("redis://"), open: openRedis, reset: resetRedis, says: "a redis:// URL (Redis Streams)"},
+	{matches: prefix(sqsScheme), open: openSQS, reset: resetSQS, says: "an SQS endpoint after sqs+ (sqs+http://127.0.0.1:4100: Amazon SQS's protocol)"},
 }
 
 func prefix(p string) func(string) bool {
