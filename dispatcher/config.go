@@ -148,6 +148,14 @@ type Config struct {
 	// one is installed.
 	TracerProvider trace.TracerProvider
 
+	// UnavailableBackoffFunc returns how long a dispatcher whose handler
+	// returned Unavailable leaves the message's event type alone before its
+	// probe number probe (1 for the first): one message of the type is
+	// claimed and its handler called, and the type is claimed at full speed
+	// again if that returns anything but Unavailable. Defaults to
+	// DefaultUnavailableBackoff (1s doubling to 30s).
+	UnavailableBackoffFunc func(probe int) time.Duration
+
 	// Workers is how many batches are handled at once. Each worker holds
 	// one connection of the pool while it handles a batch, so the pool needs
 	// more connections than Workers if handlers also use the pool (rather
@@ -178,6 +186,9 @@ func (c Config) WithDefaults() Config {
 	}
 	// A handler may take its HandlerTimeout without stalling anything.
 	c.StallTimeout = cmp.Or(c.StallTimeout, max(workloop.StallTimeoutFor(c.PollInterval), c.HandlerTimeout))
+	if c.UnavailableBackoffFunc == nil {
+		c.UnavailableBackoffFunc = DefaultUnavailableBackoff
+	}
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
 	return c
 }
