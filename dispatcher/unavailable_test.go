@@ -59,14 +59,15 @@ func (p *probeLog) consecutive(t *testing.T) {
 }
 
 // A dependency down for a while costs no message an attempt, whatever its
-// MaxAttempts, in-transaction or leased: while it is down, the handler is
-// called only by the probes (and once by each worker whose call was under
-// way when it went), every message stays pending with its attempts and
-// last error untouched, and the in-transaction neighbours in the same
-// batches are handled once, their writes kept, the failing handler's
-// rolled back. The outage shows in the health check, a gauge and one log
-// line. Once it is back, every message is handled exactly once, on its
-// first counted attempt.
+// MaxAttempts, in-transaction or leased: every message stays pending with
+// its attempts and last error untouched, and the in-transaction neighbours
+// in the same batches are handled once, their writes kept, the failing
+// handler's rolled back. While the dispatcher backs off, nothing calls the
+// handler: here the backoff turns to an hour after a few probes, and the
+// calls stop while claims go on. The outage shows in the health check, a
+// gauge and one log line. A second dispatcher (another process) finds the
+// outage for itself, and once its probe answers, handles every message
+// exactly once, on its first counted attempt.
 func TestADownstreamOutageCostsNoAttempts(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -85,7 +86,9 @@ func TestADownstreamOutageCostsNoAttempts(t *testing.T) {
 			var err error
 			b.inbox, err = inbox.New(b.pool, inbox.Config{Consumer: consumer, MaxAttempts: tc.maxAttempts, Schema: b.schema})
 			require.NoError(t, err)
-			var down atomic.Bool
+			claims, traceClaims := statements(claimMarker)
+			b.pool = pgtest.TracedPool(t, b.pool, traceClaims)
+			var down, hold atomic.Bool
 			down.Store(true)
 			var callsWhileDown atomic.Int64
 			gateway := func(ctx context.Context, m *dispatcher.Message) error {
@@ -110,21 +113,28 @@ func TestADownstreamOutageCostsNoAttempts(t *testing.T) {
 					return gateway(ctx, m)
 				})
 			}
-			probes := &probeLog{wait: func(int) time.Duration { return 20 * time.Millisecond }}
-			logs := &logtest.Recorder{}
-			reader := sdkmetric.NewManualReader()
+			wait := func(int) time.Duration {
+				if hold.Load() {
+					return time.Hour
+				}
+				return 20 * time.Millisecond
+			}
 			const workers = 4
-			d := b.start(t, dispatcher.Config{
-				BatchSize: 8,
-				Handlers: map[string]dispatcher.Handler{
-					"ChargeCard":  charge,
-					"OrderPlaced": dispatcher.InTx(b.recordEffect),
-				},
-				Logger:                 slog.New(logs),
-				MeterProvider:          sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
-				UnavailableBackoffFunc: probes.backoff,
-				Workers:                workers,
-			})
+			config := func(probes *probeLog, logs *logtest.Recorder, reader *sdkmetric.ManualReader) dispatcher.Config {
+				return dispatcher.Config{
+					BatchSize: 8,
+					Handlers: map[string]dispatcher.Handler{
+						"ChargeCard":  charge,
+						"OrderPlaced": dispatcher.InTx(b.recordEffect),
+					},
+					Logger:                 slog.New(logs),
+					MeterProvider:          sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+					UnavailableBackoffFunc: probes.backoff,
+					Workers:                workers,
+				}
+			}
+			probes, logs, reader := &probeLog{wait: wait}, &logtest.Recorder{}, sdkmetric.NewManualReader()
+			d := b.start(t, config(probes, logs, reader))
 			var msgs []inbox.Message
 			for i := range 100 {
 				eventType := "ChargeCard"
@@ -135,9 +145,20 @@ func TestADownstreamOutageCostsNoAttempts(t *testing.T) {
 			}
 			b.receiveMsgs(t, msgs...)
 
-			// The neighbours are handled; the charges wait through probes.
+			// The neighbours are handled; the charges wait through probes,
+			// then through an hour's backoff, with no call.
 			b.waitFor(t, "SELECT count(*) = 50 FROM /* schema */inbox WHERE event_type = 'OrderPlaced' AND status = 'done'")
-			require.Eventually(t, func() bool { return probes.count() >= 10 }, 30*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return probes.count() >= 3 }, 30*time.Second, time.Millisecond)
+			hold.Store(true)
+			held := probes.count() + 1
+			require.Eventually(t, func() bool { return probes.count() >= held }, 30*time.Second, time.Millisecond)
+			calls, claimed := callsWhileDown.Load(), claims.Load()
+			require.Eventually(t, func() bool { return claims.Load() >= claimed+20 }, 30*time.Second, time.Millisecond)
+			require.Equal(t, calls, callsWhileDown.Load(), "no call while backing off")
+			// Every call was a probe, or under way when the outage began.
+			require.LessOrEqual(t, calls, int64(probes.count()+workers-1))
+			probes.consecutive(t)
+
 			require.ErrorContains(t, d.UnavailableErr(), `event type "ChargeCard" not claimed for`)
 			require.ErrorContains(t, d.UnavailableErr(), "gateway: connection refused")
 			require.Equal(t, map[string]int64{"ChargeCard": 1}, telemetrytest.Gauges(t, reader, telemetry.DispatcherUnavailable, string(telemetry.AttrEventType)))
@@ -148,16 +169,23 @@ func TestADownstreamOutageCostsNoAttempts(t *testing.T) {
 			require.Equal(t, http.StatusOK, rec.Code, "an outage downstream warns: %s", rec.Body)
 			require.Contains(t, rec.Body.String(), `"name": "unavailable payments"`)
 			require.Contains(t, rec.Body.String(), "gateway: connection refused")
+			require.Equal(t, 1, logs.Count(slog.LevelError, "reports its dependency unavailable"))
 			var charged int
 			b.scalar(t, &charged, `SELECT count(*) FROM /* schema */inbox
 				WHERE event_type = 'ChargeCard' AND (status NOT IN ('pending', 'running') OR attempts > 1 OR last_error IS NOT NULL OR errors <> '[]')`)
 			require.Zero(t, charged, "no charge was charged an attempt, failed or died")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			require.NoError(t, d.Stop(ctx))
 
+			// Another process: it finds the outage for itself, then the
+			// dependency comes back, and its probe ends the outage.
+			hold.Store(false)
+			probes, logs, reader = &probeLog{wait: wait}, &logtest.Recorder{}, sdkmetric.NewManualReader()
+			d = b.start(t, config(probes, logs, reader))
+			require.Eventually(t, func() bool { return probes.count() >= 1 }, 30*time.Second, time.Millisecond)
 			down.Store(false)
 			b.waitSettled(t)
-			// Every call while down was a probe, or under way when it went.
-			require.LessOrEqual(t, callsWhileDown.Load(), int64(probes.count()+workers-1))
-			probes.consecutive(t)
 			effects := b.effects(t)
 			require.Len(t, effects, 100)
 			for id, n := range effects {
