@@ -59,7 +59,7 @@ type dependency struct {
 	since   time.Time // when the outage began
 	logged  time.Time // when it was last logged
 	next    time.Time // when the next probe may be claimed
-	probes  int       // probes failed since the outage began
+	probes  int       // calls found it down since the outage began: the first, then each probe
 	probing *probe    // the batch holding the probe, if one does
 }
 
@@ -219,8 +219,8 @@ func (o *outages) Err() error {
 	var errs []error
 	for _, eventType := range slices.Sorted(maps.Keys(o.byType)) {
 		if dep := o.byType[eventType]; dep.down {
-			errs = append(errs, fmt.Errorf("event type %q not claimed for %s: its handler reports its dependency unavailable (%d probes so far): %w",
-				eventType, time.Since(dep.since).Round(time.Second), dep.probes, dep.err))
+			errs = append(errs, fmt.Errorf("event type %q not claimed for %s: its handler reports its dependency unavailable (%d calls in a row, probes included; the next probe in %s): %w",
+				eventType, time.Since(dep.since).Round(time.Second), dep.probes, max(time.Until(dep.next), 0).Round(time.Millisecond), dep.err))
 		}
 	}
 	return errors.Join(errs...)
