@@ -37,12 +37,14 @@ type pauses struct {
 const pausesSQL = `SELECT event_type, paused_at, paused_by, reason FROM /* schema */consumer_pauses WHERE consumer = $1`
 
 // refreshPauses reads the consumer's pauses if they were last read a poll
-// interval ago or more, and no other worker is reading them, and logs each
-// change once: a pause with who, when and why, a resume.
+// interval ago or more, and no other worker is reading them (until they
+// have been read once, every worker reads them: none claims before it
+// knows them), and logs each change once: a pause with who, when and why,
+// a resume.
 func (d *Dispatcher) refreshPauses(ctx context.Context) error {
 	p := &d.pauses
 	p.mu.Lock()
-	if p.reading || time.Since(p.read) < d.cfg.PollInterval {
+	if (p.reading && !p.read.IsZero()) || time.Since(p.read) < d.cfg.PollInterval {
 		p.mu.Unlock()
 		return nil
 	}

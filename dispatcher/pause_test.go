@@ -170,3 +170,26 @@ func TestAPauseOfTheWholeConsumerStopsEveryClaim(t *testing.T) {
 	require.Equal(t, 1, logs.Count(slog.LevelWarn, "dispatcher: paused by an operator: the consumer's messages"))
 	require.Equal(t, 1, logs.Count(slog.LevelInfo, "dispatcher: resumed: the consumer's messages"))
 }
+
+// A dispatcher started while its consumer is paused (a pod restarted
+// during a pause) claims nothing from its first claim on: no worker
+// claims before the pauses have been read.
+func TestADispatcherStartedWhilePausedClaimsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reads, traceReads := statements("consumer_pauses")
+	b.exec(t, `INSERT INTO /* schema */consumer_pauses (consumer, event_type, paused_by) VALUES ($1, 'OrderPlaced', 'carol')`, consumer)
+	b.receive(t, ids("m", 20)...)
+	d, err := dispatcher.New(pgtest.TracedPool(t, b.pool, traceReads), b.config(t, dispatcher.Config{
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(b.recordEffect)},
+		Workers:  8,
+	}))
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
+	require.Eventually(t, func() bool { return reads.Load() >= 12 }, 30*time.Second, time.Millisecond)
+	require.Empty(t, b.effects(t))
+	var untouched int
+	b.scalar(t, &untouched, "SELECT count(*) FROM /* schema */inbox WHERE status = 'pending' AND attempts = 0")
+	require.Equal(t, 20, untouched)
+}
