@@ -57,7 +57,7 @@ func TestAPauseOfAnEventTypeStopsItsClaimsUntilResumed(t *testing.T) {
 	}))
 	logs := &logtest.Recorder{}
 	reader := sdkmetric.NewManualReader()
-	const stallTimeout = 200 * time.Millisecond
+	const stallTimeout = 500 * time.Millisecond
 	var ds []*dispatcher.Dispatcher
 	for range 2 {
 		d, err := dispatcher.New(traced, b.config(t, dispatcher.Config{
@@ -91,7 +91,10 @@ func TestAPauseOfAnEventTypeStopsItsClaimsUntilResumed(t *testing.T) {
 		inbox.Message{ID: "keyed-order", EventType: "OrderPlaced", OrderingKey: "k"})
 	b.receive(t, ids("order", 10)...)
 	b.waitFor(t, "SELECT count(*) = 10 FROM /* schema */inbox WHERE status = 'done'")
-	// Claims and the watchdog go on over the paused messages, and leave them.
+	// Claims and the watchdog go on over the paused messages, and leave
+	// them. (A loaded machine may have stalled the dispatchers for a moment
+	// before: only the paused messages are left from here on.)
+	stalls := logs.Count(slog.LevelError, "no progress")
 	claimed, looked := claims.Load(), looks.Load()
 	require.Eventually(t, func() bool { return claims.Load() >= claimed+10 && looks.Load() >= looked+3 }, 30*time.Second, time.Millisecond)
 	var untouched int
@@ -101,7 +104,7 @@ func TestAPauseOfAnEventTypeStopsItsClaimsUntilResumed(t *testing.T) {
 	for _, d := range ds {
 		require.NoError(t, d.StallErr())
 	}
-	require.Zero(t, logs.Count(slog.LevelError, "no progress"))
+	require.Equal(t, stalls, logs.Count(slog.LevelError, "no progress"), "the paused messages are no stall")
 	require.Equal(t, 2, logs.Count(slog.LevelWarn, "dispatcher: paused by an operator"), "once per dispatcher")
 	require.Equal(t, map[string]int64{"ChargeCard": 1}, telemetrytest.Gauges(t, reader, telemetry.DispatcherPaused, string(telemetry.AttrEventType)))
 
@@ -120,8 +123,8 @@ func TestAPauseOfAnEventTypeStopsItsClaimsUntilResumed(t *testing.T) {
 	b.scalar(t, &keyedInOrder, `SELECT (SELECT seq FROM /* schema */effects WHERE message_id = 'keyed-charge')
 		< (SELECT seq FROM /* schema */effects WHERE message_id = 'keyed-order')`)
 	require.True(t, keyedInOrder)
-	for _, d := range ds {
-		require.NoError(t, d.PauseErr())
+	for _, d := range ds { // the other may have handled them all
+		require.Eventually(t, func() bool { return d.PauseErr() == nil }, 30*time.Second, time.Millisecond)
 	}
 	require.Equal(t, 2, logs.Count(slog.LevelInfo, "dispatcher: resumed"))
 	require.Equal(t, map[string]int64{"ChargeCard": 0}, telemetrytest.Gauges(t, reader, telemetry.DispatcherPaused, string(telemetry.AttrEventType)))
