@@ -81,15 +81,18 @@ type Config struct {
 	// configuration. Not allowed with PollOnly.
 	ListenConnConfig *pgx.ConnConfig
 
-	// Logger receives the dispatcher's logs: handler failures and
-	// notifications that do not arrive at warn, dead messages and database
-	// trouble at error. Defaults to slog.Default().
+	// Logger receives the dispatcher's logs: handler failures, operators'
+	// pauses and notifications that do not arrive at warn, dead messages,
+	// dependencies a handler reports unavailable and database trouble at
+	// error, the end of a pause or an outage at info. Defaults to
+	// slog.Default().
 	Logger *slog.Logger
 
 	// MeterProvider receives the dispatcher's metrics (processed, failed,
-	// dead, handler duration, and the consumer's backlog gauges; see
-	// docs/operations.md). Defaults to OpenTelemetry's global provider,
-	// which does nothing until one is installed.
+	// dead, handler duration, the paused and unavailable gauges, and the
+	// consumer's backlog gauges; see docs/operations.md). Defaults to
+	// OpenTelemetry's global provider, which does nothing until one is
+	// installed.
 	MeterProvider metric.MeterProvider
 
 	// PollInterval is how often an idle worker looks for due work when no
