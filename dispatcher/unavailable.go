@@ -154,8 +154,8 @@ func (o *outages) held(cs []*claimed, probes map[string]*probe) []*claimed {
 // report takes the outcome of a call gated at epoch: err is what the
 // handler returned.
 func (o *outages) report(eventType string, epoch int, err error) {
-	var unavailable *UnavailableError
-	isUnavailable := errors.As(err, &unavailable)
+	unavailable := asUnavailable(err)
+	isUnavailable := unavailable != nil
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	dep := o.byType[eventType]
@@ -196,6 +196,20 @@ func (o *outages) report(eventType string, epoch int, err error) {
 		o.tel.Unavailable(eventType, false)
 		o.wake()
 	}
+}
+
+// asUnavailable returns err's UnavailableError, or nil. It allocates
+// nothing for a nil err, which is every successful call's: errors.As
+// would move its target to the heap.
+func asUnavailable(err error) *UnavailableError {
+	if err == nil {
+		return nil
+	}
+	var unavailable *UnavailableError
+	if errors.As(err, &unavailable) {
+		return unavailable
+	}
+	return nil
 }
 
 // down returns the event types whose dependency is down, in order.
