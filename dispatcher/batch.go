@@ -37,6 +37,15 @@ func (d *Dispatcher) runBatch() (int, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.loop.WorkContext()),
 		bookkeepingTimeout+time.Duration(d.cfg.BatchSize)*d.cfg.HandlerTimeout)
 	defer cancel()
+	if err := d.refreshPauses(ctx); err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	whole, skip := d.pauses.paused()
+	if whole {
+		return 0, nil
+	}
+	skip, probes := d.outages.skip(time.Now(), skip)
+	defer d.outages.release(probes)
 	// The transaction holds its rows locked whatever their lease says. If
 	// this process stalls (paused, cut off by the network) with the
 	// transaction idle, the server ends it after a lease's worth of idleness,
@@ -47,10 +56,11 @@ func (d *Dispatcher) runBatch() (int, error) {
 		return 0, fmt.Errorf("claim: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // a no-op after Commit
-	b, err := d.claim(ctx, tx, d.proc.Token(), rescuing)
+	b, err := d.claim(ctx, tx, d.proc.Token(), rescuing, skip)
 	if err != nil {
 		return 0, err
 	}
+	b.probes = probes
 	if rescuing && !b.rescue {
 		d.rescuing.Store(false)
 		rescuing = false
@@ -74,7 +84,7 @@ func (d *Dispatcher) runBatch() (int, error) {
 		// handlers ran first, renew them at once.
 		hb := d.startHeartbeat(b.token, b.leased, len(b.run) > 0)
 		defer hb.close()
-		d.handleLeased(b.token, b.leased, hb)
+		d.handleLeased(b, hb)
 	}
 	return b.claimed, nil
 }
@@ -93,6 +103,9 @@ type batch struct {
 	// run are the inTx messages whose handler will run: those the claim
 	// record must count.
 	run []*claimed
+	// probes are the event types in an outage whose probe this batch
+	// holds (see outages).
+	probes map[string]*probe
 }
 
 // claimed is a message a worker holds the claim to.
@@ -112,9 +125,11 @@ type outcome struct {
 	delay  time.Duration // before the next attempt, for pending
 	err    string        // recorded in the history when non-empty
 	id     string
-	refund bool // give the attempt back (snooze, shutdown)
-	status pgbox.InboxStatus
-	trace  string
+	refund bool // give the attempt back (snooze, shutdown, Unavailable)
+	// unavailable says the handler returned Unavailable.
+	unavailable bool
+	status      pgbox.InboxStatus
+	trace       string
 
 	eventType string // for metrics only
 }

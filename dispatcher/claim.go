@@ -22,13 +22,14 @@ const leaseExpiredError = "lease expired before the attempt finished: the worker
 // transaction never committed.
 const lostBatchError = "the attempt's batch transaction never committed: the worker crashed, was killed, stalled past its lease, or lost its database connection"
 
-// claim takes a batch in tx (see claimSQL). Messages the claim marked dead
-// (their lease expired on their last attempt) are only logged.
-func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescue bool) (*batch, error) {
+// claim takes a batch in tx (see claimSQL), leaving the event types of
+// skip alone. Messages the claim marked dead (their lease expired on their
+// last attempt) are only logged.
+func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescue bool, skip []string) (*batch, error) {
 	// The claim and, in the same round trip, the end of claimPlanning.
 	from := d.frontier.Next(time.Now())
 	var q pgx.Batch
-	q.Queue(d.q.claim, d.consumer, token, d.leasedTypes, d.cfg.Lease.Milliseconds(), mayRescue, leaseExpiredError, from)
+	q.Queue(d.q.claim, d.consumer, token, d.leasedTypes, d.cfg.Lease.Milliseconds(), mayRescue, leaseExpiredError, skip, from)
 	for _, reset := range claimPlanned {
 		q.Queue(reset)
 	}

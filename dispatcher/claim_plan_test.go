@@ -47,7 +47,7 @@ func TestClaimReadsOnlyTheClaimedRowsPartitions(t *testing.T) {
 	require.NoError(t, err)
 
 	claim := strings.Replace(sql(claimSQL), batchPlaceholder, "200", 1)
-	plan := pgtest.GenericPlan(t, pool, claim, `'payments', 1, '{}'::text[], 60000, true, 'lost', NULL`, claimPlanning)
+	plan := pgtest.GenericPlan(t, pool, claim, `'payments', 1, '{}'::text[], 60000, true, 'lost', NULL::text[], NULL`, claimPlanning)
 	require.NotRegexp(t, `(Seq|Bitmap Heap) Scan on inbox_`, plan, "no partition is read whole:\n%s", plan)
 	require.Contains(t, plan, "rows=3 loops=1", "the three pending messages are claimed:\n%s", plan)
 	pgtest.RequireNotProbed(t, plan, "inbox_d"+old.String())
@@ -79,7 +79,7 @@ func TestAClaimPlanMadeOnASmallInboxStaysRight(t *testing.T) {
 	explain := func() string {
 		_, err := tx.Exec(ctx, "SAVEPOINT claim")
 		require.NoError(t, err)
-		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE "+name+"('payments', 1, '{}'::text[], 60000, true, 'lost', NULL)")
+		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE "+name+"('payments', 1, '{}'::text[], 60000, true, 'lost', NULL::text[], NULL)")
 		require.NoError(t, err)
 		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
@@ -181,7 +181,7 @@ func TestAClaimStartsAtTheFrontier(t *testing.T) {
 	store(3, "new-", "1 minute")
 
 	claim := strings.Replace(sql(claimSQL), batchPlaceholder, "200", 1)
-	pgtest.RequireFrontierSkips(t, pool, claim, `'payments', 1, '{}'::text[], 60000, true, 'lost'`,
+	pgtest.RequireFrontierSkips(t, pool, claim, `'payments', 1, '{}'::text[], 60000, true, 'lost', NULL::text[]`,
 		"Index Scan using inbox_g0_pending_idx", "rows=3 loops=1", 100, claimPlanning)
 }
 

@@ -81,15 +81,18 @@ type Config struct {
 	// configuration. Not allowed with PollOnly.
 	ListenConnConfig *pgx.ConnConfig
 
-	// Logger receives the dispatcher's logs: handler failures and
-	// notifications that do not arrive at warn, dead messages and database
-	// trouble at error. Defaults to slog.Default().
+	// Logger receives the dispatcher's logs: handler failures, operators'
+	// pauses and notifications that do not arrive at warn, dead messages,
+	// dependencies a handler reports unavailable and database trouble at
+	// error, the end of a pause or an outage at info. Defaults to
+	// slog.Default().
 	Logger *slog.Logger
 
 	// MeterProvider receives the dispatcher's metrics (processed, failed,
-	// dead, handler duration, and the consumer's backlog gauges; see
-	// docs/operations.md). Defaults to OpenTelemetry's global provider,
-	// which does nothing until one is installed.
+	// dead, handler duration, the paused and unavailable gauges, and the
+	// consumer's backlog gauges; see docs/operations.md). Defaults to
+	// OpenTelemetry's global provider, which does nothing until one is
+	// installed.
 	MeterProvider metric.MeterProvider
 
 	// PollInterval is how often an idle worker looks for due work when no
@@ -148,6 +151,14 @@ type Config struct {
 	// one is installed.
 	TracerProvider trace.TracerProvider
 
+	// UnavailableBackoffFunc returns how long a dispatcher whose handler
+	// returned Unavailable leaves the message's event type alone before its
+	// probe number probe (1 for the first): one message of the type is
+	// claimed and its handler called, and the type is claimed at full speed
+	// again if that returns anything but Unavailable. Defaults to
+	// DefaultUnavailableBackoff (1s doubling to 30s).
+	UnavailableBackoffFunc func(probe int) time.Duration
+
 	// Workers is how many batches are handled at once. Each worker holds
 	// one connection of the pool while it handles a batch, so the pool needs
 	// more connections than Workers if handlers also use the pool (rather
@@ -178,6 +189,9 @@ func (c Config) WithDefaults() Config {
 	}
 	// A handler may take its HandlerTimeout without stalling anything.
 	c.StallTimeout = cmp.Or(c.StallTimeout, max(workloop.StallTimeoutFor(c.PollInterval), c.HandlerTimeout))
+	if c.UnavailableBackoffFunc == nil {
+		c.UnavailableBackoffFunc = DefaultUnavailableBackoff
+	}
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
 	return c
 }

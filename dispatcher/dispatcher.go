@@ -37,6 +37,8 @@ type Dispatcher struct {
 	hooks       testHooks
 	leasedTypes []string // event types with a Leased handler
 	loop        *workloop.Service
+	outages     *outages // event types whose handler's dependency is down
+	pauses      pauses   // the operators' pauses of the consumer
 	pool        *pgxpool.Pool
 	proc        *liveness.Process // its row in the processes table; it makes the claim tokens
 	q           queries
@@ -51,7 +53,7 @@ type Dispatcher struct {
 }
 
 type queries struct {
-	beginBatch, claim, complete, due, reconcile, recordClaim, renewLease, settle string
+	beginBatch, claim, complete, due, pauses, reconcile, recordClaim, renewLease, settle string
 	// byKey is the mode of complete, settle and reconcile (see byKeyMode).
 	byKey pgx.QueryExecMode
 }
@@ -92,6 +94,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 			claim:       strings.Replace(ident.Render(claimSQL, schema), batchPlaceholder, strconv.Itoa(cfg.BatchSize), 1),
 			complete:    ident.Render(completeSQL, schema),
 			due:         ident.Render(dueSQL, schema),
+			pauses:      ident.Render(pausesSQL, schema),
 			reconcile:   ident.Render(reconcileSQL, schema),
 			recordClaim: ident.Render(recordClaimSQL, schema),
 			renewLease:  ident.Render(renewLeaseSQL, schema),
@@ -114,7 +117,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		Channel:    cfg.Inbox.Channel(),
 		ConnConfig: cmp.Or(cfg.ListenConnConfig, pool.Config().ConnConfig),
 		DueFunc: func(ctx context.Context) (int64, time.Duration, error) {
-			return telemetry.ReadBacklog(ctx, pool, d.q.due, consumer, workloop.DueCountMax)
+			whole, skip := d.pauses.paused()
+			return telemetry.ReadBacklog(ctx, pool, d.q.due, consumer, workloop.DueCountMax, whole, append(skip, d.outages.down()...))
 		},
 		Logger:       cfg.Logger.With("consumer", consumer),
 		Name:         "dispatcher (" + consumer + ")",
@@ -124,9 +128,19 @@ func New(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		StallTimeout: max(cfg.StallTimeout, 0),
 		Telemetry: telemetry.NewLoop(cfg.MeterProvider,
 			telemetry.AttrComponent.String("dispatcher"), telemetry.AttrConsumer.String(consumer)),
+		WaitingOnFunc: func() []string {
+			var causes []string
+			for _, err := range []error{d.PauseErr(), d.UnavailableErr()} {
+				if err != nil {
+					causes = append(causes, err.Error())
+				}
+			}
+			return causes
+		},
 		Wanted:  func(c string) bool { return c == consumer },
 		Workers: cfg.Workers,
 	})
+	d.outages = newOutages(cfg, consumer, d.tel, d.loop.Wake)
 	return d, nil
 }
 

@@ -41,9 +41,26 @@
 // attempt, the database time and the text; a panic is recovered and recorded
 // with its stack) and the message is retried after Config.RetryBackoffFunc's
 // delay, or marked dead when it is out of attempts. Permanent(err) marks it
-// dead at once. Snooze(d) retries it after d without spending an attempt. A
-// message whose event type has no handler fails the same way, so a handler
-// deployed later still finds it.
+// dead at once. Snooze(d) retries it after d without spending an attempt.
+// Unavailable(err) says the handler's dependency is down: the attempt is
+// refunded and the dispatcher stops claiming the message's event type,
+// probing with one message after each backoff
+// (Config.UnavailableBackoffFunc) until a probe returns anything else, so
+// an outage of any length leaves no message dead; each process finds an
+// outage for itself (Dispatcher.UnavailableErr). A message whose event
+// type has no handler fails like a handler error, so a handler deployed
+// later still finds it.
+//
+// # Pauses
+//
+// An operator may pause a consumer, or one of its event types
+// (inboxctl pause, the console, admin.Pause): a row of consumer_pauses.
+// Every dispatcher of the consumer reads its pauses at most once per
+// Config.PollInterval and claims none of the paused messages until the
+// row is deleted; they keep arriving and wait as pending, and a paused
+// message at the head of its ordering key holds its key. A batch already
+// claimed finishes. Dispatcher.PauseErr says what is paused, by whom and
+// why.
 //
 // # Guarantees, and how they are kept
 //

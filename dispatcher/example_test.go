@@ -253,6 +253,56 @@ func ExampleSnooze() {
 	// handled on call 3 as attempt 1
 }
 
+// Unavailable says the payment gateway is down, not the message bad: the
+// attempt is not counted, so the message, allowed a single attempt here,
+// does not die. The dispatcher stops claiming ChargeCard messages, probes
+// with one after a backoff, and once the gateway answers, claims them at
+// full speed again.
+func ExampleUnavailable() {
+	ctx := context.Background()
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_dispatcher_unavailable")
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+
+	payments, err := inbox.New(db.Pool, inbox.Config{Consumer: "payments", MaxAttempts: 1, Schema: db.Schema})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := payments.Receive(ctx, inbox.Message{ID: "order-8", EventType: "ChargeCard"}); err != nil {
+		panic(err)
+	}
+
+	var calls atomic.Int32 // calls may run on different workers
+	done := make(chan int)
+	d, err := dispatcher.New(db.Pool, dispatcher.Config{
+		Inbox: payments,
+		Handlers: map[string]dispatcher.Handler{
+			"ChargeCard": dispatcher.Leased(func(ctx context.Context, m *dispatcher.Message) error {
+				if calls.Add(1) < 3 { // the gateway is down for the first two calls
+					return dispatcher.Unavailable(errors.New("gateway: connection refused"))
+				}
+				done <- m.Attempt
+				return nil
+			}),
+		},
+		UnavailableBackoffFunc: func(probe int) time.Duration { return 10 * time.Millisecond },
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := d.Start(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println("charged on call", 3, "as attempt", <-done)
+	if err := d.Stop(ctx); err != nil {
+		panic(err)
+	}
+	// Output:
+	// charged on call 3 as attempt 1
+}
+
 // Stop drains the handlers in flight. When its deadline passes it cancels
 // them, and the messages they held go back to pending, to be handled by the
 // next dispatcher: nothing is lost.

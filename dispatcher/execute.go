@@ -59,7 +59,7 @@ func (d *Dispatcher) runTx(ctx context.Context, tx pgx.Tx, b *batch) ([]outcome,
 			outcomes = append(outcomes, released(c))
 			continue
 		}
-		o, broken := d.runInSavepoint(ctx, tx, c)
+		o, broken := d.runInSavepoint(ctx, tx, b, c)
 		outcomes = append(outcomes, o)
 		if broken != nil {
 			// The connection is lost or unusable, so the transaction and
@@ -91,17 +91,24 @@ func (d *Dispatcher) runTx(ctx context.Context, tx pgx.Tx, b *batch) ([]outcome,
 	return nil, nil
 }
 
-// runInSavepoint runs one message's handler in a savepoint of tx (see
-// handlerTx). broken is set when the transaction can no longer be used.
-func (d *Dispatcher) runInSavepoint(ctx context.Context, tx pgx.Tx, c *claimed) (o outcome, broken error) {
+// runInSavepoint runs one message's handler of batch b in a savepoint of
+// tx (see handlerTx), unless its event type's dependency is down and b
+// does not hold its probe (see outages): then it gives the message back.
+// broken is set when the transaction can no longer be used.
+func (d *Dispatcher) runInSavepoint(ctx context.Context, tx pgx.Tx, b *batch, c *claimed) (o outcome, broken error) {
 	if c.problem != nil {
 		return d.failed(c, c.problem, ""), nil
+	}
+	epoch, ok := d.outages.gate(c.msg.EventType, b.probes)
+	if !ok {
+		return released(c), nil
 	}
 	htx := &handlerTx{ctx: ctx, outer: tx}
 	trace, handlerErr := d.call(&c.msg, func(ctx context.Context) error {
 		htx.ctx = ctx
 		return c.handler.inTx(ctx, htx, &c.msg)
 	})
+	d.outages.report(c.msg.EventType, epoch, handlerErr)
 	failure, broken := htx.finish(ctx, handlerErr)
 	if failure == nil {
 		return done(c), nil
@@ -112,17 +119,35 @@ func (d *Dispatcher) runInSavepoint(ctx context.Context, tx pgx.Tx, c *claimed) 
 	return d.failed(c, failure, trace), broken
 }
 
-// handleLeased runs a batch's leased handlers one by one, outside any
-// transaction: renew the lease, call, record. hb keeps the leases of those
-// still waiting alive.
-func (d *Dispatcher) handleLeased(token int64, batch []*claimed, hb *heartbeat) {
+// handleLeased runs the leased handlers of b one by one, outside any
+// transaction: renew the lease, call, record; or give the message back
+// uncalled if its event type's dependency is down and b does not hold its
+// probe (see outages). hb keeps the leases of those still waiting alive.
+func (d *Dispatcher) handleLeased(b *batch, hb *heartbeat) {
+	token, batch := b.token, b.leased
 	ctx := context.WithoutCancel(d.loop.WorkContext())
+	givenBack := map[string]bool{} // ids of messages given back uncalled
 	for i, c := range batch {
+		if givenBack[c.msg.ID] {
+			continue
+		}
 		if d.loop.Stopping() {
-			d.record(ctx, token, d.releaseAll(batch[i:]))
+			d.record(ctx, token, d.releaseAll(slices.DeleteFunc(slices.Clone(batch[i:]), func(c *claimed) bool { return givenBack[c.msg.ID] })))
 			return
 		}
 		hb.starting(c.msg.ID)
+		epoch, ok := d.outages.gate(c.msg.EventType, b.probes)
+		if !ok {
+			// Give back, in one go, every message left whose event type is
+			// held back as this one's is.
+			held := d.outages.held(batch[i:], b.probes)
+			for _, h := range held {
+				hb.starting(h.msg.ID)
+				givenBack[h.msg.ID] = true
+			}
+			d.record(ctx, token, d.releaseAll(held))
+			continue
+		}
 		renewCtx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
 		tag, err := d.pool.Exec(renewCtx, d.q.renewLease, d.consumer, []string{c.msg.ID}, token, d.cfg.Lease.Milliseconds(), []int32{c.bucket})
 		cancel()
@@ -136,6 +161,7 @@ func (d *Dispatcher) handleLeased(token int64, batch []*claimed, hb *heartbeat) 
 			continue
 		}
 		trace, handlerErr := d.call(&c.msg, func(ctx context.Context) error { return c.handler.leased(ctx, &c.msg) })
+		d.outages.report(c.msg.EventType, epoch, handlerErr)
 		if handlerErr == nil {
 			d.record(ctx, token, []outcome{done(c)})
 		} else {
@@ -169,13 +195,19 @@ func (d *Dispatcher) call(m *Message, fn func(ctx context.Context) error) (trace
 func (d *Dispatcher) failed(c *claimed, err error, trace string) outcome {
 	m := &c.msg
 	var (
-		snooze    *SnoozeError
-		permanent *PermanentError
+		snooze      *SnoozeError
+		permanent   *PermanentError
+		unavailable *UnavailableError
 	)
 	isPermanent := errors.As(err, &permanent)
 	switch {
 	case errors.As(err, &snooze):
 		return outcome{id: m.ID, bucket: c.bucket, status: pgbox.InboxPending, delay: snooze.After, refund: true}
+	case !isPermanent && errors.As(err, &unavailable):
+		// Not the message's fault: pending again at once, the attempt
+		// refunded and nothing recorded on it; the outages hold its event
+		// type back, and say why.
+		return outcome{id: m.ID, bucket: c.bucket, status: pgbox.InboxPending, refund: true, unavailable: true}
 	case !isPermanent && d.loop.CancelledByStop():
 		// Stop cancelled the handler: not the message's fault.
 		return released(c)

@@ -110,7 +110,7 @@ func TestKeyedMessagesKeepTheClaimsAtTheFrontier(t *testing.T) {
 	}
 	b.receiveMsgs(t, msgs...)
 
-	claims := pgtest.NewFullClaims("coalesce($7::timestamptz", 6)
+	claims := pgtest.NewFullClaims("coalesce($8::timestamptz", 7)
 	b.pool = pgtest.TracedPool(t, b.pool, claims.Tracer())
 	const workers = 2
 	d := b.newDispatcher(t, dispatcher.Config{

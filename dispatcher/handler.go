@@ -121,3 +121,35 @@ func Snooze(d time.Duration) error { return &SnoozeError{After: max(d, 0)} }
 
 // Error says how long the message is snoozed.
 func (e *SnoozeError) Error() string { return fmt.Sprintf("snoozed for %s", e.After) }
+
+// UnavailableError marks a handler error as a downstream outage rather
+// than a failure of the message: the dependency the handler calls (a
+// payment gateway, a mail server) cannot be reached. Create one with
+// Unavailable.
+type UnavailableError struct {
+	// Err is the handler's error: what it found unavailable.
+	Err error
+}
+
+// Unavailable wraps err to say that the handler's dependency is down, not
+// that the message is bad: the opposite of Permanent. The attempt is not
+// counted (attempts and last error stay as they were) and the message goes
+// back to pending; an in-transaction handler's writes are rolled back, and
+// its neighbours' are kept. The dispatcher then stops claiming messages of
+// the message's event type, in this process, for
+// Config.UnavailableBackoffFunc's wait, lets one message through as a
+// probe, and resumes at full speed as soon as a probe's handler returns
+// anything but Unavailable. So an outage of any length leaves no message
+// dead. See Dispatcher.UnavailableErr.
+func Unavailable(err error) error {
+	if err == nil {
+		err = errors.New("dependency unavailable")
+	}
+	return &UnavailableError{Err: err}
+}
+
+// Error returns the wrapped error's text.
+func (e *UnavailableError) Error() string { return "unavailable: " + e.Err.Error() }
+
+// Unwrap returns the wrapped error.
+func (e *UnavailableError) Unwrap() error { return e.Err }

@@ -60,7 +60,7 @@ const batchPlaceholder = "/* batch */"
 // still set): the rescue records it as lost, and if it was the last
 // attempt, marks the message dead instead of claiming it.
 //
-// Fresh work is pending and due, and found from the frontier $7 on (see
+// Fresh work is pending and due, and found from the frontier $8 on (see
 // frontier; NULL reads the pending index from its start). The claim
 // returns the oldest available_at among the fresh messages it took, to
 // move the frontier on. A keyed message is claimable only at the
@@ -107,6 +107,13 @@ const batchPlaceholder = "/* batch */"
 // dearer than a custom one, and planned every claim afresh (a quarter of
 // the drain's throughput).
 //
+// Messages of the event types in $7 (NULL for none) are left alone: an
+// operator paused them (see pauses), or their handler's dependency is
+// unavailable (see outages). They stay pending, so a keyed one at the
+// head of its key holds its key. The list is a parameter, read at most
+// once per poll interval, so the claim reads no other table for it; it
+// is a filter on the rows the pending index yields.
+//
 // Messages of the event types in $3 are leased: they become running under
 // the claim token $2 with a lease of $4 ms, and are called after the batch
 // commits. Every other message is marked done, in anticipation: a handler
@@ -116,6 +123,7 @@ WITH rescued AS (
     SELECT i.tableoid, i.ctid, i.bucket
     FROM /* schema */inbox AS i
     WHERE $5 AND i.consumer = $1 AND i.status = ` + tables.InboxRunning + ` AND i.available_at <= now()
+      AND ` + claimSkipped + `
     ORDER BY i.available_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -125,8 +133,9 @@ fresh AS (
     FROM /* schema */inbox AS i
     WHERE i.consumer = $1
       AND i.status = ` + tables.InboxPending + `
-      AND i.available_at <= now() AND i.available_at >= coalesce($7::timestamptz, '-infinity')
+      AND i.available_at <= now() AND i.available_at >= coalesce($8::timestamptz, '-infinity')
       AND NOT EXISTS (SELECT 1 FROM rescued)
+      AND ` + claimSkipped + `
       AND ` + tables.InboxAtKeyHead + `
     ORDER BY i.available_at, i.seq
     LIMIT /* batch */
@@ -164,9 +173,11 @@ RETURNING i.message_id, i.status, i.event_type, i.payload, i.metadata, coalesce(
 // claimSpent and claimUnrecorded are true, in claimSQL's update, for a
 // rescued row (the only running one it claims) whose lost attempt was its
 // last, and for one whose lost attempt was never recorded; claimLeased for
-// a row whose event type is leased ($3, NULL when none is).
+// a row whose event type is leased ($3, NULL when none is); claimSkipped,
+// in its selects, for a row whose event type is not to be claimed ($7).
 const (
 	claimLeased     = `coalesce(i.event_type = ANY($3::text[]), false)`
+	claimSkipped    = `NOT coalesce(i.event_type = ANY($7::text[]), false)`
 	claimSpent      = `(i.status = ` + tables.InboxRunning + ` AND i.attempts >= i.max_attempts)`
 	claimUnrecorded = `(i.status = ` + tables.InboxRunning + ` AND i.claim_token IS NOT NULL)`
 )
@@ -346,8 +357,10 @@ WHERE EXISTS (SELECT 1 FROM mine) AND i.consumer = $1 AND i.message_id = o.messa
 // claim could take now (due, and unkeyed or at the head of its key) has
 // been due, or 0. A message held behind an earlier one of its key waits
 // for that one, which a backing-off head makes a wait for time, not a
-// stall. It reads the pending index in available_at order and stops at
-// the first claimable message.
+// stall. Nor is a message the claim leaves alone due: none when $3 (the
+// whole consumer is paused), and none of the event types in $4 (paused,
+// or backing off in an outage). It reads the pending index in
+// available_at order and stops at the first claimable message.
 const dueSQL = `
 SELECT (SELECT count(*) FROM (
             SELECT 1 FROM /* schema */inbox AS i
@@ -357,6 +370,7 @@ SELECT (SELECT count(*) FROM (
             SELECT extract(epoch FROM now() - i.available_at)
             FROM /* schema */inbox AS i
             WHERE i.consumer = $1 AND i.status = ` + tables.InboxPending + ` AND i.available_at <= now()
+              AND NOT $3::bool AND NOT coalesce(i.event_type = ANY($4::text[]), false)
               AND ` + tables.InboxAtKeyHead + `
             ORDER BY i.available_at
             LIMIT 1), 0)::float8`

@@ -82,6 +82,14 @@ func ExampleChecker() {
 	//       "status": "ok"
 	//     },
 	//     {
+	//       "name": "paused payments",
+	//       "status": "ok"
+	//     },
+	//     {
+	//       "name": "unavailable payments",
+	//       "status": "ok"
+	//     },
+	//     {
 	//       "detail": "0 pending, the oldest due for 0s",
 	//       "name": "backlog payments",
 	//       "status": "ok"

@@ -20,7 +20,12 @@
 // work due for its StallTimeout and finished none of it. A relay that has
 // paused because its broker is unreachable, or has a topic whose publishes
 // hang, warns: no message is lost or charged an attempt, and the stall and
-// backlog checks fail once rows have waited too long. Use it for readiness and alerting.
+// backlog checks fail once rows have waited too long. So does a dispatcher
+// whose consumer, or one of its event types, an operator paused (who, when
+// and why are in the check's error): a pause is a choice, not a fault, and
+// must not get the process restarted; and one that claims no message of an
+// event type because its handler reported its dependency unavailable
+// (dispatcher.Unavailable). Use it for readiness and alerting.
 // Think twice before using it as a liveness probe: a backlog that ages
 // because a downstream system is slow, or a database that is down, is not
 // cured by restarting the process.
@@ -78,7 +83,8 @@ type Config struct {
 
 	// Dispatchers must be running, recording their outcomes and not
 	// stalled, and their consumers' backlogs young enough. Notifications that do not reach
-	// one only warn.
+	// one, an operator's pause, and a handler's dependency reported
+	// unavailable only warn.
 	Dispatchers []*dispatcher.Dispatcher
 
 	// Maintainer, if set, must be running.
@@ -143,7 +149,7 @@ type CheckResult struct {
 	// Name says what was checked: "database", "schema",
 	// "dispatcher payments", "relay", "maintenance",
 	// "notifications payments", "notifications relay", "broker relay",
-	// "backlog payments",
+	// "paused payments", "unavailable payments", "backlog payments",
 	// "outbox".
 	Name string `json:"name"`
 	// Status is StatusOK, StatusWarn or StatusFail.
@@ -237,6 +243,10 @@ func (c *Checker) Check(ctx context.Context) *Report {
 	}
 	for i, r := range c.cfg.Relays {
 		warn("broker "+relayName(i), r.BrokerErr())
+	}
+	for _, d := range c.cfg.Dispatchers {
+		warn("paused "+d.Consumer(), d.PauseErr())
+		warn("unavailable "+d.Consumer(), d.UnavailableErr())
 	}
 
 	if c.cfg.BacklogAgeMax < 0 {

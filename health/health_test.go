@@ -88,7 +88,7 @@ func TestHealthyServiceThenAStoppedDispatcher(t *testing.T) {
 		names = append(names, ch.Name)
 		require.Equal(t, health.StatusOK, ch.Status, ch.Name)
 	}
-	require.Equal(t, []string{"database", "schema", "dispatcher payments", "relay", "maintenance", "notifications payments", "notifications relay", "broker relay", "backlog payments", "outbox"}, names)
+	require.Equal(t, []string{"database", "schema", "dispatcher payments", "relay", "maintenance", "notifications payments", "notifications relay", "broker relay", "paused payments", "unavailable payments", "backlog payments", "outbox"}, names)
 	require.Equal(t, fmt.Sprint("version ", pgbox.SchemaVersion), byName(rep)["schema"].Detail)
 	require.Equal(t, "0 pending, the oldest due for 0s", byName(rep)["backlog payments"].Detail)
 

@@ -15,13 +15,15 @@ import (
 
 // Dispatcher holds a dispatcher's instruments and tracer.
 type Dispatcher struct {
-	consumer  string
-	dead      metric.Int64Counter
-	duration  metric.Float64Histogram
-	failed    metric.Int64Counter
-	meter     metric.Meter
-	processed metric.Int64Counter
-	tracer    trace.Tracer
+	consumer    string
+	dead        metric.Int64Counter
+	duration    metric.Float64Histogram
+	failed      metric.Int64Counter
+	meter       metric.Meter
+	paused      metric.Int64Gauge
+	processed   metric.Int64Counter
+	tracer      trace.Tracer
+	unavailable metric.Int64Gauge
 
 	mu    sync.Mutex
 	attrs map[string]metric.MeasurementOption // by event type
@@ -41,9 +43,13 @@ func NewDispatcher(mp metric.MeterProvider, tp trace.TracerProvider, consumer st
 		failed: must(m.Int64Counter(DispatcherFailed, metric.WithUnit("{attempt}"),
 			metric.WithDescription("Failed attempts: handler errors, panics, timeouts, unknown event types and lost workers (a dead message's last attempt included)."))),
 		meter: m,
+		paused: must(m.Int64Gauge(DispatcherPaused, metric.WithUnit("1"),
+			metric.WithDescription("1 while an operator's pause keeps the dispatcher from claiming the consumer's messages of an event type (event_type \"\" for the whole consumer), 0 once resumed."))),
 		processed: must(m.Int64Counter(DispatcherProcessed, metric.WithUnit("{message}"),
 			metric.WithDescription("Messages handled and marked done, counted once their done mark committed."))),
 		tracer: Tracer(tp),
+		unavailable: must(m.Int64Gauge(DispatcherUnavailable, metric.WithUnit("1"),
+			metric.WithDescription("1 while the dispatcher claims no message of an event type because its handler reported its dependency unavailable (one is tried as a probe after each backoff), 0 once a probe answers."))),
 	}
 }
 
@@ -113,6 +119,17 @@ func (d *Dispatcher) Outcome(ctx context.Context, eventType string, status pgbox
 	case pgbox.InboxDead:
 		d.dead.Add(ctx, 1, attrs)
 	}
+}
+
+// Paused records whether an operator's pause of eventType ("" for the
+// whole consumer) holds the dispatcher's claims back.
+func (d *Dispatcher) Paused(eventType string, paused bool) {
+	d.paused.Record(context.Background(), b2i(paused), d.of(eventType, ""))
+}
+
+// Unavailable records whether eventType's dependency is down.
+func (d *Dispatcher) Unavailable(eventType string, down bool) {
+	d.unavailable.Record(context.Background(), b2i(down), d.of(eventType, ""))
 }
 
 // WatchBacklog registers the consumer's backlog gauges, read from db at

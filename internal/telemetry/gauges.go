@@ -24,14 +24,18 @@ const gaugeTimeout = 5 * time.Second
 
 // inboxBacklogSQL reads consumer $1's backlog: its pending messages, and
 // how long the oldest claimable one has waited since it became due. A
-// message held behind a dead message of its ordering key is counted but
-// not aged: it waits for an operator, not for a worker. It reads the
-// consumer's pending rows through inbox_pending_idx, so it costs in
-// proportion to the backlog, not to the table.
+// message held behind a dead message of its ordering key, and one an
+// operator paused (the consumer, or its event type, in consumer_pauses),
+// is counted but not aged: it waits for an operator, not for a worker. It
+// reads the consumer's pending rows through inbox_pending_idx, so it costs
+// in proportion to the backlog, not to the table; the pauses are read
+// once (the subqueries are uncorrelated).
 const inboxBacklogSQL = `
 SELECT count(*),
        coalesce(extract(epoch FROM now() - min(i.available_at) FILTER (
-           WHERE i.available_at <= now() AND NOT ` + tables.InboxBehindDead + `)), 0)::float8
+           WHERE i.available_at <= now() AND NOT ` + tables.InboxBehindDead + `
+             AND i.event_type <> ALL (ARRAY(SELECT p.event_type FROM /* schema */consumer_pauses AS p WHERE p.consumer = $1))
+             AND NOT EXISTS (SELECT 1 FROM /* schema */consumer_pauses AS p WHERE p.consumer = $1 AND p.event_type = ''))), 0)::float8
 FROM /* schema */inbox AS i
 WHERE i.consumer = $1 AND i.status = ` + tables.InboxPending
 

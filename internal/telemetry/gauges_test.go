@@ -98,3 +98,36 @@ func TestBacklogGauges(t *testing.T) {
 		}
 	}
 }
+
+// Messages an operator paused are counted but not aged: they wait for the
+// operator's resume, not for a worker. A pause of their event type leaves
+// the other types aged; a pause of the whole consumer leaves none; a
+// pause of another consumer changes nothing.
+func TestPausedMessagesAreNotAged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	exec := func(q string) {
+		t.Helper()
+		_, err := pool.Exec(ctx, ident.Render(q, schema))
+		require.NoError(t, err)
+	}
+	exec(`INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, max_attempts, payload_hash, payload, available_at, bucket)
+		VALUES ('c', 'charge', 'ChargeCard', 'pending', 3, '\x00', '', now() - interval '2 hours', /* schema */inbox_bucket('charge')),
+		       ('c', 'mail', 'SendMail', 'pending', 3, '\x00', '', now() - interval '1 hour', /* schema */inbox_bucket('mail'))`)
+	age := func() time.Duration {
+		t.Helper()
+		n, age, err := telemetry.ReadInboxBacklog(ctx, pool, schema, "c")
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n, "paused messages are counted")
+		return age
+	}
+	exec(`INSERT INTO /* schema */consumer_pauses (consumer, paused_by) VALUES ('other', 'alice')`)
+	require.GreaterOrEqual(t, age(), 2*time.Hour)
+	exec(`INSERT INTO /* schema */consumer_pauses (consumer, event_type, paused_by) VALUES ('c', 'ChargeCard', 'alice')`)
+	require.GreaterOrEqual(t, age(), time.Hour)
+	require.Less(t, age(), 2*time.Hour, "the paused charge is not aged")
+	exec(`INSERT INTO /* schema */consumer_pauses (consumer, paused_by) VALUES ('c', 'alice')`)
+	require.Zero(t, age(), "the whole consumer is paused")
+}

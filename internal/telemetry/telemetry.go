@@ -66,6 +66,8 @@ const (
 	DispatcherFailed      = "pgbox.dispatcher.failed"
 	DispatcherDead        = "pgbox.dispatcher.dead"
 	DispatcherDuration    = "pgbox.dispatcher.handler.duration"
+	DispatcherPaused      = "pgbox.dispatcher.paused"
+	DispatcherUnavailable = "pgbox.dispatcher.unavailable"
 	RelayPublished        = "pgbox.relay.published"
 	RelayPublishFailures  = "pgbox.relay.publish.failures"
 	RelayDead             = "pgbox.relay.dead"
