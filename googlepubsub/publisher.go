@@ -72,17 +72,38 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(m.Context(), p.timeout)
-		_, err = t.Publish(ctx, pm).Get(ctx)
-		cancel()
-		if err != nil {
-			if pm.OrderingKey != "" {
-				t.ResumePublish(pm.OrderingKey)
-			}
+		if err := p.publish(m.Context(), t, pm); err != nil {
 			return publishError(topic, m.UUID, err)
 		}
 	}
 	return nil
+}
+
+// publish publishes pm on t and waits for Pub/Sub's answer, for the
+// timeout at most. The client pauses an ordering key when a publish of it
+// fails, and fails the key's later publishes at once until ResumePublish:
+// a failure resumes the key. A failure can also pause it later: the
+// client's own retries of a publish whose Get ended at the deadline go on
+// for PublishSettings.Timeout, and their failure pauses the key after
+// Publish has returned (the relay met it once the broker was back, and
+// charged a row a failure that was the outage's). A publish that finds its
+// key paused so resumes it and is sent again, once: the failure that
+// paused it was reported by the call that made the publish that failed.
+func (p *Publisher) publish(ctx context.Context, t *pubsub.Publisher, pm *pubsub.Message) error {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	_, err := t.Publish(ctx, pm).Get(ctx)
+	if pm.OrderingKey == "" || err == nil {
+		return err
+	}
+	t.ResumePublish(pm.OrderingKey)
+	if !errors.As(err, new(pubsub.ErrPublishingPaused)) {
+		return err
+	}
+	if _, err = t.Publish(ctx, pm).Get(ctx); err != nil {
+		t.ResumePublish(pm.OrderingKey)
+	}
+	return err
 }
 
 // publishError says which message failed, and marks an outage as one.

@@ -50,8 +50,8 @@ func TestBrokerOutageCostsNoAttempts(t *testing.T) {
 }
 
 // runBrokerOutage is TestBrokerOutageCostsNoAttempts on broker b, served
-// by srv.
-func runBrokerOutage(t *testing.T, srv *brokertest.Server, b broker) {
+// by srv, which the test takes down and brings back.
+func runBrokerOutage(t *testing.T, srv outage, b broker) {
 	p := newProducer(t, b.topic)
 	c := startConsumer(t, b)
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/pgbox/pgbox/googlepubsub"
@@ -29,7 +31,7 @@ func TestPubSub(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 	t.Run("EndToEnd", func(t *testing.T) {
 		t.Parallel()
-		runEndToEnd(t, pubsubBroker(t, srv.Addr, "e2e", pubsub.ReceiveSettings{}))
+		runEndToEnd(t, pubsubBroker(t, srv.Addr, "e2e", pubsub.ReceiveSettings{}, googlepubsub.PublisherConfig{}))
 	})
 	t.Run("OrderingKeys", func(t *testing.T) {
 		t.Parallel()
@@ -39,17 +41,29 @@ func TestPubSub(t *testing.T) {
 		t.Parallel()
 		runPubSubAckDeadline(t, srv.Addr)
 	})
+	// pstest keeps nothing across a restart, so the outage is the network
+	// to it cut, publisher and subscriber alike, and restored. The client
+	// retries a publish while Pub/Sub is unreachable until PublishTimeout,
+	// here 2s to keep the test short; gRPC waits at most a second between
+	// reconnects, so the relay finds it back soon after.
+	t.Run("Outage", func(t *testing.T) {
+		t.Parallel()
+		proxy := newCutProxy(t, srv.Addr)
+		runBrokerOutage(t, proxy, pubsubBroker(t, proxy.Addr(), "outage", pubsub.ReceiveSettings{},
+			googlepubsub.PublisherConfig{PublishTimeout: 2 * time.Second},
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, MaxDelay: time.Second}})))
+	})
 }
 
 // pubsubBroker creates a topic named after name (with a suffix of the
 // test's own) on the Pub/Sub at addr, and the payments consumer's
 // subscription to it, with message ordering on, and returns
 // googlepubsub's publisher and subscriber (receiving with settings) on
-// them.
-func pubsubBroker(t testing.TB, addr, name string, settings pubsub.ReceiveSettings) broker {
+// them, publishing with publish, and dialled with dial.
+func pubsubBroker(t testing.TB, addr, name string, settings pubsub.ReceiveSettings, publish googlepubsub.PublisherConfig, dial ...grpc.DialOption) broker {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	client, err := pubsub.NewClient(ctx, "pgbox", option.WithGRPCConn(conn))
@@ -68,7 +82,7 @@ func pubsubBroker(t testing.TB, addr, name string, settings pubsub.ReceiveSettin
 	})
 	require.NoError(t, err)
 
-	pub := googlepubsub.NewPublisher(client, googlepubsub.PublisherConfig{})
+	pub := googlepubsub.NewPublisher(client, publish)
 	sub, err := googlepubsub.NewSubscriber(client, googlepubsub.SubscriberConfig{Subscription: subscription, ReceiveSettings: settings})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close(); _ = sub.Close() })
@@ -82,7 +96,7 @@ func pubsubBroker(t testing.TB, addr, name string, settings pubsub.ReceiveSettin
 // consumer's router stores whatever it is handed concurrently.
 func runPubSubOrdering(t *testing.T, addr string) {
 	const customers, orders = 8, 160
-	b := pubsubBroker(t, addr, "ordered", pubsub.ReceiveSettings{})
+	b := pubsubBroker(t, addr, "ordered", pubsub.ReceiveSettings{}, googlepubsub.PublisherConfig{})
 	p := newProducer(t, b.topic)
 	c := startConsumer(t, b)
 	p.startRelay(t, b.publisher)
@@ -174,7 +188,7 @@ func (s *slowFirst) Subscribe(ctx context.Context, topic string) (<-chan *messag
 // least, so the redelivery takes that long.
 func runPubSubAckDeadline(t *testing.T, addr string) {
 	const orders = 20
-	b := pubsubBroker(t, addr, "deadline", pubsub.ReceiveSettings{MaxExtension: -1})
+	b := pubsubBroker(t, addr, "deadline", pubsub.ReceiveSettings{MaxExtension: -1}, googlepubsub.PublisherConfig{})
 	slow := &slowFirst{Subscriber: b.subscriber}
 	b.subscriber = slow
 	p := newProducer(t, b.topic)
