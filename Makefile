@@ -103,11 +103,18 @@ test:
 # message backlog drain. It runs on a PostgreSQL cluster of its own,
 # appends its figures to .pgbox/chaos-report.md and keeps each child
 # process's log (level Warn) in .pgbox/chaos-logs/<time of the run>/.
+# Then the failover test (test/failover, which make test runs too): a
+# pg_auto_failover cluster of its own (scripts/pgaf.sh, Debian's
+# postgresql-15-auto-failover, installed if missing) whose primary is
+# SIGKILLed under load, then switched over; its figures go to
+# .pgbox/failover-report.md.
 chaos:
-	@url=$(DB); \
+	@url=$(DB); nats=$(BROKER); \
 	DATABASE_URL="$$url" go test ./test/chaos -run 'TestChaos' -count=1 -v -timeout 120m -args \
 		-chaos.orders=50000 -chaos.producers=8 -chaos.kill-every=2s -chaos.backlog=1000000 \
-		-chaos.settle=20m -chaos.report=$(CURDIR)/.pgbox/chaos-report.md
+		-chaos.settle=20m -chaos.report=$(CURDIR)/.pgbox/chaos-report.md; \
+	DATABASE_URL="$$url" NATS_URL="$$nats" go test ./test/failover -run 'TestFailover' -count=1 -v -timeout 20m -args \
+		-failover.report=$(CURDIR)/.pgbox/failover-report.md
 
 # pgbox against River and plain SQL on the same database, in one run, and
 # the hot paths again through a transaction-pooling PgBouncer: writes docs/benchmarks.md, .json and .png. BENCHFLAGS passes flags on

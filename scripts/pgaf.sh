@@ -13,8 +13,8 @@
 #                                 sessions: the machine lost) and print its host:port
 #   scripts/pgaf.sh wait-primary  wait until another node is promoted and takes writes,
 #                                 and print its host:port
-#   scripts/pgaf.sh switchover    a planned switchover (pg_autoctl perform switchover),
-#                                 waited for; prints the new primary's host:port
+#   scripts/pgaf.sh switchover    a planned switchover (pg_autoctl perform switchover):
+#                                 waits until the other node takes writes, and prints it
 #   scripts/pgaf.sh down          stop the cluster and delete its files
 #
 # It lives in .pgbox/pgaf (git-ignored), or in PGBOX_PGAF_DIR, and needs
@@ -158,13 +158,15 @@ up() {
   dir=$(reach_dir "$home")
   mkdir -p "$dir/run"
   [ "$(id -u)" = 0 ] && chown postgres: "$dir" "$dir/run"
-  local part
+  local part _
   for part in monitor $nodes; do
     if [ ! -f "$dir/$part.port" ]; then
       if [ "$part" = monitor ]; then create_monitor; else create_node "$part"; fi
     fi
     pid_running "$dir/$part.pid" || keep "$part"
-    wait_tcp "$(cat "$dir/$part.port")" || give_up "$part" "$dir/$part.log"
+    # A node that rejoins after a failover is rewound first: give it a minute.
+    for _ in 1 2 3 4 5 6; do wait_tcp "$(cat "$dir/$part.port")" && continue 2; done
+    give_up "$part" "$dir/$part.log"
   done
   wait_healthy
   local at
@@ -188,13 +190,14 @@ kill_primary() {
   die "the postmaster of $node still runs 30 seconds after SIGKILL"
 }
 
-# wait_primary waits up to 2 minutes for a primary that takes writes (after
-# kill-primary, the node it killed takes none) and prints it.
+# wait_primary waits up to 2 minutes for a primary that takes writes, other
+# than $1 if given, and prints it. (After kill-primary, the node it killed
+# takes none.)
 wait_primary() {
   local _ at
   for _ in $(seq 1200); do
     for at in $(primary 2>/dev/null || true); do
-      if writable "$at"; then
+      if [ "$at" != "${1:-}" ] && writable "$at"; then
         echo "$at"
         return
       fi
@@ -205,11 +208,15 @@ wait_primary() {
   die "no primary took writes within 2 minutes"
 }
 
+# switchover returns once the other node takes writes: the old primary then
+# rejoins as the secondary on its own (wait for it with up).
 switchover() {
   wait_healthy
-  server pg_autoctl perform switchover --pgdata "$dir/monitor" --formation default >>"$dir/monitor.log" 2>&1 ||
+  local old
+  old=$(primary)
+  server pg_autoctl perform switchover --pgdata "$dir/monitor" --formation default --wait 0 >>"$dir/monitor.log" 2>&1 ||
     { state >&2 || true; die "pg_autoctl perform switchover failed (log: $dir/monitor.log)"; }
-  wait_primary
+  wait_primary "$old"
 }
 
 down() {
