@@ -10,7 +10,9 @@
 # pooling mode in .pgbox/pgbouncer (scripts/pgbouncer.sh, likewise), or
 # PGBOUNCER_URL. The RabbitMQ tests start brokers of their own
 # (scripts/rabbitmq.sh, Debian's rabbitmq-server, installed if missing) to
-# kill them; make bench uses RABBITMQ_URL, or the one in .pgbox/rabbitmq.
+# kill them, and the failover test a pg_auto_failover cluster of its own
+# (scripts/pgaf.sh, Debian's postgresql-15-auto-failover, likewise) to kill
+# its primary; make bench uses RABBITMQ_URL, or the one in .pgbox/rabbitmq.
 # `make down` stops and removes them all.
 
 SHELL := /usr/bin/env bash

@@ -144,6 +144,8 @@ func later(a, b time.Time) time.Time {
 // more orders are acknowledged, lets it settle and checks it.
 func runUnderLoad(t *testing.T, cl *cluster, name string, fault func(*testing.T)) {
 	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup // the producer and the HTTP client
+	defer wg.Wait()
 	defer cancel()
 	began := time.Now()
 	phase := func(what string) { t.Logf("%s: %s at %s", name, what, time.Since(began).Round(100*time.Millisecond)) }
@@ -161,9 +163,6 @@ func runUnderLoad(t *testing.T, cl *cluster, name string, fault func(*testing.T)
 	l.startMaintainer(t)
 	post := l.startHTTP(t)
 
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
 	wg.Go(func() { l.produce(ctx) })
 	wg.Go(func() { l.request(ctx, post) })
 
@@ -182,14 +181,19 @@ func runUnderLoad(t *testing.T, cl *cluster, name string, fault func(*testing.T)
 	// Keep the load on until every component has worked on the new
 	// primary (after promoted, the old one takes no writes), then for after
 	// more orders.
-	var last map[string]time.Duration
+	var last atomic.Pointer[map[string]time.Duration] // as last read, for the failure message
 	require.Eventually(t, func() bool {
-		last = l.recovery(promoted)
-		return len(last) == len(components)
+		worked := l.recovery(promoted)
+		last.Store(&worked)
+		return len(worked) == len(components)
 	}, 2*time.Minute, 50*time.Millisecond, failure(func() string {
+		worked := map[string]time.Duration{}
+		if p := last.Load(); p != nil {
+			worked = *p
+		}
 		var missing []string
 		for _, c := range components {
-			if _, ok := last[c]; !ok {
+			if _, ok := worked[c]; !ok {
 				missing = append(missing, c)
 			}
 		}
