@@ -48,24 +48,30 @@ pgctl=/usr/lib/postgresql/15/bin/pg_ctl
 psql=/usr/lib/postgresql/15/bin/psql
 nodes="node1 node2"
 
-# server runs a command as the user that owns the cluster, from /, with
+# as_owner sets the array owner to the command prefix that runs a command
+# as the user that owns the cluster (postgres, when run as root), with
 # pg_autoctl's configuration and runtime files kept in the cluster's folder.
-server() {
-  local env=(env HOME="$dir" XDG_CONFIG_HOME="$dir/config" XDG_DATA_HOME="$dir/share" XDG_RUNTIME_DIR="$dir/run")
-  if [ "$(id -u)" = 0 ]; then
-    (cd / && runuser -u postgres -- "${env[@]}" "$@")
-  else
-    "${env[@]}" "$@"
-  fi
+as_owner() {
+  owner=()
+  [ "$(id -u)" = 0 ] && owner=(runuser -u postgres --)
+  owner+=(env HOME="$dir" XDG_CONFIG_HOME="$dir/config" XDG_DATA_HOME="$dir/share" XDG_RUNTIME_DIR="$dir/run")
 }
 
-# keep runs pg_autoctl's keeper for $1 (monitor, node1 or node2) in the
-# background, in a session of its own whose id goes to $1.pid.
+# server runs a command as the cluster's owner, from /, as the current
+# folder may be one that user cannot enter.
+server() {
+  local owner
+  as_owner
+  (cd / && "${owner[@]}" "$@")
+}
+
+# keep runs pg_autoctl's keeper for $1 (monitor, node1 or node2) as the
+# cluster's owner, in the background, in a session of its own whose id
+# goes to $1.pid.
 keep() {
-  local as=()
-  [ "$(id -u)" = 0 ] && as=(runuser -u postgres --)
-  (cd / && exec setsid "${as[@]}" env HOME="$dir" XDG_CONFIG_HOME="$dir/config" XDG_DATA_HOME="$dir/share" \
-    XDG_RUNTIME_DIR="$dir/run" pg_autoctl run --pgdata "$dir/$1" </dev/null >>"$dir/$1.log" 2>&1) &
+  local owner
+  as_owner
+  (cd / && exec setsid "${owner[@]}" pg_autoctl run --pgdata "$dir/$1" </dev/null >>"$dir/$1.log" 2>&1) &
   echo $! >"$dir/$1.pid"
 }
 
