@@ -10,11 +10,13 @@
 # pooling mode in .pgbox/pgbouncer (scripts/pgbouncer.sh, likewise), or
 # PGBOUNCER_URL. The RabbitMQ and Redis tests start brokers of their own
 # (scripts/rabbitmq.sh, Debian's rabbitmq-server, and scripts/redis.sh,
-# Debian's redis-server, installed if missing) to kill them, and the Amazon
+# Debian's redis-server, installed if missing) to kill them, the Amazon
 # SQS tests goaws servers (scripts/goaws.sh, built from the Go module proxy
-# into .pgbox/bin); make bench uses RABBITMQ_URL, REDIS_URL and SQS_URL, or
-# the ones in .pgbox/rabbitmq, .pgbox/redis and .pgbox/goaws. `make down`
-# stops and removes them all.
+# into .pgbox/bin), and the failover test a pg_auto_failover cluster of its
+# own (scripts/pgaf.sh, Debian's postgresql-15-auto-failover, installed if
+# missing) to kill its primary; make bench uses RABBITMQ_URL, REDIS_URL and
+# SQS_URL, or the ones in .pgbox/rabbitmq, .pgbox/redis and .pgbox/goaws.
+# `make down` stops and removes them all.
 
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
@@ -112,11 +114,18 @@ test:
 # message backlog drain. It runs on a PostgreSQL cluster of its own,
 # appends its figures to .pgbox/chaos-report.md and keeps each child
 # process's log (level Warn) in .pgbox/chaos-logs/<time of the run>/.
+# Then the failover test (test/failover, which make test runs too): a
+# pg_auto_failover cluster of its own (scripts/pgaf.sh, Debian's
+# postgresql-15-auto-failover, installed if missing) whose primary is
+# SIGKILLed under load, then switched over; its figures go to
+# .pgbox/failover-report.md.
 chaos:
-	@url=$(DB); \
+	@url=$(DB); nats=$(BROKER); \
 	DATABASE_URL="$$url" go test ./test/chaos -run 'TestChaos' -count=1 -v -timeout 120m -args \
 		-chaos.orders=50000 -chaos.producers=8 -chaos.kill-every=2s -chaos.backlog=1000000 \
-		-chaos.settle=20m -chaos.report=$(CURDIR)/.pgbox/chaos-report.md
+		-chaos.settle=20m -chaos.report=$(CURDIR)/.pgbox/chaos-report.md; \
+	DATABASE_URL="$$url" NATS_URL="$$nats" go test ./test/failover -run 'TestFailover' -count=1 -v -timeout 20m -args \
+		-failover.report=$(CURDIR)/.pgbox/failover-report.md
 
 # pgbox against River and plain SQL on the same database, in one run, and
 # the hot paths again through a transaction-pooling PgBouncer: writes docs/benchmarks.md, .json and .png. BENCHFLAGS passes flags on

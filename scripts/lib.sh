@@ -48,17 +48,21 @@ apt_install() {
     die "apt-get could not install $1"
 }
 
-# pid_running reports whether the process whose pid file is $1 runs. A
+# pid_running reports whether the process whose pid file is $1 (its first
+# line: a postmaster.pid will do) runs. A
 # zombie does not: a server killed by a test stays one until its parent
 # reaps it, which on a busy machine can come after the test starts it
 # again, and kill -0 succeeds on it.
 pid_running() {
-  local pid state
-  [ -f "$1" ] || return 1
-  pid=$(cat "$1")
-  kill -0 "$pid" 2>/dev/null || return 1
+  [ -f "$1" ] && pid_alive "$(head -1 "$1")"
+}
+
+# pid_alive reports whether process $1 runs and is not a zombie.
+pid_alive() {
+  local state
+  kill -0 "$1" 2>/dev/null || return 1
   # The state follows the command's closing parenthesis in /proc/PID/stat.
-  state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)
+  state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
   [ "$state" != Z ]
 }
 

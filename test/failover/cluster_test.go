@@ -1,0 +1,116 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+)
+
+// cluster is a pg_auto_failover cluster of the test's own
+// (scripts/pgaf.sh): a monitor, a primary and a secondary on loopback
+// ports, in a folder of its own, stopped and deleted when the test ends.
+type cluster struct {
+	dir, script, url string
+}
+
+// startCluster starts a cluster (the script installs Debian's
+// postgresql-15-auto-failover when it is missing and the test runs as
+// root, and says what to do otherwise).
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	// Not t.TempDir: run as root, the script hands the folder to the
+	// postgres user, who must be able to reach it.
+	dir, err := os.MkdirTemp("", "pgbox-pgaf-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	c := &cluster{dir: dir, script: filepath.Join(moduleRoot(t), "scripts", "pgaf.sh")}
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.logTails(t)
+		}
+		if _, err := c.run("down"); err != nil {
+			t.Errorf("scripts/pgaf.sh down: %v", err)
+		}
+		_ = os.RemoveAll(dir)
+	})
+	c.url = c.must(t, "up")
+	return c
+}
+
+// must runs the script with arg and returns its output, failing the test
+// if it fails.
+func (c *cluster) must(t *testing.T, arg string) string {
+	t.Helper()
+	out, err := c.run(arg)
+	require.NoError(t, err, "scripts/pgaf.sh %s", arg)
+	return out
+}
+
+// run runs the script with arg and returns its output.
+func (c *cluster) run(arg string) (string, error) {
+	cmd := exec.Command(c.script, arg)
+	cmd.Env = append(os.Environ(), "PGBOX_PGAF_DIR="+c.dir)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", errors.New(err.Error() + ": " + stderr.String())
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// logTails logs the end of each of the cluster's logs, for a failed test.
+func (c *cluster) logTails(t *testing.T) {
+	if state, err := c.run("state"); err == nil {
+		t.Logf("pgaf: the formation's state (name, host:port, reported, assigned):\n%s", state)
+	}
+	logs, _ := filepath.Glob(filepath.Join(c.dir, "*.log"))
+	for _, name := range logs {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		t.Logf("pgaf: the end of %s:\n%s", filepath.Base(name), strings.Join(lines[max(0, len(lines)-30):], "\n"))
+	}
+}
+
+// pool opens a pool on the cluster's multi-host URL, as a service would:
+// new connections find whichever node takes writes. Connections give up
+// after a second (connect_timeout), so that a node that does not answer
+// costs the next host a second, not the pool's whole wait.
+func (c *cluster) pool(t *testing.T, conns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(c.url + "&connect_timeout=1")
+	require.NoError(t, err)
+	cfg.MaxConns = conns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, pool.Ping(ctx))
+	return pool
+}
+
+// moduleRoot is the nearest folder above the working directory that holds
+// go.mod.
+func moduleRoot(t *testing.T) string {
+	dir, err := os.Getwd()
+	require.NoError(t, err)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		require.NotEqual(t, dir, filepath.Dir(dir), "go.mod not found above the working directory")
+		dir = filepath.Dir(dir)
+	}
+}
