@@ -120,7 +120,7 @@ test:
 # SIGKILLed under load, then switched over; its figures go to
 # .pgbox/failover-report.md.
 chaos:
-	@url=$(DB); nats=$(BROKER); \
+	@url=$(DB); nats=$(NATSURL); \
 	DATABASE_URL="$$url" go test ./test/chaos -run 'TestChaos' -count=1 -v -timeout 120m -args \
 		-chaos.orders=50000 -chaos.producers=8 -chaos.kill-every=2s -chaos.backlog=1000000 \
 		-chaos.settle=20m -chaos.report=$(CURDIR)/.pgbox/chaos-report.md; \
