@@ -249,7 +249,7 @@ func build(ctx context.Context, name string, f serviceFlags, pool *pgxpool.Pool,
 		s, err := orders.New(orders.Config{
 			Logger:    logger,
 			Pool:      pool,
-			Publisher: faults.DuplicatingPublisher{Publisher: b.Publisher, Rate: f.duplicatePublish},
+			Publisher: faults.NewDuplicatingPublisher(b.Publisher, f.duplicatePublish),
 			Schema:    f.schema,
 		})
 		if err != nil {
@@ -275,7 +275,7 @@ func build(ctx context.Context, name string, f serviceFlags, pool *pgxpool.Pool,
 			Logger:        logger,
 			Name:          f.name,
 			Pool:          pool,
-			Publisher:     faults.DuplicatingPublisher{Publisher: b.Publisher, Rate: f.duplicatePublish},
+			Publisher:     faults.NewDuplicatingPublisher(b.Publisher, f.duplicatePublish),
 			RedeliverRate: f.redeliver,
 			Schema:        f.schema,
 			Subscriber:    sub,
