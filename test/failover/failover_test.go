@@ -37,6 +37,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -525,6 +526,15 @@ func (l *load) produce(ctx context.Context) {
 	}
 }
 
+// orderMessages is the namespace of messageID's UUIDs.
+var orderMessages = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/pgbox/pgbox/test/failover#order"))
+
+// messageID is the id of order id's message of eventType: the same on every
+// try of the order's transaction.
+func messageID(id int, eventType string) uuid.UUID {
+	return uuid.NewSHA1(orderMessages, []byte(fmt.Sprintf("%d/%s", id, eventType)))
+}
+
 func (l *load) place(ctx context.Context, box *outbox.Outbox, id int) error {
 	tx, err := l.pool.Begin(ctx)
 	if err != nil {
@@ -539,9 +549,16 @@ func (l *load) place(ctx context.Context, box *outbox.Outbox, id int) error {
 		return nil // committed by an earlier try whose answer was lost
 	}
 	body, _ := json.Marshal(map[string]int{"order": id})
+	// The messages' ids come from the order, as docs/operations.md
+	// ("Failover") advises: a commit that other sessions of the old
+	// primary saw (the relay, which published its messages) and that its
+	// standby never got is lost with the old primary, and the retry writes
+	// the order's messages again: under the same ids, the consumer dedupes
+	// the two; under new ones, the order was handled twice (this test's
+	// switchover, once in about twenty loaded runs).
 	if _, err := box.Write(ctx, tx,
-		outbox.Message{Topic: l.topic, EventType: typeOrderPlaced, OrderingKey: fmt.Sprintf("customer-%d", id%17), Payload: body},
-		outbox.Message{Topic: l.topic, EventType: typeEmailRequested, Payload: body},
+		outbox.Message{Topic: l.topic, EventType: typeOrderPlaced, ID: messageID(id, typeOrderPlaced), OrderingKey: fmt.Sprintf("customer-%d", id%17), Payload: body},
+		outbox.Message{Topic: l.topic, EventType: typeEmailRequested, ID: messageID(id, typeEmailRequested), Payload: body},
 	); err != nil {
 		return err
 	}
