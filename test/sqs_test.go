@@ -17,10 +17,8 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/brokertest"
-	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/logtest"
 	"github.com/pgbox/pgbox/internal/sqstest"
-	"github.com/pgbox/pgbox/internal/tables"
 	"github.com/pgbox/pgbox/relay"
 	"github.com/pgbox/pgbox/sqs"
 	"github.com/pgbox/pgbox/watermillinbox"
@@ -226,20 +224,5 @@ func TestSQSOutageCostsNoAttempts(t *testing.T) {
 
 	srv.Restart(t)
 	sqstest.CreateQueue(t, sqstest.Client(srv.URL()), queue, 30*time.Second)
-	waitPublished(t, p)
-	c.waitSettled(t, 2*orders, orders)
-	payments := c.paymentsPerOrder(t)
-	require.Len(t, payments, orders)
-	for id, n := range payments {
-		require.Equal(t, 1, n, "order %s must be paid exactly once", id)
-	}
-	var dead int
-	require.NoError(t, p.pool.QueryRow(context.Background(), ident.Render(
-		"SELECT count(*) FROM /* schema */outbox WHERE status = "+tables.OutboxDead, p.schema)).Scan(&dead))
-	require.Zero(t, dead)
-	require.LessOrEqual(t, maxOutboxAttempts(t, p), 1, "every row published on its first charged attempt")
-	require.NoError(t, r.BrokerErr())
-	require.Equal(t, 1, logs.Count(slog.LevelError, "the broker is unreachable"))
-	require.Equal(t, 1, logs.Count(slog.LevelInfo, "the broker is reachable again"))
-	require.Zero(t, logs.Count(slog.LevelWarn, "publish failed"), "no row's failure is logged")
+	requireOutageCostNothing(t, p, c, r, logs, orders)
 }
