@@ -148,3 +148,73 @@ func TestRedisShKeepsWhatItAcknowledgedThroughAKill(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, entries, n, "every acknowledged entry is back after the kill")
 }
+
+// scripts/pgpair.sh runs a primary and an asynchronous standby: its URL
+// reaches the primary; a commit made after detach-standby is on the
+// primary alone, so that once the primary is killed and the standby
+// promoted, the same URL reaches the standby, which has what it replayed
+// before the detach and not that commit.
+func TestPgpairShLosesWhatTheDetachedStandbyNeverGot(t *testing.T) {
+	t.Parallel()
+	// Not t.TempDir: run as root, the script hands the folder to the
+	// postgres user, who must be able to reach it.
+	dir, err := os.MkdirTemp("", "pgbox-pgpair-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	pgpair := func(t *testing.T, args ...string) string {
+		t.Helper()
+		cmd := exec.Command("./pgpair.sh", args...)
+		cmd.Env = append(os.Environ(), "PGBOX_PGPAIR_DIR="+dir)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		require.NoError(t, cmd.Run(), "pgpair.sh %s: %s", strings.Join(args, " "), errOut.String())
+		return strings.TrimSpace(out.String())
+	}
+	t.Cleanup(func() {
+		pgpair(t, "down")
+		_ = os.RemoveAll(dir)
+	})
+	ctx := context.Background()
+	execSQL := func(t *testing.T, url, sql string) {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, url)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	rows := func(url string) ([]int, error) {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close(ctx)
+		rs, err := conn.Query(ctx, "SELECT n FROM public.t ORDER BY n")
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rs, pgx.RowTo[int])
+	}
+
+	url := pgpair(t, "up")
+	require.Regexp(t, regexp.MustCompile(`^postgres://postgres@127\.0\.0\.1:[0-9]+,127\.0\.0\.1:[0-9]+/pgbox\?target_session_attrs=read-write&sslmode=disable$`), url)
+	require.Equal(t, url, pgpair(t, "url"))
+	standby := pgpair(t, "url", "standby")
+	execSQL(t, url, "CREATE TABLE public.t (n int); INSERT INTO public.t VALUES (1)")
+	require.Eventually(t, func() bool {
+		got, err := rows(standby)
+		return err == nil && slices.Equal(got, []int{1})
+	}, 30*time.Second, 20*time.Millisecond, "the standby replays the primary's commit")
+
+	pgpair(t, "detach-standby")
+	execSQL(t, url, "INSERT INTO public.t VALUES (2)")
+	got, err := rows(pgpair(t, "url", "primary"))
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 2}, got)
+
+	pgpair(t, "kill-primary")
+	pgpair(t, "promote")
+	got, err = rows(url)
+	require.NoError(t, err, "the URL reaches the promoted standby")
+	require.Equal(t, []int{1}, got, "the commit made after the detach is lost")
+}
