@@ -14,30 +14,41 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// cluster is a pg_auto_failover cluster of the test's own
-// (scripts/pgaf.sh): a monitor, a primary and a secondary on loopback
-// ports, in a folder of its own, stopped and deleted when the test ends.
+// cluster is a set of PostgreSQL servers of the test's own, run by a
+// script: a pg_auto_failover cluster (scripts/pgaf.sh, startCluster) or a
+// primary with an asynchronous standby (scripts/pgpair.sh, startPair), on
+// loopback ports, in a folder of its own, stopped and deleted when the
+// test ends.
 type cluster struct {
-	dir, script, url string
+	dir, script, dirEnv, url string
 }
 
-// startCluster starts a cluster (the script installs Debian's
-// postgresql-15-auto-failover when it is missing and the test runs as
-// root, and says what to do otherwise).
+// startCluster starts a pg_auto_failover cluster, a monitor, a primary and
+// a secondary (the script installs Debian's postgresql-15-auto-failover
+// when it is missing and the test runs as root, and says what to do
+// otherwise).
 func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	return startServers(t, "pgaf.sh", "PGBOX_PGAF_DIR")
+}
+
+// startServers runs scripts/<script> up in a folder of the test's own,
+// named to the script by environment variable dirEnv, and down when the
+// test ends.
+func startServers(t *testing.T, script, dirEnv string) *cluster {
 	t.Helper()
 	// Not t.TempDir: run as root, the script hands the folder to the
 	// postgres user, who must be able to reach it.
-	dir, err := os.MkdirTemp("", "pgbox-pgaf-")
+	dir, err := os.MkdirTemp("", "pgbox-"+strings.TrimSuffix(script, ".sh")+"-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
-	c := &cluster{dir: dir, script: filepath.Join(moduleRoot(t), "scripts", "pgaf.sh")}
+	c := &cluster{dir: dir, script: filepath.Join(moduleRoot(t), "scripts", script), dirEnv: dirEnv}
 	t.Cleanup(func() {
 		if t.Failed() {
 			c.logTails(t)
 		}
 		if _, err := c.run("down"); err != nil {
-			t.Errorf("scripts/pgaf.sh down: %v", err)
+			t.Errorf("scripts/%s down: %v", script, err)
 		}
 		_ = os.RemoveAll(dir)
 	})
@@ -45,19 +56,19 @@ func startCluster(t *testing.T) *cluster {
 	return c
 }
 
-// must runs the script with arg and returns its output, failing the test
-// if it fails.
-func (c *cluster) must(t *testing.T, arg string) string {
+// must runs the script with args and returns its output, failing the
+// test if it fails.
+func (c *cluster) must(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := c.run(arg)
-	require.NoError(t, err, "scripts/pgaf.sh %s", arg)
+	out, err := c.run(args...)
+	require.NoError(t, err, "scripts/%s %s", filepath.Base(c.script), strings.Join(args, " "))
 	return out
 }
 
-// run runs the script with arg and returns its output.
-func (c *cluster) run(arg string) (string, error) {
-	cmd := exec.Command(c.script, arg)
-	cmd.Env = append(os.Environ(), "PGBOX_PGAF_DIR="+c.dir)
+// run runs the script with args and returns its output.
+func (c *cluster) run(args ...string) (string, error) {
+	cmd := exec.Command(c.script, args...)
+	cmd.Env = append(os.Environ(), c.dirEnv+"="+c.dir)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -69,8 +80,10 @@ func (c *cluster) run(arg string) (string, error) {
 
 // logTails logs the end of each of the cluster's logs, for a failed test.
 func (c *cluster) logTails(t *testing.T) {
-	if state, err := c.run("state"); err == nil {
-		t.Logf("pgaf: the formation's state (name, host:port, reported, assigned):\n%s", state)
+	if filepath.Base(c.script) == "pgaf.sh" {
+		if state, err := c.run("state"); err == nil {
+			t.Logf("pgaf: the formation's state (name, host:port, reported, assigned):\n%s", state)
+		}
 	}
 	logs, _ := filepath.Glob(filepath.Join(c.dir, "*.log"))
 	for _, name := range logs {
@@ -79,7 +92,7 @@ func (c *cluster) logTails(t *testing.T) {
 			continue
 		}
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		t.Logf("pgaf: the end of %s:\n%s", filepath.Base(name), strings.Join(lines[max(0, len(lines)-30):], "\n"))
+		t.Logf("%s: the end of %s:\n%s", filepath.Base(c.script), filepath.Base(name), strings.Join(lines[max(0, len(lines)-30):], "\n"))
 	}
 }
 
