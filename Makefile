@@ -14,7 +14,8 @@
 # SQS tests goaws servers (scripts/goaws.sh, built from the Go module proxy
 # into .pgbox/bin), and the failover test a pg_auto_failover cluster of its
 # own (scripts/pgaf.sh, Debian's postgresql-15-auto-failover, installed if
-# missing) to kill its primary; make bench uses RABBITMQ_URL, REDIS_URL and
+# missing) to kill its primary, and a primary with an asynchronous standby
+# (scripts/pgpair.sh) to promote the standby without the last commits; make bench uses RABBITMQ_URL, REDIS_URL and
 # SQS_URL, or the ones in .pgbox/rabbitmq, .pgbox/redis and .pgbox/goaws.
 # `make down` stops and removes them all.
 
@@ -117,7 +118,8 @@ test:
 # Then the failover test (test/failover, which make test runs too): a
 # pg_auto_failover cluster of its own (scripts/pgaf.sh, Debian's
 # postgresql-15-auto-failover, installed if missing) whose primary is
-# SIGKILLed under load, then switched over; its figures go to
+# SIGKILLed under load, then switched over, and an asynchronous standby
+# (scripts/pgpair.sh) promoted without the last commits; its figures go to
 # .pgbox/failover-report.md.
 chaos:
 	@url=$(DB); nats=$(NATSURL); \
