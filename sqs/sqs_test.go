@@ -45,8 +45,9 @@ func next(t *testing.T, msgs <-chan *message.Message) *message.Message {
 
 // What the relay publishes arrives as it left: the UUID (the outbox id,
 // the consumer's dedupe key), the metadata, and the payload's bytes,
-// text or not; SQS's MessageId is added to the metadata. An acknowledged
-// message is deleted, and a nacked one comes back.
+// text or not; SQS's MessageId and SentTimestamp are added to the
+// metadata. An acknowledged message is deleted, and a nacked one comes
+// back.
 func TestRoundTrip(t *testing.T) {
 	t.Parallel()
 	srv := brokertest.Start(t, brokertest.GoAWS)
@@ -75,7 +76,9 @@ func TestRoundTrip(t *testing.T) {
 		require.Equal(t, want.Payload, got.Payload)
 		require.NotEmpty(t, got.Metadata.Get(sqs.MetadataMessageID))
 		seen[got.Metadata.Get(sqs.MetadataMessageID)] = true
+		require.False(t, sqs.SentTime(got).IsZero())
 		delete(got.Metadata, sqs.MetadataMessageID)
+		delete(got.Metadata, sqs.MetadataSentTimestamp)
 		require.Equal(t, want.Metadata, got.Metadata)
 		if want == binary {
 			require.True(t, got.Nack())
@@ -199,6 +202,8 @@ func TestForeignMessage(t *testing.T) {
 	t.Cleanup(func() { _ = sub.Close() })
 	got := next(t, receive(t, sub, "ledger"))
 	require.Empty(t, got.UUID)
+	require.NotEmpty(t, got.Metadata.Get(sqs.MetadataSentTimestamp))
+	delete(got.Metadata, sqs.MetadataSentTimestamp)
 	require.Equal(t, message.Metadata{"x-event-id": "e-1", "amount": "12", sqs.MetadataMessageID: *sent.MessageId}, got.Metadata)
 	require.Equal(t, `{"entry":1}`, string(got.Payload))
 	got.Ack()
@@ -239,4 +244,60 @@ func TestVisibilityExtended(t *testing.T) {
 	require.True(t, held.Ack())
 	require.Eventually(t, func() bool { return sqstest.Waiting(t, client, url) == 0 }, 10*time.Second, 10*time.Millisecond,
 		"deleted once acknowledged")
+}
+
+// SentTime is the SQS SentTimestamp, the broker's time, which dates a
+// MessageId: a message received, nacked and received again keeps its
+// MessageId and carries a time no earlier than its send, and the same
+// body sent again is a new message, with a new MessageId and a later time.
+//
+// SQS stamps SentTimestamp once, when it takes the message, and gives it
+// on every receive. goaws v0.4.5, the stand-in tests run on, stamps it at
+// each receive instead (app/gosqs/gosqs.go, getMessageResult): here a
+// redelivery's time is checked to lie between the send and the receive,
+// not to equal the first's.
+func TestSentTime(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.Start(t, brokertest.GoAWS)
+	client := sqstest.Client(srv.URL())
+	url := sqstest.CreateQueue(t, client, "ledger", 30*time.Second)
+	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client, NackDelay: time.Second, WaitTime: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs := receive(t, sub, "ledger")
+
+	// send sends a foreign message and returns when it was sent, to the
+	// millisecond SQS stamps.
+	send := func() time.Time {
+		before := time.Now().Truncate(time.Millisecond)
+		_, err := client.SendMessage(context.Background(), &awssqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(`{"entry":1}`)})
+		require.NoError(t, err)
+		return before
+	}
+	// dated acknowledges the next message and returns its MessageId and
+	// SentTime, checked to be the broker's: no earlier than sent, no later
+	// than received.
+	dated := func(sent time.Time) (string, time.Time) {
+		m := next(t, msgs)
+		at := sqs.SentTime(m)
+		require.False(t, at.Before(sent), "SentTimestamp %s is before the send at %s", at, sent)
+		require.False(t, at.After(time.Now()), "SentTimestamp %s is after the receive", at)
+		id := m.Metadata.Get(sqs.MetadataMessageID)
+		require.NotEmpty(t, id)
+		require.True(t, m.Ack())
+		return id, at
+	}
+	sent := send()
+	first := next(t, msgs)
+	firstID, firstAt := first.Metadata.Get(sqs.MetadataMessageID), sqs.SentTime(first)
+	require.False(t, firstAt.Before(sent), "SentTimestamp %s is before the send at %s", firstAt, sent)
+	require.True(t, first.Nack())
+	againID, _ := dated(sent)
+	require.Equal(t, firstID, againID, "a redelivery keeps its MessageId")
+
+	require.Eventually(t, func() bool { return time.Now().Truncate(time.Millisecond).After(firstAt) }, time.Second, time.Millisecond)
+	resent := send()
+	newID, newAt := dated(resent)
+	require.NotEqual(t, firstID, newID, "sent again, a new message")
+	require.True(t, newAt.After(firstAt), "sent again, a later time: %s, first %s", newAt, firstAt)
 }
