@@ -55,7 +55,7 @@ func TestRoundTrip(t *testing.T) {
 	url := sqstest.CreateQueue(t, client, "orders", 30*time.Second)
 	pub, err := sqs.NewPublisher(sqs.PublisherConfig{Client: client})
 	require.NoError(t, err)
-	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client, NackDelay: time.Second, WaitTime: time.Second})
+	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client, NackDelay: -1, WaitTime: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 
@@ -261,7 +261,7 @@ func TestSentTime(t *testing.T) {
 	srv := brokertest.Start(t, brokertest.GoAWS)
 	client := sqstest.Client(srv.URL())
 	url := sqstest.CreateQueue(t, client, "ledger", 30*time.Second)
-	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client, NackDelay: time.Second, WaitTime: time.Second})
+	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client, NackDelay: -1, WaitTime: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	msgs := receive(t, sub, "ledger")
