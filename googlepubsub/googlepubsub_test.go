@@ -145,8 +145,10 @@ func Example() {
 
 // PublishTime is Pub/Sub's publish time, which dates the message ID: a
 // foreign message nacked and delivered again keeps its message ID and
-// publish time, a time no earlier than the publish, and the same data
-// published again is a new message, with a new ID and a later time.
+// publish time, a time no earlier than the publish. A pgbox message the
+// relay publishes again is a new Pub/Sub message, with the same UUID but a
+// new message ID and a later time: the time is fixed with the message ID,
+// never with pgbox's id.
 func TestPublishTime(t *testing.T) {
 	t.Parallel()
 	_, c := fake(t)
@@ -168,12 +170,6 @@ func TestPublishTime(t *testing.T) {
 	// A foreign producer: the Pub/Sub client, no Watermill UUID.
 	producer := c.Publisher("ledger")
 	t.Cleanup(producer.Stop)
-	publish := func() (string, time.Time) {
-		before := time.Now()
-		id, err := producer.Publish(ctx, &pubsub.Message{Data: []byte(`{"entry":1}`)}).Get(ctx)
-		require.NoError(t, err)
-		return id, before
-	}
 	next := func() *message.Message {
 		select {
 		case m := <-msgs:
@@ -184,7 +180,9 @@ func TestPublishTime(t *testing.T) {
 		}
 	}
 
-	id, published := publish()
+	published := time.Now()
+	id, err := producer.Publish(ctx, &pubsub.Message{Data: []byte(`{"entry":1}`)}).Get(ctx)
+	require.NoError(t, err)
 	first := next()
 	require.Empty(t, first.UUID)
 	require.Equal(t, id, first.Metadata.Get(googlepubsub.MetadataMessageID))
@@ -198,13 +196,22 @@ func TestPublishTime(t *testing.T) {
 	require.Equal(t, at, googlepubsub.PublishTime(again), "and its publish time")
 	require.True(t, again.Ack())
 
-	require.Eventually(t, func() bool { return time.Now().After(at) }, time.Second, time.Millisecond)
-	newID, _ := publish()
-	republished := next()
-	require.NotEqual(t, id, newID, "published again, a new message")
-	require.Equal(t, newID, republished.Metadata.Get(googlepubsub.MetadataMessageID))
-	require.True(t, googlepubsub.PublishTime(republished).After(at), "published again, a later time")
-	require.True(t, republished.Ack())
+	// The relay publishing a row again: the same UUID, a new message.
+	pub := googlepubsub.NewPublisher(c, googlepubsub.PublisherConfig{})
+	t.Cleanup(func() { _ = pub.Close() })
+	row := message.NewMessage("0193a5e4-7c1d-7000-8000-000000000001", []byte(`{"order":"o-1"}`))
+	require.NoError(t, pub.Publish("ledger", row))
+	published1 := next()
+	require.True(t, published1.Ack())
+	at1 := googlepubsub.PublishTime(published1)
+	require.Eventually(t, func() bool { return time.Now().After(at1) }, time.Second, time.Millisecond)
+	require.NoError(t, pub.Publish("ledger", row))
+	published2 := next()
+	require.True(t, published2.Ack())
+	require.Equal(t, row.UUID, published2.UUID)
+	require.NotEqual(t, published1.Metadata.Get(googlepubsub.MetadataMessageID), published2.Metadata.Get(googlepubsub.MetadataMessageID),
+		"published again, a new message")
+	require.True(t, googlepubsub.PublishTime(published2).After(at1), "published again, a later time")
 }
 
 // A message ID is dated by the publish time Pub/Sub gives the message,

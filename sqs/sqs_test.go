@@ -247,9 +247,11 @@ func TestVisibilityExtended(t *testing.T) {
 }
 
 // SentTime is the SQS SentTimestamp, the broker's time, which dates a
-// MessageId: a message received, nacked and received again keeps its
-// MessageId and carries a time no earlier than its send, and the same
-// body sent again is a new message, with a new MessageId and a later time.
+// MessageId: a foreign message received, nacked and received again keeps
+// its MessageId and carries a time no earlier than its send. A pgbox
+// message the relay publishes again is a new SQS message, with the same
+// UUID but a new MessageId and a later time: the time is fixed with the
+// MessageId, never with pgbox's id.
 //
 // SQS stamps SentTimestamp once, when it takes the message, and gives it
 // on every receive. goaws v0.4.5, the stand-in tests run on, stamps it at
@@ -261,43 +263,46 @@ func TestSentTime(t *testing.T) {
 	srv := brokertest.Start(t, brokertest.GoAWS)
 	client := sqstest.Client(srv.URL())
 	url := sqstest.CreateQueue(t, client, "ledger", 30*time.Second)
+	pub, err := sqs.NewPublisher(sqs.PublisherConfig{Client: client})
+	require.NoError(t, err)
 	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client, NackDelay: -1, WaitTime: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	msgs := receive(t, sub, "ledger")
 
-	// send sends a foreign message and returns when it was sent, to the
-	// millisecond SQS stamps.
-	send := func() time.Time {
-		before := time.Now().Truncate(time.Millisecond)
-		_, err := client.SendMessage(context.Background(), &awssqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(`{"entry":1}`)})
-		require.NoError(t, err)
-		return before
-	}
-	// dated acknowledges the next message and returns its MessageId and
-	// SentTime, checked to be the broker's: no earlier than sent, no later
-	// than received.
-	dated := func(sent time.Time) (string, time.Time) {
+	// take returns the next message, its SentTime checked to be the
+	// broker's: no earlier than sent (to the millisecond SQS stamps), no
+	// later than its receive.
+	take := func(sent time.Time) *message.Message {
 		m := next(t, msgs)
 		at := sqs.SentTime(m)
-		require.False(t, at.Before(sent), "SentTimestamp %s is before the send at %s", at, sent)
+		require.False(t, at.Before(sent.Truncate(time.Millisecond)), "SentTimestamp %s is before the send at %s", at, sent)
 		require.False(t, at.After(time.Now()), "SentTimestamp %s is after the receive", at)
-		id := m.Metadata.Get(sqs.MetadataMessageID)
-		require.NotEmpty(t, id)
-		require.True(t, m.Ack())
-		return id, at
+		require.NotEmpty(t, m.Metadata.Get(sqs.MetadataMessageID))
+		return m
 	}
-	sent := send()
-	first := next(t, msgs)
-	firstID, firstAt := first.Metadata.Get(sqs.MetadataMessageID), sqs.SentTime(first)
-	require.False(t, firstAt.Before(sent), "SentTimestamp %s is before the send at %s", firstAt, sent)
-	require.True(t, first.Nack())
-	againID, _ := dated(sent)
-	require.Equal(t, firstID, againID, "a redelivery keeps its MessageId")
 
+	sent := time.Now()
+	_, err = client.SendMessage(context.Background(), &awssqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(`{"entry":1}`)})
+	require.NoError(t, err)
+	first := take(sent)
+	require.True(t, first.Nack())
+	again := take(sent)
+	require.Equal(t, first.Metadata.Get(sqs.MetadataMessageID), again.Metadata.Get(sqs.MetadataMessageID), "a redelivery keeps its MessageId")
+	require.True(t, again.Ack())
+
+	row := message.NewMessage(uuid.Must(uuid.NewV7()).String(), []byte(`{"order":"o-1"}`))
+	sent = time.Now()
+	require.NoError(t, pub.Publish("ledger", row))
+	published := take(sent)
+	require.True(t, published.Ack())
+	firstAt := sqs.SentTime(published)
 	require.Eventually(t, func() bool { return time.Now().Truncate(time.Millisecond).After(firstAt) }, time.Second, time.Millisecond)
-	resent := send()
-	newID, newAt := dated(resent)
-	require.NotEqual(t, firstID, newID, "sent again, a new message")
-	require.True(t, newAt.After(firstAt), "sent again, a later time: %s, first %s", newAt, firstAt)
+	sent = time.Now()
+	require.NoError(t, pub.Publish("ledger", row))
+	republished := take(sent)
+	require.True(t, republished.Ack())
+	require.Equal(t, row.UUID, republished.UUID)
+	require.NotEqual(t, published.Metadata.Get(sqs.MetadataMessageID), republished.Metadata.Get(sqs.MetadataMessageID), "published again, a new message")
+	require.True(t, sqs.SentTime(republished).After(firstAt), "published again, a later time: %s, first %s", sqs.SentTime(republished), firstAt)
 }
