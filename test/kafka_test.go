@@ -13,6 +13,7 @@ import (
 	"github.com/IBM/sarama"
 	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 	gometrics "github.com/rcrowley/go-metrics"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -301,9 +302,10 @@ func TestKafkaForeignRecordOnTheDefaultConfig(t *testing.T) {
 // A foreign record's place (kafka.OffsetID) is its id, and its timestamp
 // (kafka.RecordTime), which reaches the message a Watermill router hands
 // the handler, dates it: the record nacked and redelivered, and read
-// again from its offset by another group, keeps both; its timestamp is
-// its producer's send; the same value produced again is a new record, at
-// a new offset, with a later time.
+// again from its offset by another group, keeps both, and its timestamp is
+// its producer's send. A pgbox message the relay publishes again is a new
+// record, with the same UUID but at a new offset and with a later time:
+// the time is fixed with the offset, never with pgbox's id.
 func TestKafkaRecordTime(t *testing.T) {
 	t.Parallel()
 	const topic = "ledger"
@@ -314,17 +316,10 @@ func TestKafkaRecordTime(t *testing.T) {
 	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
 	require.NoError(t, err)
 	t.Cleanup(producer.Close)
-	produce := func() time.Time {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		before := time.Now().Truncate(time.Millisecond) // Kafka keeps milliseconds
-		require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Value: []byte(`{"entry":1}`)}).FirstErr())
-		return before
-	}
 
 	type dated struct {
-		id string
-		at time.Time
+		uuid, id string
+		at       time.Time
 	}
 	// read runs a router on a subscriber of group from the oldest offset
 	// and returns the first n messages its handler is handed (the id an
@@ -347,7 +342,7 @@ func TestKafkaRecordTime(t *testing.T) {
 				id = err.Error()
 			}
 			select {
-			case got <- dated{id, kafka.RecordTime(m)}:
+			case got <- dated{m.UUID, id, kafka.RecordTime(m)}:
 			default: // more than n: not looked at
 			}
 			if handed.Add(1) == 1 {
@@ -370,18 +365,33 @@ func TestKafkaRecordTime(t *testing.T) {
 		}
 		return out
 	}
+	// later waits until the clock, to Kafka's milliseconds, is past at.
+	later := func(at time.Time) {
+		require.Eventually(t, func() bool { return time.Now().Truncate(time.Millisecond).After(at) }, time.Second, time.Millisecond)
+	}
 
-	sent := produce()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sent := time.Now().Truncate(time.Millisecond) // Kafka keeps milliseconds
+	require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Value: []byte(`{"entry":1}`)}).FirstErr())
 	first := read("payments", 2)
-	require.Equal(t, topic+"/0/0", first[0].id)
+	require.Equal(t, dated{"", topic + "/0/0", first[0].at}, first[0])
 	require.False(t, first[0].at.Before(sent), "record time %s is before the send at %s", first[0].at, sent)
 	require.False(t, first[0].at.After(time.Now()), "record time %s is after the read", first[0].at)
 	require.Equal(t, first[0], first[1], "redelivered after a nack: the same id and time")
 	require.Equal(t, first[0], read("audit", 2)[0], "read again from the offset: the same id and time")
 
-	require.Eventually(t, func() bool { return time.Now().Truncate(time.Millisecond).After(first[0].at) }, time.Second, time.Millisecond)
-	produce()
-	again := read("billing", 3) // offset 0 nacked and redelivered, then offset 1
-	require.Equal(t, topic+"/0/1", again[2].id, "produced again: a new record, at a new offset")
-	require.True(t, again[2].at.After(first[0].at), "and a later time: %s, first %s", again[2].at, first[0].at)
+	pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{Brokers: brokers, Marshaler: kafka.Marshaler()}, watermillLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	row := message.NewMessage(uuid.Must(uuid.NewV7()).String(), []byte(`{"order":"o-1"}`))
+	later(first[0].at)
+	require.NoError(t, pub.Publish(topic, row))
+	rows := read("billing", 3) // offset 0 nacked and redelivered, then offset 1
+	later(rows[2].at)
+	require.NoError(t, pub.Publish(topic, row))
+	again := read("ledger", 4)[3]
+	require.Equal(t, row.UUID, rows[2].uuid)
+	require.Equal(t, dated{row.UUID, topic + "/0/2", again.at}, again, "published again: the same UUID, a new record at a new offset")
+	require.True(t, again.at.After(rows[2].at), "and a later time: %s, first %s", again.at, rows[2].at)
 }
