@@ -145,9 +145,9 @@ const sentTimestamp = "SentTimestamp"
 //
 // SQS gives one message (one MessageId) the same SentTimestamp on every
 // receive, so it dates the MessageId for watermillinbox's IDTimeFunc (see
-// the package doc): a redelivery of the message finds its first delivery
-// among the inbox's ids of the same time. A message sent again is a new
-// message with a new time; do not date any other id with it.
+// the package doc): the inbox looks for a redelivery where it stored the
+// first delivery, by that time. A message sent again is a new message
+// with a new time; do not date any other id with it.
 func SentTime(msg *message.Message) time.Time {
 	ms, err := strconv.ParseInt(msg.Metadata.Get(MetadataSentTimestamp), 10, 64)
 	if err != nil || ms <= 0 {
