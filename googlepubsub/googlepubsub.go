@@ -24,6 +24,28 @@
 // as any other publish. Turn on message ordering on a subscription whose
 // consumer needs its keys' order.
 //
+// # Dating a foreign message ID
+//
+// A message from a producer that is not Watermill has no UUID. The
+// subscriber gives every message its Pub/Sub message ID and publish time
+// in the metadata (MetadataMessageID, MetadataPublishTime). Pub/Sub gives
+// one message the same ID and publish time on every delivery (after a
+// nack, or an ack deadline passed), so the publish time, which PublishTime
+// reads, dates the message ID: the inbox keeps such ids at the cost of
+// dated ones, not of random ones. Pass the pair to watermillinbox:
+//
+//	watermillinbox.Config{
+//		IDFunc:     watermillinbox.UUIDOr(watermillinbox.MetadataID(googlepubsub.MetadataMessageID)),
+//		IDTimeFunc: googlepubsub.PublishTime,
+//	}
+//
+// That absorbs Pub/Sub's redeliveries, not a producer's retried publish,
+// which is a new message with a new ID and a new publish time: where the
+// producer sets an id of its own, dedupe on that, and never date it by
+// PublishTime. pgbox's ids are UUIDv7s, dated by themselves, and the inbox
+// ignores the time given with them (a row the relay publishes again has a
+// new publish time).
+//
 // Why not watermill-googlecloud: pgbox needs the ordering key carried, an
 // ordering key's publishing resumed after a failed publish (the client
 // pauses the key until then, so the relay's retry would fail too), each
@@ -33,6 +55,7 @@ package googlepubsub
 
 import (
 	"fmt"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -43,6 +66,36 @@ import (
 // UUIDAttribute is the attribute that carries a message's Watermill UUID,
 // named as watermill-googlecloud names it.
 const UUIDAttribute = "_watermill_message_uuid"
+
+// The metadata keys under which the subscriber puts what Pub/Sub says of
+// each message it receives, whoever published it. They do not begin with
+// "goog", which Pub/Sub reserves in attribute names, so a message received
+// and published on keeps them as attributes; the subscriber replaces them
+// with the new message's.
+const (
+	// MetadataMessageID is the key of the message's Pub/Sub message ID.
+	MetadataMessageID = "pubsub_message_id"
+	// MetadataPublishTime is the key of the time Pub/Sub took the message
+	// from its publisher, in RFC 3339 with nanoseconds, UTC. PublishTime
+	// reads it.
+	MetadataPublishTime = "pubsub_publish_time"
+)
+
+// PublishTime returns the time Pub/Sub took msg from its publisher, which
+// the subscriber puts in the metadata under MetadataPublishTime; the zero
+// time when msg has none, or one that is not an RFC 3339 time.
+//
+// Pub/Sub gives one message (one message ID) the same publish time on
+// every delivery, so it dates the message ID for watermillinbox's
+// IDTimeFunc (see the package doc). A message published again is a new
+// message with a new time; do not date any other id with it.
+func PublishTime(msg *message.Message) time.Time {
+	at, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(MetadataPublishTime))
+	if err != nil {
+		return time.Time{}
+	}
+	return at
+}
 
 // toPubSub makes m a Pub/Sub message.
 func toPubSub(m *message.Message) (*pubsub.Message, error) {
@@ -57,15 +110,23 @@ func toPubSub(m *message.Message) (*pubsub.Message, error) {
 	return &pubsub.Message{Data: m.Payload, Attributes: attrs, OrderingKey: m.Metadata.Get(pgbox.MetadataOrderingKey)}, nil
 }
 
-// fromPubSub makes pm a Watermill message. A message from a producer that
-// is not Watermill has no UUID: watermillinbox refuses it, naming
-// Config.IDFunc.
+// fromPubSub makes pm a Watermill message, with its message ID and
+// publish time in the metadata. A message from a producer that is not
+// Watermill has no UUID: watermillinbox refuses it, naming Config.IDFunc.
 func fromPubSub(pm *pubsub.Message) *message.Message {
 	m := message.NewMessage(pm.Attributes[UUIDAttribute], pm.Data)
 	for k, v := range pm.Attributes {
 		if k != UUIDAttribute {
 			m.Metadata.Set(k, v)
 		}
+	}
+	m.Metadata.Set(MetadataMessageID, pm.ID)
+	// Set or removed, never left from an earlier hop: it would date this
+	// message wrong.
+	if pm.PublishTime.IsZero() {
+		delete(m.Metadata, MetadataPublishTime)
+	} else {
+		m.Metadata.Set(MetadataPublishTime, pm.PublishTime.UTC().Format(time.RFC3339Nano))
 	}
 	return m
 }

@@ -142,3 +142,97 @@ func Example() {
 	got.Ack()
 	// Output: 0193a5e4-7c1d-7000-8000-000000000001 OrderPlaced customer-7 {"order":"o-1"}
 }
+
+// PublishTime is Pub/Sub's publish time, which dates the message ID: a
+// foreign message nacked and delivered again keeps its message ID and
+// publish time, a time no earlier than the publish. A pgbox message the
+// relay publishes again is a new Pub/Sub message, with the same UUID but a
+// new message ID and a later time: the time is fixed with the message ID,
+// never with pgbox's id.
+func TestPublishTime(t *testing.T) {
+	t.Parallel()
+	_, c := fake(t)
+	ctx := context.Background()
+	_, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: "projects/pgbox/topics/ledger"})
+	require.NoError(t, err)
+	_, err = c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: "projects/pgbox/subscriptions/ledger.payments", Topic: "projects/pgbox/topics/ledger",
+	})
+	require.NoError(t, err)
+	sub, err := googlepubsub.NewSubscriber(c, googlepubsub.SubscriberConfig{Subscription: func(topic string) string { return topic + ".payments" }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	subCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	msgs, err := sub.Subscribe(subCtx, "ledger")
+	require.NoError(t, err)
+
+	// A foreign producer: the Pub/Sub client, no Watermill UUID.
+	producer := c.Publisher("ledger")
+	t.Cleanup(producer.Stop)
+	next := func() *message.Message {
+		select {
+		case m := <-msgs:
+			return m
+		case <-time.After(30 * time.Second):
+			t.Fatal("no message within 30s")
+			return nil
+		}
+	}
+
+	published := time.Now()
+	id, err := producer.Publish(ctx, &pubsub.Message{Data: []byte(`{"entry":1}`)}).Get(ctx)
+	require.NoError(t, err)
+	first := next()
+	require.Empty(t, first.UUID)
+	require.Equal(t, id, first.Metadata.Get(googlepubsub.MetadataMessageID))
+	at := googlepubsub.PublishTime(first)
+	require.False(t, at.Before(published), "publish time %s is before the publish at %s", at, published)
+	require.False(t, at.After(time.Now()), "publish time %s is after the delivery", at)
+	require.True(t, first.Nack())
+
+	again := next()
+	require.Equal(t, id, again.Metadata.Get(googlepubsub.MetadataMessageID), "a redelivery keeps its message ID")
+	require.Equal(t, at, googlepubsub.PublishTime(again), "and its publish time")
+	require.True(t, again.Ack())
+
+	// The relay publishing a row again: the same UUID, a new message.
+	pub := googlepubsub.NewPublisher(c, googlepubsub.PublisherConfig{})
+	t.Cleanup(func() { _ = pub.Close() })
+	row := message.NewMessage("0193a5e4-7c1d-7000-8000-000000000001", []byte(`{"order":"o-1"}`))
+	require.NoError(t, pub.Publish("ledger", row))
+	published1 := next()
+	require.True(t, published1.Ack())
+	at1 := googlepubsub.PublishTime(published1)
+	require.Eventually(t, func() bool { return time.Now().After(at1) }, time.Second, time.Millisecond)
+	require.NoError(t, pub.Publish("ledger", row))
+	published2 := next()
+	require.True(t, published2.Ack())
+	require.Equal(t, row.UUID, published2.UUID)
+	require.NotEqual(t, published1.Metadata.Get(googlepubsub.MetadataMessageID), published2.Metadata.Get(googlepubsub.MetadataMessageID),
+		"published again, a new message")
+	require.True(t, googlepubsub.PublishTime(published2).After(at1), "published again, a later time")
+}
+
+// A message ID is dated by the publish time Pub/Sub gives the message,
+// which the subscriber carries in the metadata and PublishTime reads. For
+// watermillinbox, a subscription of foreign messages is deduped on the
+// pair:
+//
+//	watermillinbox.Config{
+//		IDFunc:     watermillinbox.UUIDOr(watermillinbox.MetadataID(googlepubsub.MetadataMessageID)),
+//		IDTimeFunc: googlepubsub.PublishTime,
+//	}
+func ExamplePublishTime() {
+	// As the subscriber hands over a message Pub/Sub took at 14:40 UTC.
+	m := message.NewMessage("", []byte(`{"entry":1}`))
+	m.Metadata.Set(googlepubsub.MetadataMessageID, "12345678901234")
+	m.Metadata.Set(googlepubsub.MetadataPublishTime, "2026-11-27T14:40:00.123456Z")
+	fmt.Println(googlepubsub.PublishTime(m))
+
+	// No publish time: undated.
+	fmt.Println(googlepubsub.PublishTime(message.NewMessage("", nil)).IsZero())
+	// Output:
+	// 2026-11-27 14:40:00.123456 +0000 UTC
+	// true
+}

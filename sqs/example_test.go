@@ -62,3 +62,26 @@ func Example() {
 	got.Ack() // deletes it from the queue
 	// Output: 0190b6c2-8d5e-7cc1-a5a4-7d6c0e7b0d11 OrderPlaced {"order":"o-1"}
 }
+
+// A MessageId is dated by the SentTimestamp SQS gives the message, which
+// the subscriber carries in the metadata (decimal Unix milliseconds) and
+// SentTime reads. For watermillinbox, a queue of foreign messages is
+// deduped on the pair:
+//
+//	watermillinbox.Config{
+//		IDFunc:     watermillinbox.UUIDOr(watermillinbox.MetadataID(sqs.MetadataMessageID)),
+//		IDTimeFunc: sqs.SentTime,
+//	}
+func ExampleSentTime() {
+	// As the subscriber hands over a message SQS took at 14:40 UTC.
+	msg := message.NewMessage("", []byte(`{"entry":1}`))
+	msg.Metadata.Set(sqs.MetadataMessageID, "5fea7756-0ea4-451a-a703-a558b933e274")
+	msg.Metadata.Set(sqs.MetadataSentTimestamp, "1764254400000")
+	fmt.Println(sqs.SentTime(msg))
+
+	// No SentTimestamp: undated.
+	fmt.Println(sqs.SentTime(message.NewMessage("", nil)).IsZero())
+	// Output:
+	// 2025-11-27 14:40:00 +0000 UTC
+	// true
+}

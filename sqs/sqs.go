@@ -34,6 +34,27 @@
 // absorbs SQS's redeliveries, not the producer's own retries, which send a
 // new message: when the producer sets an id of its own, dedupe on that.
 //
+// # Dating a MessageId
+//
+// A MessageId is random, and the inbox keeps random ids at a cost that
+// grows with what it keeps, unless each comes with a time fixed with it.
+// SQS stamps every message with the time it took it, SentTimestamp, the
+// same on every receive of the message (its MessageId): the subscriber
+// puts it in the metadata, MetadataSentTimestamp, and SentTime reads it.
+// A MessageId is dated by it, so pass the pair to watermillinbox:
+//
+//	watermillinbox.Config{
+//		IDFunc:     watermillinbox.UUIDOr(watermillinbox.MetadataID(sqs.MetadataMessageID)),
+//		IDTimeFunc: sqs.SentTime,
+//	}
+//
+// SentTime dates the MessageId and nothing else. A message sent again (a
+// relay's republish, a producer's retry) is a new SQS message, with a new
+// MessageId and a new SentTimestamp: the time is not fixed with a pgbox id
+// or a producer's own id, so never pair it with those. pgbox's ids are
+// UUIDv7s, dated by themselves, and the inbox ignores the time given with
+// them.
+//
 // # Visibility
 //
 // SQS hides a received message for the visibility timeout, then hands it
@@ -71,8 +92,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -98,9 +121,40 @@ const (
 	AttributeEncoding = "pgbox-encoding"
 )
 
-// MetadataMessageID is the metadata key under which the subscriber puts
-// the SQS MessageId of each message it receives.
-const MetadataMessageID = "sqs_message_id"
+// The metadata keys under which the subscriber puts what SQS says of each
+// message it receives, whoever sent it.
+const (
+	// MetadataMessageID is the key of the message's SQS MessageId.
+	MetadataMessageID = "sqs_message_id"
+	// MetadataSentTimestamp is the key of the message's SQS SentTimestamp,
+	// the time SQS took it from its sender, as SQS gives it: decimal Unix
+	// milliseconds. SentTime reads it.
+	MetadataSentTimestamp = "sqs_sent_timestamp"
+)
+
+// sentTimestamp names the SQS system attribute the subscriber asks for
+// and carries under MetadataSentTimestamp
+// (types.MessageSystemAttributeNameSentTimestamp; untyped, since the
+// SDK's ReceiveMessageInput.AttributeNames takes QueueAttributeNames).
+const sentTimestamp = "SentTimestamp"
+
+// SentTime returns the time SQS took msg from its sender, its
+// SentTimestamp, which the subscriber puts in the metadata under
+// MetadataSentTimestamp; the zero time when msg has none, or one that is
+// not a positive number of milliseconds.
+//
+// SQS gives one message (one MessageId) the same SentTimestamp on every
+// receive, so it dates the MessageId for watermillinbox's IDTimeFunc (see
+// the package doc): the inbox looks for a redelivery where it stored the
+// first delivery, by that time. A message sent again is a new message
+// with a new time; do not date any other id with it.
+func SentTime(msg *message.Message) time.Time {
+	ms, err := strconv.ParseInt(msg.Metadata.Get(MetadataSentTimestamp), 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
 
 // queueURLs caches the URL of each queue, by name.
 type queueURLs struct {
@@ -197,7 +251,7 @@ func marshal(msg *message.Message) (string, map[string]types.MessageAttributeVal
 // unmarshal returns the Watermill message m carries: UUID and metadata
 // from pgbox's attributes, or, for a foreign producer's message, no UUID
 // and its string and number attributes as metadata; and its MessageId
-// under MetadataMessageID.
+// and SentTimestamp under MetadataMessageID and MetadataSentTimestamp.
 func unmarshal(m types.Message) (*message.Message, error) {
 	id := stringAttr(m.MessageAttributes, AttributeID)
 	body := []byte(aws.ToString(m.Body))
@@ -223,6 +277,13 @@ func unmarshal(m types.Message) (*message.Message, error) {
 		}
 	}
 	msg.Metadata.Set(MetadataMessageID, aws.ToString(m.MessageId))
+	// Set or removed, never left: metadata that came through an earlier
+	// queue (a message received, then sent on) would date this one wrong.
+	if ts, ok := m.Attributes[sentTimestamp]; ok {
+		msg.Metadata.Set(MetadataSentTimestamp, ts)
+	} else {
+		delete(msg.Metadata, MetadataSentTimestamp)
+	}
 	return msg, nil
 }
 

@@ -45,8 +45,9 @@ func next(t *testing.T, msgs <-chan *message.Message) *message.Message {
 
 // What the relay publishes arrives as it left: the UUID (the outbox id,
 // the consumer's dedupe key), the metadata, and the payload's bytes,
-// text or not; SQS's MessageId is added to the metadata. An acknowledged
-// message is deleted, and a nacked one comes back.
+// text or not; SQS's MessageId and SentTimestamp are added to the
+// metadata. An acknowledged message is deleted, and a nacked one comes
+// back.
 func TestRoundTrip(t *testing.T) {
 	t.Parallel()
 	srv := brokertest.Start(t, brokertest.GoAWS)
@@ -54,7 +55,7 @@ func TestRoundTrip(t *testing.T) {
 	url := sqstest.CreateQueue(t, client, "orders", 30*time.Second)
 	pub, err := sqs.NewPublisher(sqs.PublisherConfig{Client: client})
 	require.NoError(t, err)
-	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client, NackDelay: time.Second, WaitTime: time.Second})
+	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client, NackDelay: -1, WaitTime: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 
@@ -75,7 +76,9 @@ func TestRoundTrip(t *testing.T) {
 		require.Equal(t, want.Payload, got.Payload)
 		require.NotEmpty(t, got.Metadata.Get(sqs.MetadataMessageID))
 		seen[got.Metadata.Get(sqs.MetadataMessageID)] = true
+		require.False(t, sqs.SentTime(got).IsZero())
 		delete(got.Metadata, sqs.MetadataMessageID)
+		delete(got.Metadata, sqs.MetadataSentTimestamp)
 		require.Equal(t, want.Metadata, got.Metadata)
 		if want == binary {
 			require.True(t, got.Nack())
@@ -199,6 +202,8 @@ func TestForeignMessage(t *testing.T) {
 	t.Cleanup(func() { _ = sub.Close() })
 	got := next(t, receive(t, sub, "ledger"))
 	require.Empty(t, got.UUID)
+	require.NotEmpty(t, got.Metadata.Get(sqs.MetadataSentTimestamp))
+	delete(got.Metadata, sqs.MetadataSentTimestamp)
 	require.Equal(t, message.Metadata{"x-event-id": "e-1", "amount": "12", sqs.MetadataMessageID: *sent.MessageId}, got.Metadata)
 	require.Equal(t, `{"entry":1}`, string(got.Payload))
 	got.Ack()
@@ -239,4 +244,65 @@ func TestVisibilityExtended(t *testing.T) {
 	require.True(t, held.Ack())
 	require.Eventually(t, func() bool { return sqstest.Waiting(t, client, url) == 0 }, 10*time.Second, 10*time.Millisecond,
 		"deleted once acknowledged")
+}
+
+// SentTime is the SQS SentTimestamp, the broker's time, which dates a
+// MessageId: a foreign message received, nacked and received again keeps
+// its MessageId and carries a time no earlier than its send. A pgbox
+// message the relay publishes again is a new SQS message, with the same
+// UUID but a new MessageId and a later time: the time is fixed with the
+// MessageId, never with pgbox's id.
+//
+// SQS stamps SentTimestamp once, when it takes the message, and gives it
+// on every receive. goaws v0.4.5, the stand-in tests run on, stamps it at
+// each receive instead (app/gosqs/gosqs.go, getMessageResult): here a
+// redelivery's time is checked to lie between the send and the receive,
+// not to equal the first's.
+func TestSentTime(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.Start(t, brokertest.GoAWS)
+	client := sqstest.Client(srv.URL())
+	url := sqstest.CreateQueue(t, client, "ledger", 30*time.Second)
+	pub, err := sqs.NewPublisher(sqs.PublisherConfig{Client: client})
+	require.NoError(t, err)
+	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client, NackDelay: -1, WaitTime: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs := receive(t, sub, "ledger")
+
+	// take returns the next message, its SentTime checked to be the
+	// broker's: no earlier than sent (to the millisecond SQS stamps), no
+	// later than its receive.
+	take := func(sent time.Time) *message.Message {
+		m := next(t, msgs)
+		at := sqs.SentTime(m)
+		require.False(t, at.Before(sent.Truncate(time.Millisecond)), "SentTimestamp %s is before the send at %s", at, sent)
+		require.False(t, at.After(time.Now()), "SentTimestamp %s is after the receive", at)
+		require.NotEmpty(t, m.Metadata.Get(sqs.MetadataMessageID))
+		return m
+	}
+
+	sent := time.Now()
+	_, err = client.SendMessage(context.Background(), &awssqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(`{"entry":1}`)})
+	require.NoError(t, err)
+	first := take(sent)
+	require.True(t, first.Nack())
+	again := take(sent)
+	require.Equal(t, first.Metadata.Get(sqs.MetadataMessageID), again.Metadata.Get(sqs.MetadataMessageID), "a redelivery keeps its MessageId")
+	require.True(t, again.Ack())
+
+	row := message.NewMessage(uuid.Must(uuid.NewV7()).String(), []byte(`{"order":"o-1"}`))
+	sent = time.Now()
+	require.NoError(t, pub.Publish("ledger", row))
+	published := take(sent)
+	require.True(t, published.Ack())
+	firstAt := sqs.SentTime(published)
+	require.Eventually(t, func() bool { return time.Now().Truncate(time.Millisecond).After(firstAt) }, time.Second, time.Millisecond)
+	sent = time.Now()
+	require.NoError(t, pub.Publish("ledger", row))
+	republished := take(sent)
+	require.True(t, republished.Ack())
+	require.Equal(t, row.UUID, republished.UUID)
+	require.NotEqual(t, published.Metadata.Get(sqs.MetadataMessageID), republished.Metadata.Get(sqs.MetadataMessageID), "published again, a new message")
+	require.True(t, sqs.SentTime(republished).After(firstAt), "published again, a later time: %s, first %s", sqs.SentTime(republished), firstAt)
 }

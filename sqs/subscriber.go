@@ -210,6 +210,7 @@ func (q *queue) receive(ctx context.Context) {
 			QueueUrl:              aws.String(q.url),
 			MaxNumberOfMessages:   10,
 			MessageAttributeNames: []string{"All"},
+			AttributeNames:        []types.QueueAttributeName{sentTimestamp},
 			VisibilityTimeout:     int32(q.visibility / time.Second),
 			WaitTimeSeconds:       int32(q.s.cfg.WaitTime / time.Second),
 		})

@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/IBM/sarama"
 	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 	gometrics "github.com/rcrowley/go-metrics"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -295,4 +297,101 @@ func TestKafkaForeignRecordOnTheDefaultConfig(t *testing.T) {
 	var stored int
 	require.NoError(t, pool.QueryRow(context.Background(), ident.Render("SELECT count(*) FROM /* schema */inbox", schema)).Scan(&stored))
 	require.Zero(t, stored, "the record behind it waits: the partition is stopped")
+}
+
+// A foreign record's place (kafka.OffsetID) is its id, and its timestamp
+// (kafka.RecordTime), which reaches the message a Watermill router hands
+// the handler, dates it: the record nacked and redelivered, and read
+// again from its offset by another group, keeps both, and its timestamp is
+// its producer's send. A pgbox message the relay publishes again is a new
+// record, with the same UUID but at a new offset and with a later time:
+// the time is fixed with the offset, never with pgbox's id.
+func TestKafkaRecordTime(t *testing.T) {
+	t.Parallel()
+	const topic = "ledger"
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	brokers := cluster.ListenAddrs()
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	require.NoError(t, err)
+	t.Cleanup(producer.Close)
+
+	type dated struct {
+		uuid, id string
+		at       time.Time
+	}
+	// read runs a router on a subscriber of group from the oldest offset
+	// and returns the first n messages its handler is handed (the id an
+	// error's text if OffsetID fails), the first nacked.
+	read := func(group string, n int) []dated {
+		saramaCfg := wmkafka.DefaultSaramaSubscriberConfig()
+		saramaCfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+		logger := watermillLogger(t)
+		sub, err := wmkafka.NewSubscriber(wmkafka.SubscriberConfig{
+			Brokers: brokers, ConsumerGroup: group, OverwriteSaramaConfig: saramaCfg, Unmarshaler: kafka.Marshaler(),
+		}, logger)
+		require.NoError(t, err)
+		router, err := message.NewRouter(message.RouterConfig{}, logger)
+		require.NoError(t, err)
+		got := make(chan dated, n)
+		var handed atomic.Int64
+		router.AddConsumerHandler(group, topic, sub, func(m *message.Message) error {
+			id, err := kafka.OffsetID(m)
+			if err != nil {
+				id = err.Error()
+			}
+			select {
+			case got <- dated{m.UUID, id, kafka.RecordTime(m)}:
+			default: // more than n: not looked at
+			}
+			if handed.Add(1) == 1 {
+				return errors.New("nacked, to be redelivered")
+			}
+			return nil
+		})
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- router.Run(ctx) }()
+		defer func() { stop(); require.NoError(t, <-done); _ = sub.Close() }()
+		var out []dated
+		for range n {
+			select {
+			case d := <-got:
+				out = append(out, d)
+			case <-time.After(time.Minute):
+				t.Fatalf("group %s: %d of %d messages within a minute", group, len(out), n)
+			}
+		}
+		return out
+	}
+	// later waits until the clock, to Kafka's milliseconds, is past at.
+	later := func(at time.Time) {
+		require.Eventually(t, func() bool { return time.Now().Truncate(time.Millisecond).After(at) }, time.Second, time.Millisecond)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sent := time.Now().Truncate(time.Millisecond) // Kafka keeps milliseconds
+	require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Value: []byte(`{"entry":1}`)}).FirstErr())
+	first := read("payments", 2)
+	require.Equal(t, dated{"", topic + "/0/0", first[0].at}, first[0])
+	require.False(t, first[0].at.Before(sent), "record time %s is before the send at %s", first[0].at, sent)
+	require.False(t, first[0].at.After(time.Now()), "record time %s is after the read", first[0].at)
+	require.Equal(t, first[0], first[1], "redelivered after a nack: the same id and time")
+	require.Equal(t, first[0], read("audit", 2)[0], "read again from the offset: the same id and time")
+
+	pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{Brokers: brokers, Marshaler: kafka.Marshaler()}, watermillLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	row := message.NewMessage(uuid.Must(uuid.NewV7()).String(), []byte(`{"order":"o-1"}`))
+	later(first[0].at)
+	require.NoError(t, pub.Publish(topic, row))
+	rows := read("billing", 3) // offset 0 nacked and redelivered, then offset 1
+	later(rows[2].at)
+	require.NoError(t, pub.Publish(topic, row))
+	again := read("ledger", 4)[3]
+	require.Equal(t, row.UUID, rows[2].uuid)
+	require.Equal(t, dated{row.UUID, topic + "/0/2", again.at}, again, "published again: the same UUID, a new record at a new offset")
+	require.True(t, again.at.After(rows[2].at), "and a later time: %s, first %s", again.at, rows[2].at)
 }

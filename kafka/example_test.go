@@ -1,0 +1,67 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
+	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pgbox/pgbox/kafka"
+)
+
+// A foreign producer's record, with no id of its own, is keyed by its
+// place and dated by its timestamp. A consumer hands the pair to
+// watermillinbox, with pgbox's own messages on the topic still keyed by
+// their UUID:
+//
+//	watermillinbox.Config{
+//		IDFunc:     watermillinbox.UUIDOr(kafka.OffsetID),
+//		IDTimeFunc: kafka.RecordTime,
+//	}
+//
+// Here the handler prints them. The broker is franz-go's in-process kfake.
+func ExampleOffsetID() {
+	cluster, _ := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "ledger"))
+	defer cluster.Close()
+	producer, _ := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("ledger"))
+	defer producer.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sent := time.Now().Truncate(time.Millisecond)
+	if err := producer.ProduceSync(ctx, &kgo.Record{Value: []byte(`{"entry":1}`)}).FirstErr(); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	logger := watermill.NewSlogLogger(slog.New(slog.DiscardHandler))
+	saramaCfg := wmkafka.DefaultSaramaSubscriberConfig()
+	saramaCfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sub, err := wmkafka.NewSubscriber(wmkafka.SubscriberConfig{
+		Brokers: cluster.ListenAddrs(), ConsumerGroup: "ledger", OverwriteSaramaConfig: saramaCfg, Unmarshaler: kafka.Marshaler(),
+	}, logger)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	router, _ := message.NewRouter(message.RouterConfig{}, logger)
+	handled := make(chan string, 1)
+	router.AddConsumerHandler("ledger-inbox", "ledger", sub, func(m *message.Message) error {
+		id, err := kafka.OffsetID(m)
+		select {
+		case handled <- fmt.Sprint(id, " ", err, " ", !kafka.RecordTime(m).Before(sent)):
+		default:
+		}
+		return nil
+	})
+	go func() { _ = router.Run(ctx) }()
+	fmt.Println(<-handled)
+	_ = router.Close()
+	// Output: ledger/0/0 <nil> true
+}
