@@ -8,8 +8,9 @@
 //
 // Workers claim batches of rows with FOR UPDATE SKIP LOCKED, publish them
 // topic by topic, one message per Publish call (a topic's rows in one call
-// with Config.AtomicPublisher), and mark them published, fenced by their
-// claim token. Several relays, in one process or many, may run at once.
+// with Config.AtomicPublisher, or through a ResultPublisher, such as
+// package natsjs's, which reports each message's result), and mark them
+// published, fenced by their claim token. Several relays, in one process or many, may run at once.
 //
 // Guarantees:
 //

@@ -51,6 +51,25 @@ func (p *oneByOne) Publish(topic string, msgs ...*message.Message) error {
 	return nil
 }
 
+// oneByOneResults is oneByOne as a relay.ResultPublisher: it takes a
+// call's messages one at a time, refuses each listed message once, and
+// reports each message's result. It counts the messages of each call.
+type oneByOneResults struct {
+	*oneByOne
+	calls []int // messages per call
+}
+
+func (p *oneByOneResults) PublishResults(topic string, msgs ...*message.Message) []error {
+	p.mu.Lock()
+	p.calls = append(p.calls, len(msgs))
+	p.mu.Unlock()
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		errs[i] = p.Publish(topic, m)
+	}
+	return errs
+}
+
 // subscribe returns what a GoChannel subscriber of topic receives, in
 // order: message ids, and their ordering keys.
 func subscribe(t *testing.T, ps *gochannel.GoChannel, topic string) (received func() (ids, keys []string)) {
@@ -83,8 +102,31 @@ func subscribe(t *testing.T, ps *gochannel.GoChannel, topic string) (received fu
 // before the failure: they are recorded published and never sent again,
 // only the refused ones are charged an attempt and retried, and each key's
 // messages arrive in commit order.
+//
+// A relay.ResultPublisher is given each topic's rows of a batch in one
+// call, and the same holds: each message's outcome is its own.
 func TestPartialPublishRetriesOnlyWhatFailed(t *testing.T) {
 	t.Parallel()
+	t.Run("one message per call", func(t *testing.T) {
+		t.Parallel()
+		testPartialPublish(t, func(p *oneByOne) message.Publisher { return p })
+	})
+	t.Run("ResultPublisher", func(t *testing.T) {
+		t.Parallel()
+		var results *oneByOneResults
+		testPartialPublish(t, func(p *oneByOne) message.Publisher {
+			results = &oneByOneResults{oneByOne: p}
+			return results
+		})
+		results.mu.Lock()
+		defer results.mu.Unlock()
+		require.Greater(t, slices.Max(append(results.calls, 0)), 1, "a call carries a batch's rows")
+	})
+}
+
+// testPartialPublish is TestPartialPublishRetriesOnlyWhatFailed with the
+// publisher wrap makes of a oneByOne broker.
+func testPartialPublish(t *testing.T, wrap func(*oneByOne) message.Publisher) {
 	b := setup(t)
 	// Publish returns once the subscriber has the message, so the order it
 	// receives is the order of publishing.
@@ -107,7 +149,7 @@ func TestPartialPublishRetriesOnlyWhatFailed(t *testing.T) {
 	for _, id := range refused {
 		pub.refuse[id.String()] = true
 	}
-	b.start(t, relay.Config{Publisher: pub})
+	b.start(t, relay.Config{Publisher: wrap(pub)})
 	b.waitPublished(t)
 
 	pub.mu.Lock()

@@ -144,7 +144,8 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 
 	// Publisher is where rows are published: any Watermill publisher
-	// (watermill-sql, with AtomicPublisher; NATS JetStream; RabbitMQ
+	// (watermill-sql, with AtomicPublisher; NATS JetStream, through
+	// package natsjs, a ResultPublisher, for a batch per call; RabbitMQ
 	// through package rabbitmq; Kafka with package kafka's marshaler).
 	// Required.
 	Publisher message.Publisher
