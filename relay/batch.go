@@ -165,7 +165,8 @@ func (rd *round) hold(rw *row) {
 // takes a call's messages all or none (watermill-sql's one INSERT): the
 // group then goes in one call, and only a call refused for a reason of the
 // messages' own is made again row by row, so that the row the broker
-// refuses fails alone.
+// refuses fails alone. A ResultPublisher, which reports each message's
+// result, gets the group in one call instead (publishResults).
 //
 // Per-key order: the claim takes only the head of each key, so a batch
 // holds at most one row per key. Should it hold more, a row whose key has

@@ -49,7 +49,8 @@ type Config struct {
 	// JetStream, RabbitMQ, Kafka, GoChannel) stop at the first failure
 	// with the earlier messages sent. Set wrongly, a failed call's
 	// messages that did go out are published again, which consumers
-	// dedupe. Defaults to false.
+	// dedupe. It does not apply to a ResultPublisher, whose calls carry a
+	// topic's rows of a batch anyway. Defaults to false.
 	AtomicPublisher bool
 
 	// BatchSize is the most rows a worker claims and publishes at once.
