@@ -73,6 +73,8 @@ func Example() {
 		panic(err)
 	}
 
+	// Ended by closing nc, not by its Close, which drains nc on a
+	// goroutine of its own.
 	sub, err := wmjetstream.NewSubscriber(wmjetstream.SubscriberConfig{Conn: nc, Logger: watermill.NopLogger{}})
 	if err != nil {
 		panic(err)

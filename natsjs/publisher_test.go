@@ -73,6 +73,8 @@ func TestWatermillSubscriberReadsWhatItPublishes(t *testing.T) {
 	}
 	require.Equal(t, []error{nil, nil, nil}, pub.PublishResults(topic, sent...))
 
+	// Ended by closing nc, not by its Close, which drains nc on a
+	// goroutine of its own.
 	sub, err := wmjetstream.NewSubscriber(wmjetstream.SubscriberConfig{Conn: nc, Logger: watermill.NopLogger{}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
