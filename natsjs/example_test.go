@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmjetstream "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -33,8 +35,9 @@ func Example() {
 	defer nc.Close()
 
 	// A stream named after the topic and bound to it, as watermill-nats's
-	// subscriber expects by default.
-	const topic = "example_natsjs_orders"
+	// subscriber expects by default; a name of its own, for a server that
+	// other runs share.
+	topic := "example_natsjs_orders_" + strings.ReplaceAll(uuid.NewString(), "-", "")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		panic(err)
