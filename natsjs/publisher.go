@@ -91,7 +91,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("natsjs: %d of %d messages to %q not published, the others were: %w", failed, len(msgs), topic, first)
+		return fmt.Errorf("natsjs: %d of %d messages to %q not published (the first one's error follows; any others were published): %w", failed, len(msgs), topic, first)
 	}
 	return nil
 }
