@@ -51,15 +51,16 @@ func (p *oneByOne) Publish(topic string, msgs ...*message.Message) error {
 	return nil
 }
 
-// oneByOneResults is oneByOne as a relay.ResultPublisher: it takes a
-// call's messages one at a time, refuses each listed message once, and
-// reports each message's result. It counts the messages of each call.
-type oneByOneResults struct {
-	*oneByOne
+// perMessage makes a publisher a relay.ResultPublisher: it publishes a
+// call's messages one at a time through it and reports each one's error.
+// It counts the messages of each call.
+type perMessage struct {
+	message.Publisher
+	mu    sync.Mutex
 	calls []int // messages per call
 }
 
-func (p *oneByOneResults) PublishResults(topic string, msgs ...*message.Message) []error {
+func (p *perMessage) PublishResults(topic string, msgs ...*message.Message) []error {
 	p.mu.Lock()
 	p.calls = append(p.calls, len(msgs))
 	p.mu.Unlock()
@@ -68,6 +69,13 @@ func (p *oneByOneResults) PublishResults(topic string, msgs ...*message.Message)
 		errs[i] = p.Publish(topic, m)
 	}
 	return errs
+}
+
+// largestCall returns the most messages a call has carried.
+func (p *perMessage) largestCall() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Max(append(p.calls, 0))
 }
 
 // subscribe returns what a GoChannel subscriber of topic receives, in
@@ -113,14 +121,12 @@ func TestPartialPublishRetriesOnlyWhatFailed(t *testing.T) {
 	})
 	t.Run("ResultPublisher", func(t *testing.T) {
 		t.Parallel()
-		var results *oneByOneResults
+		var results *perMessage
 		testPartialPublish(t, func(p *oneByOne) message.Publisher {
-			results = &oneByOneResults{oneByOne: p}
+			results = &perMessage{Publisher: p}
 			return results
 		})
-		results.mu.Lock()
-		defer results.mu.Unlock()
-		require.Greater(t, slices.Max(append(results.calls, 0)), 1, "a call carries a batch's rows")
+		require.Greater(t, results.largestCall(), 1, "a call carries a batch's rows")
 	})
 }
 
