@@ -29,8 +29,9 @@
 //     for ever unless Config.MaxAttempts says otherwise; a row out of
 //     attempts is dead, for an operator to retry. Nothing is dropped.
 //   - Each row's outcome is its own: a row is recorded published when the
-//     call that carried it returned without error, and only the rows whose
-//     call failed are charged. A row that went out is never published again
+//     call that carried it returned without error (a ResultPublisher's: its
+//     message's result was nil), and only the rows whose call (or result)
+//     failed are charged. A row that went out is never published again
 //     because a neighbour of its batch failed.
 //   - A publish that hangs is given up after Config.PublishTimeout: its
 //     rows count as not published (never recorded published on a late
