@@ -165,13 +165,18 @@ func (rd *round) hold(rw *row) {
 // takes a call's messages all or none (watermill-sql's one INSERT): the
 // group then goes in one call, and only a call refused for a reason of the
 // messages' own is made again row by row, so that the row the broker
-// refuses fails alone.
+// refuses fails alone. A ResultPublisher, which reports each message's
+// result, gets the group in one call instead (publishResults).
 //
 // Per-key order: the claim takes only the head of each key, so a batch
 // holds at most one row per key. Should it hold more, a row whose key has
 // an earlier row not published this round is handed back unpublished,
 // never sent after it.
 func (r *Relay) publishGroup(rd *round, group []*row) {
+	if rp, ok := r.cfg.Publisher.(ResultPublisher); ok {
+		r.publishResults(rd, rp, group)
+		return
+	}
 	if r.cfg.AtomicPublisher && len(group) > 1 && r.canStart(rd) {
 		err := r.send(group[0].topic, group)
 		if r.classify(err) != refused {
@@ -201,17 +206,27 @@ func (r *Relay) canStart(rd *round) bool {
 	return rd.down == nil && !r.loop.CancelledByStop() && time.Until(rd.deadline) >= r.cfg.PublishTimeout
 }
 
-// send publishes rows to topic in one call, with a span per message;
-// while an earlier call to topic hangs, it makes none and returns a
-// *stuckError.
+// send publishes rows to topic in one Publish call, with a span per
+// message; while an earlier call to topic hangs, it makes none and returns
+// a *stuckError.
 func (r *Relay) send(topic string, rows []*row) error {
 	if err := r.calls.stuck(topic); err != nil {
 		return err
 	}
 	msgs := toMessages(rows)
+	return r.call(topic, msgs, func() error { return r.cfg.Publisher.Publish(topic, msgs...) }, nil)
+}
+
+// call makes send, a call that publishes msgs to topic, with a span per
+// message, waits for it (calls.publish) and returns its error. each, if not
+// nil, gives each message's own error once send has returned nil.
+func (r *Relay) call(topic string, msgs []*message.Message, send func() error, each func(i int) error) error {
 	end := r.tel.Publishing(topic, msgs)
-	err := r.calls.publish(r.cfg.Publisher, topic, msgs, r.loop.WorkContext().Done())
-	end(err)
+	err := r.calls.publish(topic, msgs, send, r.loop.WorkContext().Done())
+	if err != nil || each == nil {
+		each = func(int) error { return err }
+	}
+	end(each)
 	return err
 }
 

@@ -8,8 +8,9 @@
 //
 // Workers claim batches of rows with FOR UPDATE SKIP LOCKED, publish them
 // topic by topic, one message per Publish call (a topic's rows in one call
-// with Config.AtomicPublisher), and mark them published, fenced by their
-// claim token. Several relays, in one process or many, may run at once.
+// with Config.AtomicPublisher, or through a ResultPublisher, such as
+// package natsjs's, which reports each message's result), and mark them
+// published, fenced by their claim token. Several relays, in one process or many, may run at once.
 //
 // Guarantees:
 //
@@ -28,8 +29,9 @@
 //     for ever unless Config.MaxAttempts says otherwise; a row out of
 //     attempts is dead, for an operator to retry. Nothing is dropped.
 //   - Each row's outcome is its own: a row is recorded published when the
-//     call that carried it returned without error, and only the rows whose
-//     call failed are charged. A row that went out is never published again
+//     call that carried it returned without error (a ResultPublisher's: its
+//     message's result was nil), and only the rows whose call (or result)
+//     failed are charged. A row that went out is never published again
 //     because a neighbour of its batch failed.
 //   - A publish that hangs is given up after Config.PublishTimeout: its
 //     rows count as not published (never recorded published on a late

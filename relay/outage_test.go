@@ -48,8 +48,29 @@ func TestIsUnreachable(t *testing.T) {
 // its round went out leaves the relay in doubt, uncharged, until the next
 // round probes the broker: that probe reaches it, so the failure was the
 // row's own and it is charged, here dead.
+//
+// The same holds for a relay.ResultPublisher, whose calls carry a topic's
+// rows of a batch and report each one's result.
 func TestUnreachableBrokerPausesWithoutCharging(t *testing.T) {
 	t.Parallel()
+	t.Run("one message per call", func(t *testing.T) {
+		t.Parallel()
+		testUnreachableBroker(t, func(p message.Publisher) message.Publisher { return p })
+	})
+	t.Run("ResultPublisher", func(t *testing.T) {
+		t.Parallel()
+		var results *perMessage
+		testUnreachableBroker(t, func(p message.Publisher) message.Publisher {
+			results = &perMessage{Publisher: p}
+			return results
+		})
+		require.Greater(t, results.largestCall(), 1, "a call carries a batch's rows")
+	})
+}
+
+// testUnreachableBroker is TestUnreachableBrokerPausesWithoutCharging with
+// the publisher wrap makes of the broker.
+func testUnreachableBroker(t *testing.T, wrap func(message.Publisher) message.Publisher) {
 	b := setup(t)
 	var down atomic.Bool
 	down.Store(true)
@@ -68,7 +89,7 @@ func TestUnreachableBrokerPausesWithoutCharging(t *testing.T) {
 		Logger:            slog.New(logs),
 		MaxAttempts:       1,
 		OutageBackoffFunc: func(int) time.Duration { return 5 * time.Millisecond },
-		Publisher:         pub,
+		Publisher:         wrap(pub),
 		Workers:           1,
 	})
 	ids := b.write(t, outbox.Message{Topic: "t", EventType: "E"}, outbox.Message{Topic: "t", EventType: "E"})

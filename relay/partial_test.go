@@ -51,6 +51,33 @@ func (p *oneByOne) Publish(topic string, msgs ...*message.Message) error {
 	return nil
 }
 
+// perMessage makes a publisher a relay.ResultPublisher: it publishes a
+// call's messages one at a time through it and reports each one's error.
+// It counts the messages of each call.
+type perMessage struct {
+	message.Publisher
+	mu    sync.Mutex
+	calls []int // messages per call
+}
+
+func (p *perMessage) PublishResults(topic string, msgs ...*message.Message) []error {
+	p.mu.Lock()
+	p.calls = append(p.calls, len(msgs))
+	p.mu.Unlock()
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		errs[i] = p.Publish(topic, m)
+	}
+	return errs
+}
+
+// largestCall returns the most messages a call has carried.
+func (p *perMessage) largestCall() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Max(append(p.calls, 0))
+}
+
 // subscribe returns what a GoChannel subscriber of topic receives, in
 // order: message ids, and their ordering keys.
 func subscribe(t *testing.T, ps *gochannel.GoChannel, topic string) (received func() (ids, keys []string)) {
@@ -83,8 +110,29 @@ func subscribe(t *testing.T, ps *gochannel.GoChannel, topic string) (received fu
 // before the failure: they are recorded published and never sent again,
 // only the refused ones are charged an attempt and retried, and each key's
 // messages arrive in commit order.
+//
+// A relay.ResultPublisher is given each topic's rows of a batch in one
+// call, and the same holds: each message's outcome is its own.
 func TestPartialPublishRetriesOnlyWhatFailed(t *testing.T) {
 	t.Parallel()
+	t.Run("one message per call", func(t *testing.T) {
+		t.Parallel()
+		testPartialPublish(t, func(p *oneByOne) message.Publisher { return p })
+	})
+	t.Run("ResultPublisher", func(t *testing.T) {
+		t.Parallel()
+		var results *perMessage
+		testPartialPublish(t, func(p *oneByOne) message.Publisher {
+			results = &perMessage{Publisher: p}
+			return results
+		})
+		require.Greater(t, results.largestCall(), 1, "a call carries a batch's rows")
+	})
+}
+
+// testPartialPublish is TestPartialPublishRetriesOnlyWhatFailed with the
+// publisher wrap makes of a oneByOne broker.
+func testPartialPublish(t *testing.T, wrap func(*oneByOne) message.Publisher) {
 	b := setup(t)
 	// Publish returns once the subscriber has the message, so the order it
 	// receives is the order of publishing.
@@ -107,7 +155,7 @@ func TestPartialPublishRetriesOnlyWhatFailed(t *testing.T) {
 	for _, id := range refused {
 		pub.refuse[id.String()] = true
 	}
-	b.start(t, relay.Config{Publisher: pub})
+	b.start(t, relay.Config{Publisher: wrap(pub)})
 	b.waitPublished(t)
 
 	pub.mu.Lock()

@@ -104,13 +104,13 @@ func (c *calls) stuck(topic string) error {
 	return nil
 }
 
-// publish calls pub.Publish(topic, msgs...) and waits for it up to the
-// timeout, or until stop is closed. It returns the call's error, or a
-// *hungError (timeout) or errStopping (stop), after which the call goes on
-// alone.
-func (c *calls) publish(pub message.Publisher, topic string, msgs []*message.Message, stop <-chan struct{}) error {
+// publish makes send, a call publishing msgs to topic, and waits for it
+// up to the timeout, or until stop is closed. It returns the call's error,
+// or a *hungError (timeout) or errStopping (stop), after which the call
+// goes on alone.
+func (c *calls) publish(topic string, msgs []*message.Message, send func() error, stop <-chan struct{}) error {
 	cl := &call{done: make(chan error, 1)}
-	go c.run(cl, pub, topic, msgs)
+	go c.run(cl, topic, send)
 	timer := time.NewTimer(c.timeout)
 	defer timer.Stop()
 	var err error
@@ -132,11 +132,11 @@ func (c *calls) publish(pub message.Publisher, topic string, msgs []*message.Mes
 	return err
 }
 
-// run makes cl's call and hands its error over; a call given up on is
-// counted back in, and its late answer logged.
-func (c *calls) run(cl *call, pub message.Publisher, topic string, msgs []*message.Message) {
+// run makes cl's call, send, and hands its error over; a call given up on
+// is counted back in, and its late answer logged.
+func (c *calls) run(cl *call, topic string, send func() error) {
 	start := time.Now()
-	err := pub.Publish(topic, msgs...)
+	err := send()
 	c.mu.Lock()
 	cl.returned = true
 	abandoned := cl.abandoned

@@ -49,7 +49,8 @@ type Config struct {
 	// JetStream, RabbitMQ, Kafka, GoChannel) stop at the first failure
 	// with the earlier messages sent. Set wrongly, a failed call's
 	// messages that did go out are published again, which consumers
-	// dedupe. Defaults to false.
+	// dedupe. It does not apply to a ResultPublisher, whose calls carry a
+	// topic's rows of a batch anyway. Defaults to false.
 	AtomicPublisher bool
 
 	// BatchSize is the most rows a worker claims and publishes at once.
@@ -144,7 +145,8 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 
 	// Publisher is where rows are published: any Watermill publisher
-	// (watermill-sql, with AtomicPublisher; NATS JetStream; RabbitMQ
+	// (watermill-sql, with AtomicPublisher; NATS JetStream, through
+	// package natsjs, a ResultPublisher, for a batch per call; RabbitMQ
 	// through package rabbitmq; Kafka with package kafka's marshaler).
 	// Required.
 	Publisher message.Publisher

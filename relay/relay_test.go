@@ -69,14 +69,14 @@ type testBundle struct {
 	schema string
 }
 
-func setup(t *testing.T) *testBundle {
+func setup(t testing.TB) *testBundle {
 	t.Helper()
 	return setupOn(t, pgtest.Pool(t))
 }
 
 // setupOn is setup with the Outbox, the Relay and the test's own queries on
 // pool.
-func setupOn(t *testing.T, pool *pgxpool.Pool) *testBundle {
+func setupOn(t testing.TB, pool *pgxpool.Pool) *testBundle {
 	t.Helper()
 	b := &testBundle{pool: pool, schema: pgtest.Schema(t)}
 	var err error
@@ -88,7 +88,7 @@ func setupOn(t *testing.T, pool *pgxpool.Pool) *testBundle {
 func (b *testBundle) sql(q string) string { return ident.Render(q, b.schema) }
 
 // write commits msgs in one transaction and returns their ids.
-func (b *testBundle) write(t *testing.T, msgs ...outbox.Message) []uuid.UUID {
+func (b *testBundle) write(t testing.TB, msgs ...outbox.Message) []uuid.UUID {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := b.pool.Begin(ctx)
@@ -100,7 +100,7 @@ func (b *testBundle) write(t *testing.T, msgs ...outbox.Message) []uuid.UUID {
 	return ids
 }
 
-func (b *testBundle) start(t *testing.T, cfg relay.Config) *relay.Relay {
+func (b *testBundle) start(t testing.TB, cfg relay.Config) *relay.Relay {
 	t.Helper()
 	r := b.newRelay(t, cfg)
 	require.NoError(t, r.Start(context.Background()))
@@ -110,7 +110,7 @@ func (b *testBundle) start(t *testing.T, cfg relay.Config) *relay.Relay {
 // newRelay returns a relay on the bundle's schema, with the tests' quick
 // timings where cfg leaves them unset, not started, and stopped when the
 // test ends.
-func (b *testBundle) newRelay(t *testing.T, cfg relay.Config) *relay.Relay {
+func (b *testBundle) newRelay(t testing.TB, cfg relay.Config) *relay.Relay {
 	t.Helper()
 	cfg.Schema = b.schema
 	if cfg.ListenConnConfig == nil && !cfg.PollOnly {
@@ -135,7 +135,7 @@ func (b *testBundle) newRelay(t *testing.T, cfg relay.Config) *relay.Relay {
 	return r
 }
 
-func (b *testBundle) waitFor(t *testing.T, q string, args ...any) {
+func (b *testBundle) waitFor(t testing.TB, q string, args ...any) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		var ok bool

@@ -49,9 +49,9 @@ func NewRelay(mp metric.MeterProvider, tp trace.TracerProvider, propagator propa
 // Publishing starts a span per message about to be published to topic.
 // Each continues the trace in the message's metadata (the producer's, put
 // there by outbox.Write) and replaces it with its own, so the consumer's
-// handler becomes a child of the publish. Call end with Publish's error,
-// once.
-func (r *Relay) Publishing(topic string, msgs []*message.Message) (end func(error)) {
+// handler becomes a child of the publish. Call end once the call has
+// returned, once, with errOf(i) giving message i's error (nil: published).
+func (r *Relay) Publishing(topic string, msgs []*message.Message) (end func(errOf func(i int) error)) {
 	spans := make([]trace.Span, len(msgs))
 	for i, m := range msgs {
 		carrier := propagation.MapCarrier(m.Metadata)
@@ -69,21 +69,24 @@ func (r *Relay) Publishing(topic string, msgs []*message.Message) (end func(erro
 			))
 		r.propagator.Inject(ctx, carrier)
 	}
-	return func(err error) {
-		ctx := context.Background()
-		attrs := metric.WithAttributeSet(attribute.NewSet(AttrTopic.String(topic)))
-		if err != nil {
-			r.failures.Add(ctx, int64(len(msgs)), attrs)
-		} else {
-			r.published.Add(ctx, int64(len(msgs)), attrs)
-		}
+	return func(errOf func(i int) error) {
+		var failed int64
 		now := time.Now()
-		for _, s := range spans {
-			if err != nil {
+		for i, s := range spans {
+			if err := errOf(i); err != nil {
+				failed++
 				s.RecordError(err)
 				s.SetStatus(codes.Error, err.Error())
 			}
 			s.End(trace.WithTimestamp(now))
+		}
+		ctx := context.Background()
+		attrs := metric.WithAttributeSet(attribute.NewSet(AttrTopic.String(topic)))
+		if failed > 0 {
+			r.failures.Add(ctx, failed, attrs)
+		}
+		if published := int64(len(msgs)) - failed; published > 0 {
+			r.published.Add(ctx, published, attrs)
 		}
 	}
 }
