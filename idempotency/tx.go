@@ -32,6 +32,13 @@ type TxHandlerFunc func(w http.ResponseWriter, r *http.Request, tx pgx.Tx)
 // commits, and the client gets a problem response (500, or 409 when a retry
 // holds the key) telling it to retry.
 //
+// A database outage (a failover, a restart) that cuts tx is waited out for
+// up to Config.OutageRetry: cut before its commit, tx rolled back and next
+// runs again, on a new transaction, with the same request body; cut at its
+// commit, the key tells whether the commit happened, and next never runs
+// again for one that did. So next may run more than once for one request,
+// but only one of its transactions commits.
+//
 // next must not commit or roll back tx, and must not keep it after
 // returning. A request that carries no key (with Config.AllowMissingKey) or
 // uses a method outside Config.Methods still runs in a transaction, which
