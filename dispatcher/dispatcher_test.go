@@ -347,6 +347,40 @@ func TestLostTransactionRollsBackTheWholeBatch(t *testing.T) {
 	require.Zero(t, left, "the worker takes back its lost batch's claim record")
 }
 
+// A handler that breaks its own session every time cannot be told from a
+// database outage by the cut alone: it is given its attempt back a few
+// times, then charged, and its message, on its last attempt, ends dead
+// instead of looping for ever.
+func TestAHandlerThatAlwaysBreaksItsSessionEndsDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receiveMsgs(t, inbox.Message{ID: "m", EventType: "OrderPlaced", MaxAttempts: 1})
+
+	var calls atomic.Int32
+	b.start(t, dispatcher.Config{
+		// One worker, to count the calls: with more, another may claim the
+		// message while the cut batch's worker is still settling it.
+		Workers: 1,
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+			calls.Add(1)
+			if err := b.recordEffect(ctx, tx, m); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
+			return err
+		})},
+	})
+	b.waitSettled(t)
+
+	r := b.row(t, "m")
+	require.Equal(t, "dead", r.Status)
+	require.Equal(t, 1, r.Attempts)
+	require.Len(t, r.Errors, 1)
+	require.Contains(t, r.Errors[0].Error, "terminating connection")
+	require.Equal(t, int32(4), calls.Load(), "three attempts given back, the fourth charged")
+	require.Empty(t, b.effects(t))
+}
+
 // A batch whose commit the server cut (its session ended while it
 // committed, as in a failover) charges no attempt either: its messages,
 // each on its last attempt, run again and are done, not dead.

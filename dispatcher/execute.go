@@ -55,7 +55,8 @@ func (d *Dispatcher) handleInTx(ctx context.Context, tx pgx.Tx, b *batch) bool {
 	ctx = context.WithoutCancel(ctx)
 	if len(b.run) > 0 && b.rescue && !cut {
 		// A rescued message's earlier lost attempt is recorded with its
-		// reconciliation.
+		// reconciliation, this batch's own record included.
+		d.held.drop(b.xid)
 		d.reconcile(ctx)
 		return false
 	}
@@ -68,10 +69,11 @@ func (d *Dispatcher) handleInTx(ctx context.Context, tx pgx.Tx, b *batch) bool {
 // cut it (cut): then the attempts it cut are not among them.
 //
 // A cut connection does not tell an outage from a handler that broke its
-// own session (by crashing its server backend, say): such a handler is
-// given its attempt back as often as it does so, and its message never
-// ends dead. A handler that ran out of its HandlerTimeout is not given
-// back: pgx may close its connection to end its statement.
+// own session (by crashing its server backend, say): a message is given
+// its cut attempt back at most maxCutRefunds times (see cuts), so that
+// such a handler's message still ends dead. A handler that ran out of its
+// HandlerTimeout is not given its attempt back: pgx may close its
+// connection to end its statement.
 func (d *Dispatcher) runTx(ctx context.Context, tx pgx.Tx, b *batch) (fallback []outcome, cut bool, err error) {
 	outcomes := make([]outcome, 0, len(b.inTx))
 	for _, c := range b.inTx {
@@ -94,7 +96,7 @@ func (d *Dispatcher) runTx(ctx context.Context, tx pgx.Tx, b *batch) (fallback [
 	if rest := slices.DeleteFunc(slices.Clone(outcomes), isDone); len(rest) > 0 {
 		n, err := d.complete(ctx, tx, b.token, rest)
 		if dberr.Cut(err) {
-			return failures(outcomes), true, err
+			return d.cutAll(b.inTx, outcomes, fmt.Errorf("record outcomes: %w", err)), true, err
 		}
 		if err != nil {
 			return failures(d.failAll(b.inTx, fmt.Errorf("record outcomes: %w", err))), false, err
@@ -110,7 +112,7 @@ func (d *Dispatcher) runTx(ctx context.Context, tx pgx.Tx, b *batch) (fallback [
 		if dberr.Cut(err) {
 			// The commit may even have happened: settleSQL then finds
 			// the messages done, and changes nothing.
-			return failures(outcomes), true, err
+			return d.cutAll(b.inTx, outcomes, fmt.Errorf("commit: %w", err)), true, err
 		}
 		// Which message's writes failed at commit (a deferred constraint,
 		// say) cannot be told, so each attempt counts as failed.
@@ -144,7 +146,10 @@ func (d *Dispatcher) runInSavepoint(ctx context.Context, tx pgx.Tx, b *batch, c 
 	case failure == nil:
 		return done(c), nil, false
 	case dberr.Cut(broken) && !errors.Is(handlerErr, context.DeadlineExceeded):
-		return released(c), broken, true
+		if d.cuts.refund(c.msg.ID) {
+			return released(c), broken, true
+		}
+		return d.failed(c, failure, trace), broken, true
 	case broken != nil && handlerErr == nil:
 		return d.failed(c, fmt.Errorf("savepoint: %w", failure), ""), broken, false
 	}
@@ -294,6 +299,20 @@ func (d *Dispatcher) releaseAll(batch []*claimed) []outcome {
 	out := make([]outcome, 0, len(batch))
 	for _, c := range batch {
 		out = append(out, released(c))
+	}
+	return out
+}
+
+// cutAll returns the failed attempts to record of a batch whose outcomes
+// (one per message of batch) a database outage lost with its transaction
+// (err): its failures, and the attempts of the others that cuts gives back
+// no more.
+func (d *Dispatcher) cutAll(batch []*claimed, outcomes []outcome, err error) []outcome {
+	out := failures(slices.Clone(outcomes))
+	for i, o := range outcomes {
+		if isDone(o) && !d.cuts.refund(o.id) {
+			out = append(out, d.failed(batch[i], err, ""))
+		}
 	}
 	return out
 }
