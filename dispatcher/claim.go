@@ -116,10 +116,11 @@ func (d *Dispatcher) recordClaim(ctx context.Context, tx pgx.Tx, b *batch) bool 
 		return true
 	}
 	var recorded, stale bool
+	// Held before its record exists (runBatch drops it), so that no other
+	// worker of this process, reading the list later, can see the record
+	// without it.
+	d.held.add(b.xid)
 	err := d.records.QueryRow(ctx, d.q.recordClaim, d.consumer, b.xid, ids(b.run), d.held.list()).Scan(&recorded, &stale)
-	if err == nil && recorded {
-		d.held.add(b.xid) // runBatch drops it
-	}
 	switch {
 	case err != nil:
 		d.cfg.Logger.Error("dispatcher: could not record a claim; its messages will be claimed again",

@@ -347,6 +347,45 @@ func TestLostTransactionRollsBackTheWholeBatch(t *testing.T) {
 	require.Zero(t, left, "the worker takes back its lost batch's claim record")
 }
 
+// The other workers of a process whose batch an outage cut leave that
+// batch's claim record to its worker, which gives the attempts back: they
+// do not count it as a lost batch (a crash's), which would charge them.
+func TestACutBatchIsNotCountedAsLostByTheOtherWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	msgs := make([]inbox.Message, 40)
+	for i := range msgs {
+		msgs[i] = inbox.Message{ID: fmt.Sprintf("m%02d", i), EventType: "OrderPlaced", MaxAttempts: 1}
+	}
+	b.receiveMsgs(t, msgs...)
+
+	var cut sync.Map // ids whose first attempt was cut
+	b.start(t, dispatcher.Config{
+		BatchSize: 1,
+		Workers:   4,
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+			if err := b.recordEffect(ctx, tx, m); err != nil {
+				return err
+			}
+			if _, seen := cut.LoadOrStore(m.ID, true); !seen && m.ID[2]%2 == 0 {
+				_, err := tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
+				return err
+			}
+			return nil
+		})},
+	})
+	b.waitSettled(t)
+
+	var charged int
+	b.scalar(t, &charged, "SELECT count(*) FROM /* schema */inbox WHERE status <> 'done' OR attempts <> 1 OR errors <> '[]'")
+	require.Zero(t, charged, "messages charged for a cut")
+	effects := b.effects(t)
+	require.Len(t, effects, len(msgs))
+	for id, n := range effects {
+		require.Equal(t, 1, n, id)
+	}
+}
+
 // A handler that breaks its own session every time cannot be told from a
 // database outage by the cut alone: it is given its attempt back a few
 // times, then charged, and its message, on its last attempt, ends dead
