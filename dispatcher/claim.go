@@ -116,7 +116,11 @@ func (d *Dispatcher) recordClaim(ctx context.Context, tx pgx.Tx, b *batch) bool 
 		return true
 	}
 	var recorded, stale bool
-	err := d.records.QueryRow(ctx, d.q.recordClaim, d.consumer, b.xid, ids(b.run)).Scan(&recorded, &stale)
+	// Held before its record exists (runBatch drops it), so that no other
+	// worker of this process, reading the list later, can see the record
+	// without it.
+	d.held.add(b.xid)
+	err := d.records.QueryRow(ctx, d.q.recordClaim, d.consumer, b.xid, ids(b.run), d.held.list()).Scan(&recorded, &stale)
 	switch {
 	case err != nil:
 		d.cfg.Logger.Error("dispatcher: could not record a claim; its messages will be claimed again",
@@ -133,13 +137,13 @@ func (d *Dispatcher) recordClaim(ctx context.Context, tx pgx.Tx, b *batch) bool 
 	return err == nil && recorded
 }
 
-// reconcile counts the attempts of lost batches (see reconcileSQL). If it
-// fails, the next claim tries again: until then no batch of this consumer
+// reconcile counts the attempts of lost batches (see reconcileSQL), but
+// for those this process holds (see held). If it fails, the next claim tries again: until then no batch of this consumer
 // runs its handlers.
 func (d *Dispatcher) reconcile(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
 	defer cancel()
-	rows, err := d.pool.Query(ctx, d.q.reconcile, d.q.byKey, d.consumer, lostBatchError, leaseExpiredError)
+	rows, err := d.pool.Query(ctx, d.q.reconcile, d.q.byKey, d.consumer, lostBatchError, leaseExpiredError, d.held.list())
 	if err != nil {
 		d.cfg.Logger.Error("dispatcher: could not count the attempts of a lost batch; will try again",
 			slog.String("consumer", d.consumer), slog.String("error", err.Error()))

@@ -32,6 +32,8 @@ var ErrStopped = workloop.ErrStopped
 type Dispatcher struct {
 	cfg         Config
 	consumer    string             // cfg.Inbox's
+	cuts        cuts               // attempts a database outage cut, given back
+	held        held               // batches whose claim record this process will take back
 	frontier    *frontier.Frontier // where claims start (TestAClaimStartsAtTheFrontier)
 	gauges      telemetry.Registration
 	hooks       testHooks

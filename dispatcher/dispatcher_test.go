@@ -295,16 +295,18 @@ func TestAttemptIsCommittedBeforeTheHandlerRuns(t *testing.T) {
 }
 
 // A worker that loses its batch transaction in the middle of a handler
-// (here the server ends its session, as after a network cut or an
+// (here the server ends its session, as in a failover, a restart or an
 // operator's pg_terminate_backend) loses every write of the batch, business
-// writes and done marks alike. The culprit's attempt is counted and
-// recorded as failed; its neighbour simply runs again, its attempt given
-// back.
+// writes and done marks alike. That is the database's outage, not the
+// messages' fault: neither attempt is charged, even the last one, nor
+// recorded in the history; both messages simply run again.
 func TestLostTransactionRollsBackTheWholeBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.receive(t, "m", "n")
+	b.receiveMsgs(t, inbox.Message{ID: "m", EventType: "OrderPlaced", MaxAttempts: 1},
+		inbox.Message{ID: "n", EventType: "OrderPlaced", MaxAttempts: 1})
 
+	var cut atomic.Bool
 	b.start(t, dispatcher.Config{
 		BatchSize: 2,
 		Workers:   1, // no other worker to count the lost batch first (as lost, both attempts)
@@ -312,7 +314,7 @@ func TestLostTransactionRollsBackTheWholeBatch(t *testing.T) {
 			if err := b.recordEffect(ctx, tx, m); err != nil {
 				return err
 			}
-			if m.ID == "n" && m.Attempt == 1 {
+			if m.ID == "n" && cut.CompareAndSwap(false, true) {
 				// The server's pid, not the client's idea of it: behind
 				// PgBouncer they differ.
 				var pid int32
@@ -327,21 +329,138 @@ func TestLostTransactionRollsBackTheWholeBatch(t *testing.T) {
 	})
 	b.waitSettled(t)
 
-	m, n := b.row(t, "m"), b.row(t, "n")
-	require.Equal(t, []string{"done", "done"}, []string{m.Status, n.Status})
-	require.Equal(t, 1, m.Attempts, "the neighbour's attempt is given back")
-	require.Empty(t, m.Errors)
-	require.Equal(t, 2, n.Attempts)
-	require.Len(t, n.Errors, 1)
-	require.Contains(t, n.Errors[0].Error, "terminating connection")
+	require.True(t, cut.Load())
+	for _, id := range []string{"m", "n"} {
+		r := b.row(t, id)
+		require.Equal(t, "done", r.Status, id)
+		require.Equal(t, 1, r.Attempts, "%s: the cut attempt is given back", id)
+		require.Empty(t, r.Errors, id)
+		require.Nil(t, r.LastError, id)
+	}
 	rows, err := b.pool.Query(context.Background(), b.sql("SELECT message_id || ' ' || attempt FROM /* schema */effects ORDER BY 1"))
 	require.NoError(t, err)
 	effects, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Equal(t, []string{"m 1", "n 2"}, effects, "each effect once: the lost transaction's writes are gone")
+	require.Equal(t, []string{"m 1", "n 1"}, effects, "each effect once: the lost transaction's writes are gone")
 	var left int
 	b.scalar(t, &left, "SELECT count(*) FROM /* schema */inbox_claims WHERE pg_xact_status(xid) = 'aborted'")
 	require.Zero(t, left, "the worker takes back its lost batch's claim record")
+}
+
+// The other workers of a process whose batch an outage cut leave that
+// batch's claim record to its worker, which gives the attempts back: they
+// do not count it as a lost batch (a crash's), which would charge them.
+func TestACutBatchIsNotCountedAsLostByTheOtherWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	msgs := make([]inbox.Message, 40)
+	for i := range msgs {
+		msgs[i] = inbox.Message{ID: fmt.Sprintf("m%02d", i), EventType: "OrderPlaced", MaxAttempts: 1}
+	}
+	b.receiveMsgs(t, msgs...)
+
+	var cut sync.Map // ids whose first attempt was cut
+	b.start(t, dispatcher.Config{
+		BatchSize: 1,
+		Workers:   4,
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+			if err := b.recordEffect(ctx, tx, m); err != nil {
+				return err
+			}
+			if _, seen := cut.LoadOrStore(m.ID, true); !seen && m.ID[2]%2 == 0 {
+				_, err := tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
+				return err
+			}
+			return nil
+		})},
+	})
+	b.waitSettled(t)
+
+	var charged int
+	b.scalar(t, &charged, "SELECT count(*) FROM /* schema */inbox WHERE status <> 'done' OR attempts <> 1 OR errors <> '[]'")
+	require.Zero(t, charged, "messages charged for a cut")
+	effects := b.effects(t)
+	require.Len(t, effects, len(msgs))
+	for id, n := range effects {
+		require.Equal(t, 1, n, id)
+	}
+}
+
+// A handler that breaks its own session every time cannot be told from a
+// database outage by the cut alone: it is given its attempt back a few
+// times, then charged, and its message, on its last attempt, ends dead
+// instead of looping for ever.
+func TestAHandlerThatAlwaysBreaksItsSessionEndsDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.receiveMsgs(t, inbox.Message{ID: "m", EventType: "OrderPlaced", MaxAttempts: 1})
+
+	var calls atomic.Int32
+	b.start(t, dispatcher.Config{
+		// One worker, to count the calls: with more, another may claim the
+		// message while the cut batch's worker is still settling it.
+		Workers: 1,
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+			calls.Add(1)
+			if err := b.recordEffect(ctx, tx, m); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
+			return err
+		})},
+	})
+	b.waitSettled(t)
+
+	r := b.row(t, "m")
+	require.Equal(t, "dead", r.Status)
+	require.Equal(t, 1, r.Attempts)
+	require.Len(t, r.Errors, 1)
+	require.Contains(t, r.Errors[0].Error, "terminating connection")
+	require.Equal(t, int32(4), calls.Load(), "three attempts given back, the fourth charged")
+	require.Empty(t, b.effects(t))
+}
+
+// A batch whose commit the server cut (its session ended while it
+// committed, as in a failover) charges no attempt either: its messages,
+// each on its last attempt, run again and are done, not dead.
+func TestCutCommitChargesNoAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// At the commit of the first transaction that wrote an effect, the
+	// server ends that transaction's session: a deferred trigger runs
+	// while it commits. The sequence says "first" whatever rolls back.
+	b.exec(t, "CREATE SEQUENCE /* schema */cuts")
+	b.exec(t, `CREATE FUNCTION /* schema */cut_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF nextval('`+b.schema+`.cuts') = 1 THEN
+				PERFORM pg_terminate_backend(pg_backend_pid());
+			END IF;
+			RETURN NULL;
+		END $$`)
+	b.exec(t, `CREATE CONSTRAINT TRIGGER cut_commit AFTER INSERT ON /* schema */effects
+		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION /* schema */cut_commit()`)
+	b.receiveMsgs(t, inbox.Message{ID: "m", EventType: "OrderPlaced", MaxAttempts: 1},
+		inbox.Message{ID: "n", EventType: "OrderPlaced", MaxAttempts: 1})
+
+	b.start(t, dispatcher.Config{
+		BatchSize: 2,
+		Workers:   1,
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
+			return b.recordEffect(ctx, tx, m)
+		})},
+	})
+	b.waitSettled(t)
+
+	var cuts int
+	b.scalar(t, &cuts, "SELECT last_value FROM /* schema */cuts")
+	require.Greater(t, cuts, 2, "a commit was cut, and the messages ran again")
+	for _, id := range []string{"m", "n"} {
+		r := b.row(t, id)
+		require.Equal(t, "done", r.Status, id)
+		require.Equal(t, 1, r.Attempts, "%s: the cut attempt is given back", id)
+		require.Empty(t, r.Errors, id)
+	}
+	require.Equal(t, map[string]int{"m": 1, "n": 1}, b.effects(t))
 }
 
 // A worker paused between its claim and its handlers past its lease (a

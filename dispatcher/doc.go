@@ -92,7 +92,12 @@
 // neighbours' are kept. If a handler's context ends while its query is
 // running, pgx closes the connection and the transaction is lost: the
 // handler's attempt is recorded as failed, and its neighbours go back to
-// pending without spending an attempt and run again.
+// pending without spending an attempt and run again. A database outage
+// that cuts the transaction (a failover or switchover, a restart, a
+// session ended by the server) is nobody's fault among the messages: the
+// attempt it cut is given back too, with nothing in its history, up to
+// three times per message and process, after which it is charged (a
+// handler that breaks its own session every time still ends dead).
 //
 // Messages that share an ordering key are claimed only at the head of
 // their key (no earlier message of the key pending, running or dead), so

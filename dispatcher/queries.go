@@ -188,7 +188,8 @@ const (
 // recorded the claim and whether a lost batch is waiting to be reconciled.
 //
 // It refuses, recording nothing, when a claim of this consumer whose
-// transaction aborted has not been reconciled yet: its messages may be in
+// transaction aborted has not been reconciled yet (but for the claims of
+// $4, the batches this process holds and settles itself, see held): its messages may be in
 // this very batch, pending again with their lost attempt uncounted, and
 // would otherwise run with neighbours instead of alone. It refuses too when
 // $2 is no longer running: the batch's transaction was ended under the
@@ -206,7 +207,7 @@ const (
 const recordClaimSQL = `
 WITH stale AS (
     SELECT 1 FROM /* schema */inbox_claims
-    WHERE consumer = $1 AND pg_xact_status(xid) = 'aborted'
+    WHERE consumer = $1 AND pg_xact_status(xid) = 'aborted' AND xid <> ALL ($4::text[]::xid8[])
     LIMIT 1
 ),
 finished AS (
@@ -228,7 +229,8 @@ recorded AS (
 SELECT EXISTS (SELECT 1 FROM recorded), EXISTS (SELECT 1 FROM stale)`
 
 // reconcileSQL counts the attempts of consumer $1's lost batches: claims
-// recorded by transactions that aborted. Each of their messages still
+// recorded by transactions that aborted, but for those of $4 (the
+// batches this process holds and settles itself, see held). Each of their messages still
 // pending or running gets its attempt counted and recorded in its history
 // (with the leased attempt before it, if that was lost unrecorded too, see
 // claimSQL), and is then either dead, if that was its last attempt, or
@@ -241,7 +243,7 @@ SELECT EXISTS (SELECT 1 FROM recorded), EXISTS (SELECT 1 FROM stale)`
 const reconcileSQL = `
 WITH lost_batches AS (
     DELETE FROM /* schema */inbox_claims
-    WHERE consumer = $1 AND pg_xact_status(xid) = 'aborted'
+    WHERE consumer = $1 AND pg_xact_status(xid) = 'aborted' AND xid <> ALL ($4::text[]::xid8[])
     RETURNING message_ids, claimed_at
 ),
 lost AS (

@@ -28,6 +28,10 @@ const (
 	MaxRequestBytesDefault = 1 << 20
 	// MethodDefault is the method protected when Config.Methods is empty.
 	MethodDefault = http.MethodPost
+	// OutageRetryDefault is the default Config.OutageRetry: long enough for
+	// a typical managed failover or switchover (RDS Multi-AZ, Cloud SQL HA,
+	// Patroni, pg_auto_failover), whose tail is some 15 to 25 seconds.
+	OutageRetryDefault = 25 * time.Second
 	// RetryAfterDefault is the default Config.RetryAfter.
 	RetryAfterDefault = time.Second
 )
@@ -88,6 +92,22 @@ type Config struct {
 	// Defaults to POST only.
 	Methods []string
 
+	// OutageRetry is how long a request waits out an outage of the
+	// database (a failover or switchover, a restart: connections refused,
+	// reset or ended by the server, a primary turned read-only) before it is
+	// answered 503: its statements are tried again meanwhile, with a short
+	// backoff, so that the client sees a slower answer rather than an error.
+	// The wait is counted from the request's arrival, and ends early when the
+	// client goes away. Only what is safe is tried again: the key's claim
+	// and lookup before the handler runs; with WrapTx, also the whole handler
+	// when its transaction was cut before its commit (rolled back, so it
+	// runs again from the start, with the same body), and a commit whose
+	// outcome was lost is looked up, not run again. With Wrap, a response
+	// whose storing the outage cut is still sent as before (see Wrap).
+	// Defaults to OutageRetryDefault (25 seconds); -1 (any negative value)
+	// answers 503 at the first failure, as a middleware without it would.
+	OutageRetry time.Duration
+
 	// ReplayHeaders are response headers stored and replayed besides the
 	// defaults, which are Content-Encoding, Content-Language,
 	// Content-Length, Content-Type and Location. Other headers reach the
@@ -134,6 +154,7 @@ func (c Config) WithDefaults() Config {
 	if len(c.Methods) == 0 {
 		c.Methods = []string{MethodDefault}
 	}
+	c.OutageRetry = cmp.Or(c.OutageRetry, OutageRetryDefault)
 	c.RetryAfter = cmp.Or(c.RetryAfter, RetryAfterDefault)
 	if c.RouteFunc == nil {
 		c.RouteFunc = DefaultRoute

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -143,4 +144,55 @@ func ExampleMiddleware_WrapTx() {
 	// 201 Created: {"charge":2}
 	// 201 Created (replayed): {"charge":2}
 	// charges: 1
+}
+
+// A database outage (a failover, a restart) that cuts a WrapTx handler's
+// transaction is waited out inside the request, for up to
+// Config.OutageRetry: the transaction rolled back, so the handler runs
+// again and the client gets its 201, not a 503. Here the handler's first
+// run ends its own session, as a failover would.
+func ExampleConfig_outageRetry() {
+	ctx := context.Background()
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_idempotency_outage")
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	if _, err := db.Pool.Exec(ctx, "CREATE TABLE "+db.Table("charges")+" (id serial PRIMARY KEY, cents int)"); err != nil {
+		panic(err)
+	}
+
+	idem, err := idempotency.New(db.Pool, idempotency.Config{
+		OutageRetry: 20 * time.Second, // the default is idempotency.OutageRetryDefault; -1 answers 503 at once
+		Schema:      db.Schema,
+	})
+	if err != nil {
+		panic(err)
+	}
+	var runs atomic.Int64
+	mux := http.NewServeMux()
+	mux.Handle("POST /charges", idem.WrapTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) {
+		if runs.Add(1) == 1 {
+			_, _ = tx.Exec(r.Context(), "SELECT pg_terminate_backend(pg_backend_pid())") // the failover
+		}
+		var id int
+		if err := tx.QueryRow(r.Context(), "INSERT INTO "+db.Table("charges")+" (cents) VALUES (4200) RETURNING id").Scan(&id); err != nil {
+			http.Error(w, "try again", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"charge":%d}`, id)
+	}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	post(srv.Client(), srv.URL+"/charges", "charge-order-18", `{"cents":4200}`)
+	var charges int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Table("charges")).Scan(&charges); err != nil {
+		panic(err)
+	}
+	fmt.Println("handler runs:", runs.Load(), "charges:", charges)
+	// Output:
+	// 201 Created: {"charge":1}
+	// handler runs: 2 charges: 1
 }

@@ -163,9 +163,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, run func(http
 	if m.cfg.ScopeFunc != nil {
 		c.caller = scopeName(m.cfg.ScopeFunc(r))
 	}
-	ctx, cancel := bookkeeping(r)
-	defer cancel()
-	got, err := m.acquire(ctx, c, fingerprint(r, body))
+	fp := fingerprint(r, body)
+	var got acquired
+	err = m.outage(r, c).retry(func(ctx context.Context) (err error) {
+		got, err = m.acquire(ctx, c, fp)
+		return err
+	})
 	switch {
 	case err != nil:
 		m.unavailable(w, c, "look up the key", err)
@@ -193,7 +196,9 @@ type acquired struct {
 }
 
 // acquire claims c's key for this request, or says why it cannot. See
-// queries.go for how each statement keeps concurrent requests apart.
+// queries.go for how each statement keeps concurrent requests apart. It
+// may be tried again after an outage cut it: a claim made under c's token
+// is c's.
 func (m *Middleware) acquire(ctx context.Context, c *claim, fp []byte) (acquired, error) {
 	lease, expiry := m.cfg.Lease.Milliseconds(), m.cfg.Expiry.Milliseconds()
 	for range maxAcquireTries {
@@ -205,39 +210,34 @@ func (m *Middleware) acquire(ctx context.Context, c *claim, fp []byte) (acquired
 			return acquired{claimed: true}, nil
 		}
 
-		var (
-			state              string
-			stored             []byte
-			token              *int64
-			leaseOver, expired bool
-			status             *int32
-			headers, body      []byte
-		)
-		err = m.pool.QueryRow(ctx, m.q.lookup, c.route, c.caller, c.key).
-			Scan(&state, &stored, &token, &leaseOver, &expired, &status, &headers, &body)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue // released or deleted since the claim: claim again
-		}
+		k, err := m.look(ctx, c)
 		if err != nil {
 			return acquired{}, err
 		}
-		running := state == "in_progress"
+		if !k.found {
+			continue // released or deleted since the claim: claim again
+		}
+		running := k.state == "in_progress"
 
 		var sql string
 		var args []any
 		switch {
-		case expired && (!running || leaseOver):
+		case running && k.token != nil && *k.token == c.token:
+			// This request's own claim, made by an earlier try whose
+			// answer an outage cut (see outage).
+			return acquired{claimed: true}, nil
+		case k.expired && (!running || k.leaseOver):
 			sql, args = m.q.restart, []any{c.route, c.caller, c.key, fp, c.token, lease, expiry}
-		case !bytes.Equal(stored, fp):
+		case !bytes.Equal(k.fingerprint, fp):
 			return acquired{mismatch: true}, nil
 		case !running:
-			res := response{body: body, header: http.Header{}, status: int(*status)}
-			if err := json.Unmarshal(headers, &res.header); err != nil {
-				return acquired{}, fmt.Errorf("decode stored headers: %w", err)
+			res, err := k.response()
+			if err != nil {
+				return acquired{}, err
 			}
 			return acquired{replay: &res}, nil
-		case leaseOver:
-			sql, args = m.q.takeOver, []any{c.route, c.caller, c.key, *token, c.token, lease}
+		case k.leaseOver:
+			sql, args = m.q.takeOver, []any{c.route, c.caller, c.key, *k.token, c.token, lease}
 		default:
 			return acquired{}, nil // running: 409
 		}
@@ -257,11 +257,42 @@ func (m *Middleware) acquire(ctx context.Context, c *claim, fp []byte) (acquired
 	return acquired{}, nil // still contended: 409, and the client retries
 }
 
+// keyRow is a key's row as lookupSQL reads it; found is false when there
+// is none.
+type keyRow struct {
+	found              bool
+	state              string
+	fingerprint        []byte
+	token              *int64
+	leaseOver, expired bool
+	status             *int32
+	headers, body      []byte
+}
+
+// look reads c's key.
+func (m *Middleware) look(ctx context.Context, c *claim) (keyRow, error) {
+	k := keyRow{found: true}
+	err := m.pool.QueryRow(ctx, m.q.lookup, c.route, c.caller, c.key).
+		Scan(&k.state, &k.fingerprint, &k.token, &k.leaseOver, &k.expired, &k.status, &k.headers, &k.body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return keyRow{}, nil
+	}
+	return k, err
+}
+
+// response is the stored response of a key that is done.
+func (k keyRow) response() (response, error) {
+	res := response{body: k.body, header: http.Header{}, status: int(*k.status)}
+	if err := json.Unmarshal(k.headers, &res.header); err != nil {
+		return response{}, fmt.Errorf("decode stored headers: %w", err)
+	}
+	return res, nil
+}
+
 // run runs a Wrap handler for a claimed key, then stores its response (or
 // releases the key) and sends it.
 func (m *Middleware) run(w http.ResponseWriter, r *http.Request, c *claim, next http.Handler) {
-	ctx, cancel := bookkeeping(r)
-	defer cancel()
+	o := m.outage(r, c)
 	rec := newRecorder()
 	returned := false
 	defer func() {
@@ -269,7 +300,7 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, c *claim, next 
 			// next panicked (the panic goes on to net/http, which logs it
 			// and drops the connection) or called runtime.Goexit. Nothing
 			// was sent: free the key so that the client's retry runs afresh.
-			m.release(ctx, c)
+			m.release(o, c)
 		}
 	}()
 	m.call(rec, r, func(w http.ResponseWriter, r *http.Request) { next.ServeHTTP(w, r) })
@@ -277,10 +308,12 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, c *claim, next 
 
 	res := rec.finish()
 	if !final(res.status) {
-		m.release(ctx, c)
+		m.release(o, c)
 		res.write(w)
 		return
 	}
+	ctx, cancel := bookkeeping(r)
+	defer cancel()
 	n, err := m.complete(ctx, m.pool, c, res)
 	switch {
 	case err != nil:
@@ -321,14 +354,20 @@ func (m *Middleware) complete(ctx context.Context, db dbtx, c *claim, res respon
 	return tag.RowsAffected(), nil
 }
 
-// release forgets c's key, so the client's retry runs the handler afresh.
-// Failing that, the key stays locked until its lease ends, and the retry
-// waits that long: logged, nothing worse.
-func (m *Middleware) release(ctx context.Context, c *claim) {
+// release forgets c's key, so the client's retry runs the handler afresh,
+// waiting out an outage within o's budget. Failing that, the key stays
+// locked until its lease ends, and the retry waits that long: logged,
+// nothing worse.
+func (m *Middleware) release(o *outage, c *claim) {
 	if c == nil {
 		return
 	}
-	if _, err := m.pool.Exec(ctx, m.q.release, c.route, c.caller, c.key, c.token); err != nil {
+	err := o.retry(func(ctx context.Context) error {
+		_, err := m.pool.Exec(ctx, m.q.release, c.route, c.caller, c.key, c.token)
+		return err
+	})
+	if err != nil {
+		ctx := context.Background()
 		m.cfg.Logger.ErrorContext(ctx, "idempotency: could not release the key; retries get 409 until its lease ends",
 			append(m.attrs(c), slog.String("error", m.explain(ctx, err).Error()))...)
 	}

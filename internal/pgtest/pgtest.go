@@ -165,9 +165,17 @@ var UntypedModes = []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeS
 // default mode.
 func NewPoolMode(tb testing.TB, mode pgx.QueryExecMode, maxConns int32) *pgxpool.Pool {
 	tb.Helper()
-	pool, err := newPool(context.Background(), maxConns, func(cfg *pgxpool.Config) {
+	return NewPoolWith(tb, maxConns, func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.DefaultQueryExecMode = mode
 	})
+}
+
+// NewPoolWith is NewPool with configure adjusting the pool's
+// configuration first: a test that breaks connections gives it a
+// DialFunc of its own, say.
+func NewPoolWith(tb testing.TB, maxConns int32, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	tb.Helper()
+	pool, err := newPool(context.Background(), maxConns, configure)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -47,6 +47,7 @@ import (
 	"github.com/pgbox/pgbox/dispatcher"
 	"github.com/pgbox/pgbox/idempotency"
 	"github.com/pgbox/pgbox/inbox"
+	"github.com/pgbox/pgbox/internal/dberr"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/natstest"
 	"github.com/pgbox/pgbox/internal/pgtest"
@@ -65,11 +66,11 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func TestFailover(t *testing.T) {
 	cl := startCluster(t)
 	t.Run("PrimaryKilled", func(t *testing.T) {
-		runUnderLoad(t, cl, "killed", func(t *testing.T) { cl.must(t, "kill-primary") })
+		runUnderLoad(t, cl, "killed", false, func(t *testing.T) { cl.must(t, "kill-primary") })
 	})
 	cl.must(t, "up") // the killed node rejoins, as the secondary
 	t.Run("Switchover", func(t *testing.T) {
-		runUnderLoad(t, cl, "switchover", func(t *testing.T) { cl.must(t, "switchover") })
+		runUnderLoad(t, cl, "switchover", true, func(t *testing.T) { cl.must(t, "switchover") })
 	})
 }
 
@@ -142,8 +143,9 @@ func later(a, b time.Time) time.Time {
 // runUnderLoad runs the whole pipeline on the cluster in schema
 // "failover_"+name, injects fault once warmup orders are handled, keeps the
 // load on until every component has worked on the new primary and after
-// more orders are acknowledged, lets it settle and checks it.
-func runUnderLoad(t *testing.T, cl *cluster, name string, fault func(*testing.T)) {
+// more orders are acknowledged, lets it settle and checks it (see check:
+// planned is a switchover's stricter check).
+func runUnderLoad(t *testing.T, cl *cluster, name string, planned bool, fault func(*testing.T)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup // the producer and the HTTP client
 	defer wg.Wait()
@@ -214,7 +216,7 @@ func runUnderLoad(t *testing.T, cl *cluster, name string, fault func(*testing.T)
 			l.count(`SELECT count(*) FROM /* schema */inbox WHERE status <> 'done'`) == 0
 	})
 	phase("settled")
-	l.check(t, name, promoted, pauses)
+	l.check(t, name, planned, promoted, pauses)
 }
 
 // components are what the test times, in the order reported.
@@ -389,7 +391,14 @@ func (l *load) startPipeline(t *testing.T, b broker) {
 					return err
 				}
 				// The outside call: committed on its own, before the done mark.
+				// Its service (here the same database) being down is not
+				// the message's fault: the handler says so, as a handler
+				// calling a service that refuses connections would
+				// (dispatcher.Unavailable gives the attempt back).
 				_, err = l.pool.Exec(ctx, l.sql("INSERT INTO /* schema */emails (order_id, idempotency_key) VALUES ($1, $2)"), id, m.IdempotencyKey())
+				if dberr.Cut(err) {
+					return dispatcher.Unavailable(err)
+				}
 				return err
 			}),
 		},
