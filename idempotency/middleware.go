@@ -45,6 +45,7 @@ const maxAcquireTries = 3
 // concurrent use, and several processes may share one schema.
 type Middleware struct {
 	cfg          Config
+	bookkeeping  time.Duration // bookkeepingTimeout; tests shorten it
 	cleanupBatch int
 	cleanupHook  func(deleted int64) // tests: called after each statement
 	methods      map[string]bool
@@ -71,6 +72,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Middleware, error) {
 	}
 	m := &Middleware{
 		cfg:          cfg,
+		bookkeeping:  bookkeepingTimeout,
 		cleanupBatch: cleanupBatchDefault,
 		methods:      make(map[string]bool, len(cfg.Methods)),
 		pool:         pool,
@@ -312,7 +314,7 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, c *claim, next 
 		res.write(w)
 		return
 	}
-	ctx, cancel := bookkeeping(r)
+	ctx, cancel := m.bookkeepingContext(r)
 	defer cancel()
 	n, err := m.complete(ctx, m.pool, c, res)
 	switch {
@@ -419,10 +421,12 @@ func (m *Middleware) attrs(c *claim) []any {
 	return []any{slog.String("route", c.route), slog.String("caller", c.caller), slog.String("key", c.key)}
 }
 
-// bookkeeping returns the context for the middleware's own statements: not
-// cancelled when the client goes away, bounded by bookkeepingTimeout.
-func bookkeeping(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(r.Context()), bookkeepingTimeout)
+// bookkeepingContext returns the context for the middleware's own
+// statements: not cancelled when the client goes away, bounded by
+// bookkeepingTimeout from now. Make it when the statements are due, not
+// before the handler runs, whose time is its own (Config.HandlerTimeout).
+func (m *Middleware) bookkeepingContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), m.bookkeeping)
 }
 
 // newToken returns a random claim token: the fence on every write a

@@ -41,7 +41,7 @@ func (m *Middleware) outage(r *http.Request, c *claim) *outage {
 // spent; it returns op's last error.
 func (o *outage) retry(op func(ctx context.Context) error) error {
 	for {
-		ctx, cancel := bookkeeping(o.r)
+		ctx, cancel := o.m.bookkeepingContext(o.r)
 		err := op(ctx)
 		cancel()
 		if !o.again(err) {

@@ -112,20 +112,24 @@ func (m *Middleware) attemptTx(w http.ResponseWriter, r *http.Request, o *outage
 			m.unavailable(w, c, "begin the handler's transaction", err)
 		}
 	}
-	ctx, cancel := bookkeeping(r)
-	defer cancel()
-	defer func() { _ = tx.Rollback(ctx) }() // a no-op after Commit
-
 	rec := newRecorder()
 	returned := false
 	defer func() {
 		if !returned { // next panicked, or called runtime.Goexit
+			ctx, cancel := m.bookkeepingContext(r)
+			defer cancel()
 			_ = tx.Rollback(ctx)
 			m.release(o, c)
 		}
 	}()
 	m.call(rec, r, func(w http.ResponseWriter, r *http.Request) { next(w, r, tx) })
 	returned = true
+
+	// The middleware's own statements (store the response, commit) get
+	// their whole timeout from here: the handler may have run longer.
+	ctx, cancel := m.bookkeepingContext(r)
+	defer cancel()
+	defer func() { _ = tx.Rollback(ctx) }() // a no-op after Commit
 
 	res := rec.finish()
 	if !final(res.status) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -164,4 +165,32 @@ func TestWrapTxWithoutAKeyStillRunsInATransaction(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, send(h, request{method: http.MethodPut, target: "/charges?fail=1"}).Status)
 	require.Equal(t, 2, b.charges(t), "committed when final, rolled back otherwise")
 	require.Zero(t, b.count(t, "SELECT count(*) FROM /* schema */idempotency_keys"))
+}
+
+// The middleware's own statements are timed from when they run, not from
+// before the handler: a handler that takes longer than they may (its own
+// bound is Config.HandlerTimeout) still has its response stored and its
+// writes committed.
+func TestWrapTxStoresTheResponseOfAHandlerLongerThanTheBookkeepingTimeout(t *testing.T) {
+	t.Parallel()
+	m, b := setup(t, idempotency.Config{})
+	idempotency.SetBookkeepingTimeout(m, 200*time.Millisecond)
+	b.setupCharges(t)
+	h := m.WrapTx(func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) {
+		err := b.insertCharge(r.Context(), tx, "charged")
+		if err == nil {
+			// Longer than the middleware's statements may take.
+			_, err = tx.Exec(r.Context(), "SELECT pg_catalog.pg_sleep(0.6)")
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	req := request{target: "/charges", key: "slow", body: `{"cents":4200}`}
+
+	require.Equal(t, http.StatusCreated, send(h, req).Status)
+	require.Equal(t, 1, b.charges(t))
+	require.Equal(t, "done", b.row(t, "slow").State)
 }
