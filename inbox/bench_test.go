@@ -4,6 +4,9 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/pgtest"
@@ -19,35 +22,60 @@ func benchInbox(b *testing.B, cfg inbox.Config) *inbox.Inbox {
 	return in
 }
 
+// idKinds name the benchmarks' messages: undated (a business key), UUIDv7s,
+// and foreign ids dated by an IDTime (docs/design.md, "Dated foreign ids").
+var idKinds = []struct {
+	name    string
+	message func(i int) inbox.Message
+}{
+	{"undated", func(i int) inbox.Message {
+		return inbox.Message{ID: strconv.Itoa(i), EventType: "noop", Payload: []byte(`{}`)}
+	}},
+	{"UUIDv7", func(int) inbox.Message {
+		return inbox.Message{ID: uuid.Must(uuid.NewV7()).String(), EventType: "noop", Payload: []byte(`{}`)}
+	}},
+	{"dated foreign", func(i int) inbox.Message {
+		return inbox.Message{ID: strconv.Itoa(i), IDTime: time.Now(), EventType: "noop", Payload: []byte(`{}`)}
+	}},
+}
+
 // BenchmarkReceive stores one new message per op, each in its own
 // transaction.
 func BenchmarkReceive(b *testing.B) {
-	in := benchInbox(b, inbox.Config{})
-	ctx := context.Background()
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		if _, err := in.Receive(ctx, inbox.Message{ID: strconv.Itoa(i), EventType: "noop", Payload: []byte(`{}`)}); err != nil {
-			b.Fatal(err)
-		}
+	for _, k := range idKinds {
+		b.Run(k.name, func(b *testing.B) {
+			in := benchInbox(b, inbox.Config{})
+			ctx := context.Background()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if _, err := in.Receive(ctx, k.message(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
 // BenchmarkReceiveBatch stores new messages 100 to a statement; one op is
 // one message.
 func BenchmarkReceiveBatch(b *testing.B) {
-	in := benchInbox(b, inbox.Config{})
-	ctx := context.Background()
-	b.ReportAllocs()
-	msgs := make([]inbox.Message, 100)
-	for next := 0; next < b.N; {
-		msgs = msgs[:min(100, b.N-next)]
-		for i := range msgs {
-			msgs[i] = inbox.Message{ID: strconv.Itoa(next), EventType: "noop", Payload: []byte(`{}`)}
-			next++
-		}
-		if _, err := in.ReceiveBatch(ctx, msgs); err != nil {
-			b.Fatal(err)
-		}
+	for _, k := range idKinds {
+		b.Run(k.name, func(b *testing.B) {
+			in := benchInbox(b, inbox.Config{})
+			ctx := context.Background()
+			b.ReportAllocs()
+			msgs := make([]inbox.Message, 100)
+			for next := 0; next < b.N; {
+				msgs = msgs[:min(100, b.N-next)]
+				for i := range msgs {
+					msgs[i] = k.message(next)
+					next++
+				}
+				if _, err := in.ReceiveBatch(ctx, msgs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -42,6 +42,19 @@
 // turns (a transaction-scoped advisory lock), so that order is their commit
 // order, even when a receiving transaction that started first commits last.
 //
+// # What an id costs to keep
+//
+// The inbox keeps each consumer's messages for the retention window, so
+// that late redeliveries are still found. A UUIDv7 id, as pgbox's outbox
+// makes them, is dated by its own time and kept in its day's partition,
+// where a week of messages costs the hot paths nothing. An id that is no
+// UUIDv7 (a broker's message id, a business key) is dated likewise by
+// Message.IDTime, a time that every delivery of the id carries (an SQS
+// SentTimestamp, a Kafka record's timestamp); without one it is kept in
+// the inbox's generations, at the cost of an index of random ids.
+// docs/design.md, "Dated foreign ids", says how far dedupe reaches when
+// that time differs between deliveries.
+//
 // # Bad input
 //
 // A message with an empty or over-long id, no event type, a payload over

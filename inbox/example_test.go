@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -122,4 +123,36 @@ func ExampleInbox_Process() {
 	// duplicate
 	// duplicate
 	// charges: 1
+}
+
+// An SQS message's MessageId is random, but its SentTimestamp is the same
+// on every receive: given as IDTime, it dates the id, which is then kept
+// in that day's partition, as cheaply as a UUIDv7. A redelivery, even one
+// re-stamped an hour later by a retrying producer, is a duplicate.
+func ExampleMessage_iDTime() {
+	ctx := context.Background()
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_inbox_idtime")
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+
+	payments, err := inbox.New(db.Pool, inbox.Config{Consumer: "payments", Schema: db.Schema})
+	if err != nil {
+		panic(err)
+	}
+	sent := time.Now() // the broker's SentTimestamp
+	msg := inbox.Message{ID: "c9a5e2b0-3f1d-4e8a-b6c4-1d2e3f4a5b6c", IDTime: sent, EventType: "OrderPlaced", Payload: []byte(`{"order":17}`)}
+	for _, at := range []time.Time{sent, sent, sent.Add(time.Hour)} {
+		msg.IDTime = at
+		outcome, err := payments.Receive(ctx, msg)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(outcome)
+	}
+	// Output:
+	// accepted
+	// duplicate
+	// duplicate
 }

@@ -137,14 +137,17 @@ type Inbox struct {
 }
 
 type queries struct {
-	hash            string
-	layout          string
-	logConflicts    string
-	receive         string
-	receiveKeyless  string
-	receiveOne      string
-	receiveOneFirst string
-	seqName         string // the inbox's arrival sequence, as a quoted regclass
+	hash                string
+	layout              string
+	logConflicts        string
+	receive             string
+	receiveDated        string // receive for a batch with a dated foreign id
+	receiveKeyless      string
+	receiveKeylessDated string
+	receiveOne          string
+	receiveOneDated     string
+	receiveOneFirst     string
+	seqName             string // the inbox's arrival sequence, as a quoted regclass
 }
 
 // New returns an Inbox for cfg.Consumer. It does not touch the database:
@@ -166,14 +169,17 @@ func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 		pool:     pool,
 		recent:   recent.New(cfg.RecentIDs),
 		q: queries{
-			hash:            ident.Render(hashSQL, cfg.Schema),
-			layout:          ident.Render(layoutSQL, cfg.Schema),
-			logConflicts:    ident.Render(logConflictsSQL, cfg.Schema),
-			receive:         ident.Render(receiveSQL, cfg.Schema),
-			receiveKeyless:  ident.Render(receiveKeylessSQL, cfg.Schema),
-			receiveOne:      ident.Render(receiveOneSQL, cfg.Schema),
-			receiveOneFirst: ident.Render(receiveOneFirstSQL, cfg.Schema),
-			seqName:         ident.Render("/* schema */inbox_seq", cfg.Schema),
+			hash:                ident.Render(hashSQL, cfg.Schema),
+			layout:              ident.Render(layoutSQL, cfg.Schema),
+			logConflicts:        ident.Render(logConflictsSQL, cfg.Schema),
+			receive:             ident.Render(receiveSQL, cfg.Schema),
+			receiveDated:        ident.Render(receiveDatedSQL, cfg.Schema),
+			receiveKeyless:      ident.Render(receiveKeylessSQL, cfg.Schema),
+			receiveKeylessDated: ident.Render(receiveKeylessDatedSQL, cfg.Schema),
+			receiveOne:          ident.Render(receiveOneSQL, cfg.Schema),
+			receiveOneDated:     ident.Render(receiveOneDatedSQL, cfg.Schema),
+			receiveOneFirst:     ident.Render(receiveOneFirstSQL, cfg.Schema),
+			seqName:             ident.Render("/* schema */inbox_seq", cfg.Schema),
 		},
 		tel: telemetry.NewInbox(cfg.MeterProvider, cfg.Consumer),
 	}, nil

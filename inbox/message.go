@@ -3,8 +3,10 @@ package inbox
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
+	"github.com/pgbox/pgbox/internal/partition"
 	"github.com/pgbox/pgbox/internal/pgtext"
 )
 
@@ -12,6 +14,13 @@ import (
 // consumer name the inbox accepts, in bytes. A longer business key can be
 // hashed into an id.
 const MaxTextBytes = 255
+
+// The IDTimes a message may carry: day 1 (day 0 and before would read as
+// the generations' buckets) to the end of the year 9999.
+var (
+	minIDTime = partition.Day(1).Time()
+	maxIDTime = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+)
 
 // Message is one message delivered to a consumer.
 type Message struct {
@@ -25,6 +34,27 @@ type Message struct {
 	// "order-17/placed" both work. Required; at most MaxTextBytes bytes of
 	// UTF-8.
 	ID string
+
+	// IDTime is the time fixed with the id: every delivery of this ID
+	// carries the same IDTime. That is a promise the caller makes, as it
+	// makes the ID's: a broker's send or publish time (an SQS message's
+	// SentTimestamp, a Kafka record's timestamp, a Pub/Sub publish time) or
+	// an event's own time keeps it; a time read from a clock at each
+	// delivery breaks it.
+	//
+	// It dates the id: the message goes to the partition of IDTime's UTC
+	// day, as a UUIDv7 goes to the day it was made on, where keeping it
+	// costs the hot paths nothing and retention drops it with its day.
+	// Without it (the zero Time) an id that is no UUIDv7 is undated and is
+	// kept in the inbox's generations, at the cost of an index of random
+	// ids. A redelivery whose IDTime is off by less than a day from the
+	// first delivery's is still found, if the first one has committed by
+	// then (docs/design.md, "Dated foreign ids").
+	//
+	// A canonical UUIDv7 ID is dated by its own time, and IDTime is
+	// ignored for it. Optional; it must be after 1970-01-01 and before
+	// the year 10000.
+	IDTime time.Time
 
 	// MaxAttempts overrides Config.MaxAttempts for this message. Zero means
 	// the consumer's default.
@@ -58,6 +88,10 @@ func (in *Inbox) validate(m *Message) error {
 	}
 	if limit := in.cfg.MaxPayloadBytes; limit > 0 && len(m.Payload) > limit {
 		return invalid(m.ID, fmt.Sprintf("payload is %d bytes, over the %d-byte limit (inbox.Config.MaxPayloadBytes): store large bodies elsewhere and send a reference", len(m.Payload), limit))
+	}
+	if !m.IDTime.IsZero() && (m.IDTime.Before(minIDTime) || !m.IDTime.Before(maxIDTime)) {
+		return invalid(m.ID, fmt.Sprintf("IDTime is %s: use a time from 1970-01-02 to 9999-12-31 (UTC) that every delivery of the id carries, or the zero Time for none",
+			m.IDTime.UTC().Format(time.RFC3339Nano)))
 	}
 	if m.MaxAttempts < 0 {
 		return invalid(m.ID, fmt.Sprintf("MaxAttempts is %d: use 0 for the consumer's default or a positive number", m.MaxAttempts))

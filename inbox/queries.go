@@ -9,8 +9,9 @@ import "github.com/pgbox/pgbox/internal/tables"
 // function of the message id that every delivery of the id computes alike,
 // so that a redelivery meets its first delivery in one partition's primary
 // key. The Inbox computes each id's day in Go (day: the day a UUIDv7 id
-// was made, 0 for any other id); the statement reads the inbox's row of
-// the partitioning table (placedSQL), and with it:
+// was made, or the UTC day of the IDTime that dates any other id, 0 for
+// one without); the statement reads the inbox's row of the partitioning
+// table (placedSQL), and with it:
 //
 //   - a message whose day is the origin day or later is dated: bucket = its
 //     day, the day's partition (or the default one), where ON CONFLICT is
@@ -28,6 +29,12 @@ import "github.com/pgbox/pgbox/internal/tables"
 // That argument needs a fresh snapshot per statement: READ COMMITTED. In a
 // transaction with a snapshot of its own (REPEATABLE READ, SERIALIZABLE)
 // an undated message is refused with readCommittedError's text.
+//
+// A dated foreign id (dated by Message.IDTime, by_time true) is dated as
+// a UUIDv7 is, and a batch holding one is stored by the statements built
+// with datedNewSQL instead (the "Dated" queries), which also look for the
+// id where a delivery that broke the IDTime promise by a little, or came
+// before its producer sent an IDTime, would have put it.
 
 // placedSQL, the messages of a FROM item of columns day and message_id (m),
 // then placedEnd, make a FROM item: the inbox's row of the partitioning
@@ -60,6 +67,23 @@ const bucketSQL = `CASE WHEN m.day >= l.origin_day THEN m.day ELSE -l.generation
 const undatedNewSQL = `(m.day >= l.origin_day OR (` + readCommittedSQL + `
         AND (l.generation = 0 OR NOT EXISTS (SELECT 1 FROM /* schema */inbox AS e
                                              WHERE e.consumer = $1 AND e.message_id = m.message_id AND e.bucket > m.bucket AND e.bucket <= 0))))`
+
+// datedNewSQL is undatedNewSQL for a batch with dated foreign ids (column
+// by_time true): such a message is new unless the id is held in any
+// generation (a delivery received before its producer sent an IDTime:
+// each is undated, and so is any id received before version 11) or in the
+// day partitions of the day before and after its own (a delivery whose
+// IDTime was off by less than a day). Its own day's partition is read too,
+// harmlessly: ON CONFLICT would skip the id there anyway. The reads find
+// committed rows only: two deliveries with different IDTimes in flight at
+// once can both be stored (docs/design.md, "Dated foreign ids"); with the
+// same IDTime, ON CONFLICT keeps one. Other messages are judged as by
+// undatedNewSQL. The CASE runs each probe only for the messages it is for.
+const datedNewSQL = `CASE WHEN m.day < l.origin_day THEN ` + undatedNewSQL + `
+        WHEN m.by_time THEN NOT EXISTS (SELECT 1 FROM /* schema */inbox AS e
+                                        WHERE e.consumer = $1 AND e.message_id = m.message_id
+                                          AND (e.bucket <= 0 OR e.bucket BETWEEN m.day - 1 AND m.day + 1))
+        ELSE true END`
 
 // readCommittedSQL is true in a READ COMMITTED transaction, and makes the
 // statement fail with readCommittedError in any other: a cast of its text
@@ -94,8 +118,17 @@ const readCommittedSQL = `CASE WHEN current_setting('transaction_isolation') = '
 //     duplicates; named, PostgreSQL maps it to the partition's own index at
 //     every statement, which cost a single-row receive about a sixth of its
 //     throughput.
-const receiveSQL = `
-WITH ` + judgedCTE + `,
+var receiveSQL = receiveStatement(judgedCTE, reportSQL)
+
+// receiveDatedSQL is receiveSQL for a batch with a dated foreign id: the
+// message's foreign flags are $13.
+var receiveDatedSQL = receiveStatement(judgedDatedCTE("$13"), reportDatedSQL)
+
+// receiveStatement is receiveSQL with judged as its judged CTE and report
+// as its final SELECT.
+func receiveStatement(judged, report string) string {
+	return `
+WITH ` + judged + `,
 key_locks AS (
     SELECT count(*) AS n
     FROM (
@@ -121,7 +154,8 @@ inserted AS (
     ON CONFLICT DO NOTHING -- the primary key's, see above
     RETURNING i.message_id
 ),
-` + notifiedCTE + reportSQL
+` + notifiedCTE + report
+}
 
 // receiveKeylessSQL is receiveSQL for a batch in which no message has an
 // ordering key, the common case: with no key there is no order to keep,
@@ -129,8 +163,17 @@ inserted AS (
 // column's default, drawn as the rows go in (in id order). That saves the
 // batch a step and a copy of every row: about a sixth of the statement's
 // cost for 100 new messages.
-const receiveKeylessSQL = `
-WITH ` + judgedCTE + `,
+var receiveKeylessSQL = receiveKeylessStatement(judgedCTE, reportSQL)
+
+// receiveKeylessDatedSQL is receiveKeylessSQL for a batch with a dated
+// foreign id: the message's foreign flags are $12.
+var receiveKeylessDatedSQL = receiveKeylessStatement(judgedDatedCTE("$12"), reportDatedSQL)
+
+// receiveKeylessStatement is receiveKeylessSQL with judged as its judged
+// CTE and report as its final SELECT.
+func receiveKeylessStatement(judged, report string) string {
+	return `
+WITH ` + judged + `,
 inserted AS (
     INSERT INTO /* schema */inbox AS i (` + insertColumns + `)
     SELECT ` + insertValues + `
@@ -140,7 +183,8 @@ inserted AS (
     ON CONFLICT DO NOTHING -- the primary key's, see receiveSQL
     RETURNING i.message_id
 ),
-` + notifiedCTE + reportSQL
+` + notifiedCTE + report
+}
 
 // judgedCTE is the batch's messages, from the arrays $2 to $8 and $11, each
 // with its position (ord, from 1), its bucket, and whether it is new to
@@ -151,6 +195,17 @@ const judgedCTE = `judged AS (
         WITH ORDINALITY AS m(message_id, event_type, payload, payload_hash, metadata, ordering_key, max_attempts, day, ord)` + placedEnd + `
     WHERE ` + placedWhere + `
 )`
+
+// judgedDatedCTE is judgedCTE for a batch with a dated foreign id, whose
+// flags (true for a dated foreign id) are the array parameter foreign.
+func judgedDatedCTE(foreign string) string {
+	return `judged AS (
+    SELECT m.*, ` + datedNewSQL + ` AS new
+    FROM ` + placedSQL + `unnest($2::text[], $3::text[], $4::bytea[], $5::bytea[], $6::text[], $7::text[], $8::int[], $11::int[], ` + foreign + `::bool[])
+        WITH ORDINALITY AS m(message_id, event_type, payload, payload_hash, metadata, ordering_key, max_attempts, day, by_time, ord)` + placedEnd + `
+    WHERE ` + placedWhere + `
+)`
+}
 
 // insertColumns and insertValues are the columns the receives insert, and
 // their values for a message n of judged with status $9.
@@ -188,7 +243,17 @@ const notifiedCTE = `notified AS (
 // run; it says how many messages were placed, every one unless the
 // partitioning table has lost the inbox's row, when none is (and nothing
 // is stored).
-const reportSQL = `
+var reportSQL = reportStatement(`e.bucket BETWEEN m.bucket AND CASE WHEN m.bucket > 0 THEN m.bucket ELSE 0 END`)
+
+// reportDatedSQL is reportSQL for a batch with a dated foreign id, which
+// may be held where datedNewSQL looks for it.
+var reportDatedSQL = reportStatement(`(e.bucket BETWEEN m.bucket AND CASE WHEN m.bucket > 0 THEN m.bucket ELSE 0 END
+                      OR m.by_time AND m.bucket > 0 AND (e.bucket <= 0 OR e.bucket BETWEEN m.bucket - 1 AND m.bucket + 1))`)
+
+// reportStatement is reportSQL reading the stored hash of message m in
+// the buckets where, the condition on e.bucket.
+func reportStatement(where string) string {
+	return `
 -- One row that is always there, so the NOTIFY is always evaluated, with
 -- how many messages were placed...
 SELECT 0 AS ord, NULL::bytea AS payload_hash, (SELECT count(*) FROM judged) AS placed
@@ -197,10 +262,11 @@ UNION ALL
 -- ...then only the messages that were not inserted.
 SELECT m.ord, (SELECT e.payload_hash FROM /* schema */inbox AS e
                WHERE e.consumer = $1 AND e.message_id = m.message_id
-                 AND e.bucket BETWEEN m.bucket AND CASE WHEN m.bucket > 0 THEN m.bucket ELSE 0 END),
+                 AND ` + where + `),
        NULL
 FROM judged AS m
 WHERE NOT EXISTS (SELECT 1 FROM inserted AS ins WHERE ins.message_id = m.message_id)`
+}
 
 // receiveOneSQL stores a single message without an ordering key, and
 // without a NOTIFY: an INSERT whose row count says whether it was new. The
@@ -212,6 +278,14 @@ INSERT INTO /* schema */inbox (` + oneColumns + `)
 SELECT ` + oneValues + `, m.bucket
 FROM ` + placedSQL + `(SELECT $2::text AS message_id, $9::int AS day) AS m` + placedEnd + `
 WHERE ` + placedWhere + ` AND ` + undatedNewSQL + `
+ON CONFLICT DO NOTHING -- the primary key's, see receiveSQL`
+
+// receiveOneDatedSQL is receiveOneSQL for a dated foreign id (datedNewSQL).
+const receiveOneDatedSQL = `
+INSERT INTO /* schema */inbox (` + oneColumns + `)
+SELECT ` + oneValues + `, m.bucket
+FROM ` + placedSQL + `(SELECT $2::text AS message_id, $9::int AS day, true AS by_time) AS m` + placedEnd + `
+WHERE ` + placedWhere + ` AND ` + datedNewSQL + `
 ON CONFLICT DO NOTHING -- the primary key's, see receiveSQL`
 
 // receiveOneFirstSQL is receiveOneSQL without the probe of the earlier

@@ -24,9 +24,11 @@ type batch struct {
 	keys                      []*string
 	payloads, hashes          [][]byte
 	maxAttempts               []int32
-	days                      []int32 // the day of a UUIDv7 id, 0 (before any origin day: undated) for any other (partition.IDDay)
+	days                      []int32 // the day of a UUIDv7 id or of a foreign id's IDTime, 0 (before any origin day: undated) for any other
+	foreign                   []bool  // the day is a foreign id's IDTime's (a dated foreign id)
 	index                     []int   // position of each entry in the caller's slice
 	keyed                     bool    // some message has an ordering key
+	dated                     bool    // some message is a dated foreign id
 	probeless                 bool    // the last store did not probe the earlier generations (storeOne)
 }
 
@@ -35,7 +37,7 @@ func newBatch(n int) batch {
 	return batch{
 		ids: make([]string, 0, n), eventTypes: make([]string, 0, n), metadata: make([]string, 0, n),
 		keys: make([]*string, 0, n), payloads: make([][]byte, 0, n), hashes: make([][]byte, 0, n),
-		maxAttempts: make([]int32, 0, n), days: make([]int32, 0, n), index: make([]int, 0, n),
+		maxAttempts: make([]int32, 0, n), days: make([]int32, 0, n), foreign: make([]bool, 0, n), index: make([]int, 0, n),
 	}
 }
 
@@ -52,7 +54,12 @@ func (b *batch) add(m *Message, hash []byte, defaultMaxAttempts, index int) {
 	if maxAttempts == 0 {
 		maxAttempts = defaultMaxAttempts
 	}
-	day, _ := partition.IDDay(m.ID)
+	day, v7 := partition.IDDay(m.ID)
+	foreign := !v7 && !m.IDTime.IsZero() // a UUIDv7's own time wins: a relay republishes it with a new broker time
+	if foreign {
+		day = partition.DayOf(m.IDTime)
+		b.dated = true
+	}
 	b.ids = append(b.ids, m.ID)
 	b.eventTypes = append(b.eventTypes, m.EventType)
 	b.payloads = append(b.payloads, payload)
@@ -61,6 +68,7 @@ func (b *batch) add(m *Message, hash []byte, defaultMaxAttempts, index int) {
 	b.keys = append(b.keys, key)
 	b.maxAttempts = append(b.maxAttempts, int32(min(maxAttempts, 1<<31-1)))
 	b.days = append(b.days, int32(day))
+	b.foreign = append(b.foreign, foreign)
 	b.index = append(b.index, index)
 }
 
@@ -86,11 +94,15 @@ func (in *Inbox) store(ctx context.Context, db dbtx, b *batch, status pgbox.Inbo
 // generations (receiveOneFirstSQL): a dated message never does, and an
 // undated one only once the inbox is past generation 0, which this Inbox
 // learns (laterOrigin) from the first undated message that the INSERT
-// without the probe could not place (resolve).
+// without the probe could not place (resolve). A dated foreign id has
+// probes of its own (receiveOneDatedSQL).
 func (in *Inbox) storeOne(ctx context.Context, db dbtx, b *batch, status pgbox.InboxStatus, results []Result) ([]string, error) {
 	sql := in.q.receiveOne
-	b.probeless = b.days[0] >= in.laterOrigin.Load()
-	if b.probeless {
+	b.probeless = !b.dated && b.days[0] >= in.laterOrigin.Load()
+	switch {
+	case b.dated:
+		sql = in.q.receiveOneDated
+	case b.probeless:
 		sql = in.q.receiveOneFirst
 	}
 	tag, err := db.Exec(ctx, sql, in.cfg.Consumer, b.ids[0], b.eventTypes[0], b.payloads[0], b.hashes[0],
@@ -106,7 +118,8 @@ func (in *Inbox) storeOne(ctx context.Context, db dbtx, b *batch, status pgbox.I
 }
 
 // storeMany is store for any batch, with receiveSQL (receiveKeylessSQL
-// when no message has an ordering key): it reads back a row per message
+// when no message has an ordering key, and the Dated variants of both when
+// a message is a dated foreign id): it reads back a row per message
 // that was not inserted, with the payload hash stored under its id, NULL
 // if the stored row committed while the statement ran.
 //
@@ -118,6 +131,12 @@ func (in *Inbox) storeMany(ctx context.Context, db dbtx, b *batch, status pgbox.
 	sql := in.q.receiveKeyless
 	if b.keyed {
 		sql, args = in.q.receive, append(args, in.q.seqName)
+	}
+	if b.dated { // the flags are the last parameter
+		sql, args = in.q.receiveKeylessDated, append(args, b.foreign)
+		if b.keyed {
+			sql = in.q.receiveDated
+		}
 	}
 	b.probeless = false
 	rows, err := db.Query(ctx, sql, args...)

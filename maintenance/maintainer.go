@@ -69,7 +69,8 @@ type Config struct {
 	ID string
 
 	// GenerationPeriod is how long one inbox generation takes new messages
-	// whose ids are no UUIDv7 (see docs/design.md, "Partitions"): each
+	// whose ids are undated, no UUIDv7 and received without an
+	// inbox.Message.IDTime (see docs/design.md, "Partitions"): each
 	// generation is dropped whole once its done messages are all past
 	// InboxRetention, and a receive of such an id looks it up in the
 	// generations before the current one. A shorter period keeps less past
@@ -84,7 +85,7 @@ type Config struct {
 	// records are kept as long. Done messages go when their partition
 	// goes, a day's (or a generation's) at a time, once every done message
 	// in it is older: kept at least this long, at most about a day more
-	// (GenerationPeriod more for ids that are no UUIDv7). Defaults to
+	// (GenerationPeriod more for undated ids). Defaults to
 	// InboxRetentionDefault (7 days); -1 keeps them for ever.
 	InboxRetention time.Duration
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -73,4 +75,52 @@ func ExampleHandler() {
 	fmt.Println("acknowledged: 3, stored:", stored)
 	// Output:
 	// acknowledged: 3, stored: 1
+}
+
+// A foreign producer's messages carry a broker message id (random, no
+// UUIDv7) and the time the broker stamped them with, the same on every
+// delivery: IDTimeFunc dates the id by that time, so the message is kept
+// in that day's partition, as cheap to keep as a UUIDv7, and its
+// redelivery is found there. Here the time travels in a header; on Amazon
+// SQS pass the SentTimestamp function of package sqs, on Kafka the record
+// time of package kafka.
+func ExampleHandler_datedIDs() {
+	ctx := context.Background()
+	db, err := pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"), "example_watermillinbox_dated")
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+
+	payments, err := inbox.New(db.Pool, inbox.Config{Consumer: "payments", Schema: db.Schema})
+	if err != nil {
+		panic(err)
+	}
+	store := watermillinbox.Handler(watermillinbox.Config{
+		Inbox:  payments,
+		IDFunc: watermillinbox.MetadataID("message_id"),
+		IDTimeFunc: func(m *message.Message) time.Time {
+			t, _ := time.Parse(time.RFC3339Nano, m.Metadata.Get("sent_at")) // zero (undated) if absent
+			return t
+		},
+	})
+
+	msg := message.NewMessage("", []byte(`{"order":17}`))
+	msg.Metadata.Set("message_id", "5fb1c3a4-0d3e-4c8e-9a55-4f3c2b1d0e9f") // a broker's random id
+	msg.Metadata.Set("sent_at", time.Now().UTC().Format(time.RFC3339Nano))
+	msg.Metadata.Set(pgbox.MetadataEventType, "OrderPlaced")
+	for range 2 { // the broker redelivers it
+		if err := store(msg.Copy()); err != nil {
+			panic(err)
+		}
+	}
+
+	var stored int
+	var partition string
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*), min(tableoid::regclass::text) FROM "+db.Table("inbox")).Scan(&stored, &partition); err != nil {
+		panic(err)
+	}
+	fmt.Println("stored:", stored, "in a day's partition:", strings.Contains(partition, "inbox_d"))
+	// Output:
+	// stored: 1 in a day's partition: true
 }

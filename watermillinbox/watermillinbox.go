@@ -16,6 +16,9 @@
 // message from a producer that is not Watermill has no UUID: take its key
 // from a header (MetadataID, such as "x-event-id") or a payload field
 // (PayloadID, such as a business key), or build it with Config.IDFunc.
+// Such a key costs the inbox what a UUIDv7 costs to keep only if it is
+// dated: give Config.IDTimeFunc the broker's fixed time of the message
+// (its send, publish or record time).
 //
 // A message that can never be stored (no usable id, no event type, a
 // payload over the limit) would be redelivered for ever and, on Kafka,
@@ -53,6 +56,24 @@ type Config struct {
 	// such a message is refused. Use MetadataID for a header, PayloadID for
 	// a payload field, or build a business key.
 	IDFunc func(*message.Message) (string, error)
+
+	// IDTimeFunc returns the time fixed with a message's dedupe key, which
+	// every delivery of the message carries: its inbox.Message.IDTime. An
+	// id that is no UUIDv7 (a broker's message id, a business key) is then
+	// dated by it: kept in that day's partition, at the cost of a UUIDv7,
+	// instead of in the generations' index of random ids. A UUIDv7 key,
+	// such as a message from pgbox's relay, is dated by its own time and
+	// the result is ignored. The zero Time leaves the message undated.
+	//
+	// Pass the broker's own time of the message, never a clock's reading
+	// at delivery: Amazon SQS's SentTimestamp (see package sqs), a Kafka
+	// record's timestamp (see package kafka), a Google Cloud Pub/Sub
+	// publish time (see package googlepubsub), a Redis Streams entry id's
+	// time (see the broker's package), or an event's own time from the
+	// payload when the key is a business key. docs/operations.md,
+	// "Message ids", says which fits which IDFunc. Defaults to nil:
+	// messages are undated unless their key is a UUIDv7.
+	IDTimeFunc func(*message.Message) time.Time
 
 	// Inbox is the consumer's inbox. Required.
 	Inbox *inbox.Inbox
@@ -204,9 +225,14 @@ func store(cfg Config, m *message.Message) (id string, err error) {
 	if err != nil {
 		return "", fmt.Errorf("watermillinbox: %w: %w: %v", inbox.ErrInvalidMessage, errNoKey, err)
 	}
+	var idTime time.Time
+	if cfg.IDTimeFunc != nil {
+		idTime = cfg.IDTimeFunc(m)
+	}
 	_, err = cfg.Inbox.Receive(m.Context(), inbox.Message{
 		EventType:   cfg.EventTypeFunc(m),
 		ID:          id,
+		IDTime:      idTime,
 		Metadata:    m.Metadata,
 		OrderingKey: cfg.OrderingKeyFunc(m),
 		Payload:     m.Payload,

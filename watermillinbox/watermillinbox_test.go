@@ -286,3 +286,47 @@ func attr(r slog.Record, key string) (v string) {
 	})
 	return v
 }
+
+// Config.IDTimeFunc dates a key that is no UUIDv7: the message goes to the
+// partition of that time's day, and its redelivery is a duplicate. Without
+// it the key is undated (generation 0); a UUIDv7 key keeps its own day
+// whatever the function returns.
+func TestIDTimeFuncDatesTheKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var now time.Time
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT now()").Scan(&now))
+	sentAt := func(m *message.Message) time.Time {
+		at, _ := time.Parse(time.RFC3339Nano, m.Metadata.Get("sent_at"))
+		return at
+	}
+	dated := watermillinbox.Handler(watermillinbox.Config{Inbox: b.inbox, IDFunc: watermillinbox.UUIDOr(watermillinbox.MetadataID("message_id")), IDTimeFunc: sentAt})
+	undated := watermillinbox.Handler(watermillinbox.Config{Inbox: b.inbox, IDFunc: watermillinbox.MetadataID("message_id")})
+	foreign := func(id string, at time.Time) *message.Message {
+		m := message.NewMessage("", []byte("{}"))
+		m.Metadata.Set(pgbox.MetadataEventType, "OrderPlaced")
+		m.Metadata.Set("message_id", id)
+		m.Metadata.Set("sent_at", at.Format(time.RFC3339Nano))
+		return m
+	}
+	yesterday := now.Add(-24 * time.Hour)
+	relayed := newMessage("{}") // from pgbox's relay: a UUIDv7 key, with a broker time of another day
+	relayed.UUID = uuid.Must(uuid.NewV7()).String()
+	relayed.Metadata.Set("sent_at", yesterday.Add(-24*time.Hour).Format(time.RFC3339Nano))
+
+	require.NoError(t, dated(foreign("sqs-1", now)))
+	require.NoError(t, dated(foreign("sqs-1", now)), "a redelivery")
+	require.NoError(t, undated(foreign("sqs-2", now)))
+	require.NoError(t, dated(relayed))
+	where := func(id string) string {
+		var p string
+		require.NoError(t, b.pool.QueryRow(context.Background(), ident.Render(
+			"SELECT string_agg(tableoid::regclass::text, ',') FROM /* schema */inbox WHERE message_id = $1", b.schema), id).Scan(&p))
+		return p
+	}
+	day := func(t time.Time) string { return t.UTC().Format("20060102") }
+	require.Contains(t, where("sqs-1"), "inbox_d"+day(now))
+	require.Contains(t, where("sqs-2"), "inbox_g0")
+	require.Contains(t, where(relayed.UUID), "inbox_d"+day(now), "a UUIDv7 is dated by its own time")
+	require.Equal(t, 3, b.count(t, "SELECT count(*) FROM /* schema */inbox"))
+}

@@ -57,6 +57,7 @@ func run() error {
 		update = flag.Bool("update", false, "replace the cases this run measures (see -only) in -out's .json report, and say so in it, instead of writing a report of this run alone")
 		kept   = flag.String("retained", "50M,10M", "the retained scenario's inboxes of UUIDv7 ids, by done messages kept (filled once, then reused)")
 		random = flag.String("retained-random", "10M", "the retained scenario's inboxes of random ids")
+		dated  = flag.String("retained-dated", "50M", "the retained scenario's inboxes of random ids dated by a stable time (inbox.Message.IDTime)")
 	)
 	flag.IntVar(&cfg.Runs, "runs", 3, "timed runs per case")
 	flag.IntVar(&cfg.Backlog, "backlog", 200_000, "messages in the drain cases' backlog")
@@ -76,6 +77,9 @@ func run() error {
 	}
 	if cfg.RetainedRandomRows, err = bench.ParseSizes(*random); err != nil {
 		return fmt.Errorf("-retained-random: %w", err)
+	}
+	if cfg.RetainedDatedRows, err = bench.ParseSizes(*dated); err != nil {
+		return fmt.Errorf("-retained-dated: %w", err)
 	}
 	if *prof != "" {
 		f, err := os.Create(*prof)

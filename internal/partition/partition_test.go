@@ -227,13 +227,31 @@ func TestConcurrentDuplicatesStraddlingGenerationSwitches(t *testing.T) {
 // broker's redelivery, is tried again.
 func TestConcurrentDuplicatesWhileTheirDaysPartitionIsMade(t *testing.T) {
 	t.Parallel()
+	// The ids are UUIDv7s of the day, or foreign ids dated by an IDTime
+	// of the day (inbox.Message.IDTime).
+	for name, message := range map[string]func(day partition.Day, k int) inbox.Message{
+		"UUIDv7": func(day partition.Day, k int) inbox.Message {
+			return inbox.Message{ID: partition.IDAt(day.Time().Add(time.Duration(k) * time.Second)).String(), EventType: "E", Payload: []byte("p")}
+		},
+		"dated foreign": func(day partition.Day, k int) inbox.Message {
+			return inbox.Message{ID: fmt.Sprintf("sqs-%d", k), IDTime: day.Time().Add(time.Duration(k) * time.Second), EventType: "E", Payload: []byte("p")}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			concurrentDuplicatesWhileTheirDaysPartitionIsMade(t, message)
+		})
+	}
+}
+
+func concurrentDuplicatesWhileTheirDaysPartitionIsMade(t *testing.T, message func(day partition.Day, k int) inbox.Message) {
 	ctx := context.Background()
 	b := setup(t)
 	day := b.today(t) + 5
 	const ids, receivers = 200, 4
-	idOf := make([]string, ids)
-	for k := range idOf {
-		idOf[k] = partition.IDAt(day.Time().Add(time.Duration(k) * time.Second)).String()
+	msgOf := make([]inbox.Message, ids)
+	for k := range msgOf {
+		msgOf[k] = message(day, k)
 	}
 	var accepted [ids]atomic.Int32
 	var stored atomic.Int32
@@ -243,7 +261,7 @@ func TestConcurrentDuplicatesWhileTheirDaysPartitionIsMade(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(r), 9))
 			for _, k := range rng.Perm(ids) {
 				for attempt := 0; ; attempt++ {
-					o, err := b.inbox.Receive(ctx, inbox.Message{ID: idOf[k], EventType: "E", Payload: []byte("p")})
+					o, err := b.inbox.Receive(ctx, msgOf[k])
 					if err == nil {
 						if o == inbox.Accepted {
 							accepted[k].Add(1)
@@ -273,8 +291,8 @@ func TestConcurrentDuplicatesWhileTheirDaysPartitionIsMade(t *testing.T) {
 
 	b.requireStoredOnce(t)
 	for k := range accepted {
-		require.EqualValues(t, 1, accepted[k].Load(), idOf[k])
-		require.Equal(t, "inbox_d"+day.String(), b.where(t, idOf[k]))
+		require.EqualValues(t, 1, accepted[k].Load(), msgOf[k].ID)
+		require.Equal(t, "inbox_d"+day.String(), b.where(t, msgOf[k].ID))
 	}
 }
 

@@ -23,8 +23,6 @@ type Table struct {
 	// generations says whether undated rows go to generations (inbox)
 	// rather than one undated partition (outbox).
 	generations bool
-	// id is the message id column: the one bucket is a function of.
-	id string
 	// unfinished lists the statuses (SQL literals) of rows that a drop
 	// moves out rather than drops, each with a partial index of its own.
 	unfinished []string
@@ -41,7 +39,6 @@ var (
 		doneAt:      "processed_at",
 		done:        tables.InboxDone,
 		generations: true,
-		id:          "message_id",
 		unfinished:  []string{tables.InboxPending, tables.InboxRunning, tables.InboxDead, tables.InboxDiscarded},
 		running:     tables.InboxRunning,
 	}
@@ -51,7 +48,6 @@ var (
 			"published_at, claim_token, payload, metadata, last_error, errors",
 		doneAt:     "published_at",
 		done:       tables.OutboxPublished,
-		id:         "id",
 		unfinished: []string{tables.OutboxPending, tables.OutboxRunning, tables.OutboxDead},
 		running:    tables.OutboxRunning,
 	}
@@ -172,21 +168,19 @@ func (t *Table) parseBound(name, bound string) (Partition, error) {
 	return Partition{}, fmt.Errorf("partition %s of %s has a bound pgbox did not make: %s", name, t.Name, bound)
 }
 
-// check returns the CHECK constraint of partition p: its bound, and for a
-// day partition that every id is a UUIDv7 of that day. It reads the id's
-// first 48 bits and its version digit, without the regular expression of
-// uuidv7_day, which would cost more than the insert; an id that is no
-// hexadecimal UUID fails it with an error. The bucket term lets ATTACH see
-// at once that the partition fits its bound.
+// check returns the CHECK constraint of partition p: its bound, and for an
+// outbox day partition that every id is a UUIDv7 of that day. It reads the
+// id's first 48 bits and its version digit, without the regular expression
+// of uuidv7_day, which would cost more than the insert; an id that is no
+// hexadecimal UUID fails it with an error. An inbox day partition checks
+// its bound only: it also holds ids that are no UUIDv7, dated by the time
+// they were received with (inbox.Message.IDTime, migration 11). The bucket
+// term lets ATTACH see at once that the partition fits its bound.
 func (t *Table) check(p Partition) string {
 	b := strconv.Itoa(int(p.bucket()))
-	if p.Kind != KindDay {
+	if p.Kind != KindDay || t != Outbox {
 		return "bucket = " + b
 	}
-	id := t.id
-	if t == Outbox {
-		id = "id::text"
-	}
-	return "bucket = " + b + " AND substr(" + id + ", 15, 1) = '7'" +
-		" AND ('x' || substr(" + id + ", 1, 8) || substr(" + id + ", 10, 4))::bit(48)::bigint / 86400000 = " + b
+	return "bucket = " + b + " AND substr(id::text, 15, 1) = '7'" +
+		" AND ('x' || substr(id::text, 1, 8) || substr(id::text, 10, 4))::bit(48)::bigint / 86400000 = " + b
 }

@@ -77,6 +77,10 @@ type Config struct {
 	// RetainedRandomRows are the retained scenario's inboxes of random
 	// ids. Defaults to 10,000,000.
 	RetainedRandomRows []int
+	// RetainedDatedRows are the retained scenario's inboxes of random ids
+	// dated by a time fixed with them (inbox.Message.IDTime). Defaults to
+	// 50,000,000.
+	RetainedDatedRows []int
 
 	// Progress receives a line per measurement. Defaults to io.Discard.
 	Progress io.Writer
@@ -106,7 +110,11 @@ func (c Config) withDefaults() Config {
 		c.RetainedRandomRows = []int{10_000_000}
 	}
 	slices.SortFunc(c.RetainedRows, func(a, b int) int { return b - a })
+	if len(c.RetainedDatedRows) == 0 {
+		c.RetainedDatedRows = []int{50_000_000}
+	}
 	slices.SortFunc(c.RetainedRandomRows, func(a, b int) int { return b - a })
+	slices.SortFunc(c.RetainedDatedRows, func(a, b int) int { return b - a })
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}

@@ -51,7 +51,7 @@ func TestEveryCaseRunsAtTinyScale(t *testing.T) {
 	cfg := Config{
 		URL: dbURL, NATSURL: os.Getenv("NATS_URL"), Runs: 1,
 		Backlog: 400, MemoryBacklog: 4000, SweepBacklog: 200, SweepWorkers: []int{1}, OperatorRows: 14_000, OperatorDeadRows: 3000,
-		RetainedRows: []int{14_000}, RetainedRandomRows: []int{20_000},
+		RetainedRows: []int{14_000}, RetainedRandomRows: []int{20_000}, RetainedDatedRows: []int{14_000},
 		Duration: 300 * time.Millisecond, Rate: 200, Smoke: true,
 	}
 	if pooler := os.Getenv("PGBOUNCER_URL"); pooler != "" {

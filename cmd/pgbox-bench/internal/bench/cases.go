@@ -63,7 +63,10 @@ var describe = map[string]string{
 		"an empty one, in the same run: each system is an inbox by the done messages it keeps (filled once into schemas " +
 		"pgbox_bench_retained_*, with a fifth as many published outbox rows, and reused by later runs), and **ratio** is the " +
 		"first one's figure over the others'. *UUIDv7 ids* are messages as pgbox's outbox makes them: kept in the partitions of " +
-		"the last seven days, new ones stored in today's. *Random ids* (UUIDv4, as another producer may send) are kept half in " +
+		"the last seven days, new ones stored in today's. *Random ids with a stable time* (UUIDv4, as an SQS MessageId, each " +
+		"received with a time fixed with it, inbox.Message.IDTime, as SQS's SentTimestamp) are kept likewise in the day " +
+		"partitions of their times, new ones stored in today's after a look for the id in the generations and the " +
+		"neighbouring days. *Random ids* (UUIDv4, as another producer may send, with no time) are kept half in " +
 		"the previous generation and half in the current one, which new ones join after a look in the previous one. " +
 		"ReceiveBatch: batches of 100 new messages from 4 connections for the case's duration. Drain: a backlog of new " +
 		"messages stored, then drained by the dispatcher's workers. *Drop an expired day*: a day's partition as large as a " +

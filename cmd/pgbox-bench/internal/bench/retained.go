@@ -33,36 +33,48 @@ var retainedConsumers = [2]string{"payments", "shipping"}
 const retainedDays = 7
 
 // idKind is how the messages of a case are named: UUIDv7s, as pgbox's
-// outbox makes them, or random ids (UUIDv4, business keys) from another
-// producer.
+// outbox makes them, random ids (UUIDv4, business keys) from another
+// producer, or random ids dated by a time fixed with them
+// (inbox.Message.IDTime: an SQS SentTimestamp, a Kafka record time).
 type idKind int
 
 const (
 	v7IDs idKind = iota
 	randomIDs
+	datedIDs
 )
 
 func (k idKind) String() string {
-	if k == v7IDs {
+	switch k {
+	case v7IDs:
 		return "UUIDv7 ids"
+	case datedIDs:
+		return "random ids with a stable time"
 	}
 	return "random ids"
 }
 
-// newID returns a new message id of kind k, made now.
-func (k idKind) newID() string {
+// newMessage returns a new message whose id is of kind k, made now.
+func (k idKind) newMessage() inbox.Message {
 	if k == v7IDs {
-		return partition.IDAt(time.Now()).String()
+		return noopMessage(partition.IDAt(time.Now()).String())
 	}
-	return uuid.NewString()
+	m := noopMessage(uuid.NewString())
+	if k == datedIDs {
+		m.IDTime = time.Now()
+	}
+	return m
 }
 
 // retainedSchema names the schema that keeps rows retained messages of
 // kind k (rows 0: an empty inbox, made afresh for every run).
 func retainedSchema(rows int, k idKind) string {
 	name := "pgbox_bench_retained_" + strings.ToLower(millions(rows))
-	if k == randomIDs {
+	switch k {
+	case randomIDs:
 		name += "_random"
+	case datedIDs:
+		name += "_dated"
 	}
 	return name
 }
@@ -114,10 +126,13 @@ func (e *env) retainedCases() []benchCase {
 		return out
 	}
 	var cs []benchCase
-	for _, k := range []idKind{v7IDs, randomIDs} {
+	for _, k := range []idKind{v7IDs, datedIDs, randomIDs} {
 		ks := sizes
-		if k == randomIDs {
+		switch k {
+		case randomIDs:
 			ks = e.cfg.RetainedRandomRows
+		case datedIDs:
+			ks = e.cfg.RetainedDatedRows
 		}
 		cs = append(cs,
 			benchCase{scenario: "retained", setting: "ReceiveBatch 100 from 4 conns, " + k.String(), main: "msgs/s", higherBetter: true,
@@ -180,7 +195,7 @@ func (e *env) retainedReceive(st *retainedState, rows int, k idKind) runFunc {
 				msgs := make([]inbox.Message, 100)
 				for time.Now().Before(deadline) {
 					for i := range msgs {
-						msgs[i] = noopMessage(k.newID())
+						msgs[i] = k.newMessage()
 					}
 					if _, err := in.ReceiveBatch(gctx, msgs); err != nil {
 						return err
@@ -229,7 +244,7 @@ func (e *env) retainedDrain(st *retainedState, rows int, k idKind) runFunc {
 			g.Go(func() error {
 				msgs := make([]inbox.Message, 0, 1000)
 				for range min(1000, n-from) {
-					msgs = append(msgs, noopMessage(k.newID()))
+					msgs = append(msgs, k.newMessage())
 				}
 				_, err := in.ReceiveBatch(gctx, msgs)
 				return err
@@ -294,7 +309,7 @@ func (e *env) retainedExpire(st *retainedState, rows int) runFunc {
 		if err := partition.CreateDay(ctx, pool, schema, partition.Inbox, day, 10*time.Second); err != nil {
 			return nil, err
 		}
-		if err := e.fillDay(ctx, pool, schema, day, perDay, "inbox"); err != nil {
+		if err := e.fillDay(ctx, pool, schema, day, perDay, "inbox", v7IDs); err != nil {
 			return nil, err
 		}
 		// A month-old day has long been vacuumed; a fresh one would be
@@ -316,9 +331,9 @@ func (e *env) retainedExpire(st *retainedState, rows int) runFunc {
 }
 
 // retainedFill makes the schema of rows retained messages of kind k hold
-// them, unless an earlier run left it so: UUIDv7 ones spread over the
-// last seven days' partitions; random ones half in generation 0, half in
-// generation 1, the current one. The outbox keeps a fifth as many
+// them, unless an earlier run left it so: UUIDv7 ones, and random ids
+// dated by a time, spread over the last seven days' partitions; random
+// ones half in generation 0, half in generation 1, the current one. The outbox keeps a fifth as many
 // published rows over the same days.
 func (e *env) retainedFill(ctx context.Context, pool *pgxpool.Pool, rows int, k idKind) error {
 	schema := retainedSchema(rows, k)
@@ -346,11 +361,11 @@ func (e *env) retainedFill(ctx context.Context, pool *pgxpool.Pool, rows int, k 
 				return err
 			}
 		}
-		if err := e.fillDay(ctx, pool, schema, d, rows/retainedDays/5, "outbox"); err != nil {
+		if err := e.fillDay(ctx, pool, schema, d, rows/retainedDays/5, "outbox", v7IDs); err != nil {
 			return err
 		}
-		if k == v7IDs {
-			if err := e.fillDay(ctx, pool, schema, d, rows/retainedDays, "inbox"); err != nil {
+		if k != randomIDs {
+			if err := e.fillDay(ctx, pool, schema, d, rows/retainedDays, "inbox", k); err != nil {
 				return err
 			}
 		}
@@ -375,14 +390,19 @@ func (e *env) retainedFill(ctx context.Context, pool *pgxpool.Pool, rows int, k 
 const retainedChunk = 1_000_000
 
 // fillDay stores n finished rows of day d in table (inbox: done messages
-// of the retained consumers in turn; outbox: published rows), UUIDv7s
-// spread evenly over the day, finished 20 ms after they were made.
-func (e *env) fillDay(ctx context.Context, pool *pgxpool.Pool, schema string, d partition.Day, n int, table string) error {
+// of the retained consumers in turn; outbox: published rows), spread
+// evenly over the day, finished 20 ms after they were made. Their ids are
+// UUIDv7s made then, or for the inbox's datedIDs random ones (dated by
+// that time, as a receive with it as IDTime would).
+func (e *env) fillDay(ctx context.Context, pool *pgxpool.Pool, schema string, d partition.Day, n int, table string, k idKind) error {
 	if n == 0 {
 		return nil
 	}
 	step := float64(24*time.Hour/time.Millisecond) / float64(n)
 	id := partition.IDSQL("$1::bigint + (g * $2::float8)::bigint", "$3::bigint + g")
+	if k == datedIDs {
+		id = "md5(($3::bigint + g)::text)::uuid::text" // a random-looking UUID, one per seed
+	}
 	q := `
 INSERT INTO /* schema */inbox (consumer, message_id, event_type, status, attempts, max_attempts,
                                received_at, processed_at, available_at, payload_hash, payload, bucket)

@@ -16,9 +16,15 @@ type target struct {
 // ratioTarget is met when pgbox's median ratio to peer in the case of
 // scenario whose setting starts with setting is at least min.
 func ratioTarget(goal, scenario, setting, peer string, min float64) target {
+	return ratioTargetOf(goal, scenario, func(s string) bool { return strings.HasPrefix(s, setting) }, peer, min)
+}
+
+// ratioTargetOf is ratioTarget for the first case of scenario whose
+// setting matches.
+func ratioTargetOf(goal, scenario string, matches func(setting string) bool, peer string, min float64) target {
 	return target{goal: goal, check: func(r *Report) (string, bool, bool) {
 		for _, res := range r.Results {
-			if res.Scenario != scenario || !strings.HasPrefix(res.Setting, setting) {
+			if res.Scenario != scenario || !matches(res.Setting) {
 				continue
 			}
 			for _, q := range res.Ratios {
@@ -126,6 +132,12 @@ var targets = []target{
 		"retained", "ReceiveBatch 100 from 4 conns, UUIDv7", "none kept", 0.85),
 	ratioTarget("drain with the largest retained inbox (UUIDv7 ids): at least 85% of an empty inbox",
 		"retained", "drain", "none kept", 0.85),
+	ratioTargetOf("ReceiveBatch with the largest retained inbox of random ids with a stable time: at least 85% of an empty inbox",
+		"retained", func(s string) bool {
+			return strings.HasPrefix(s, "ReceiveBatch") && strings.HasSuffix(s, datedIDs.String())
+		}, "none kept", 0.85),
+	ratioTargetOf("drain with the largest retained inbox of random ids with a stable time: at least 85% of an empty inbox",
+		"retained", func(s string) bool { return strings.HasPrefix(s, "drain") && strings.HasSuffix(s, datedIDs.String()) }, "none kept", 0.85),
 	figureTarget("expiring a day of the largest retained inbox: under a second", "retained", "drop an expired day", "ms", 1000),
 	figureTarget("stats on the operator's inbox: under 100 ms", "operator", "stats,", "ms", 100),
 	figureTarget("failures on the operator's inbox: under 100 ms", "operator", "failures,", "ms", 100),
