@@ -44,7 +44,9 @@ func TestMain(m *testing.M) { pgtest.Main(m, pgtest.PubSubGoroutines...) }
 type broker struct {
 	// idFunc is the consumer's watermillinbox.Config.IDFunc; nil for the
 	// default, the Watermill UUID.
-	idFunc     func(*message.Message) (string, error)
+	idFunc func(*message.Message) (string, error)
+	// idTimeFunc is the consumer's watermillinbox.Config.IDTimeFunc.
+	idTimeFunc func(*message.Message) time.Time
 	publisher  message.Publisher
 	subscriber message.Subscriber
 	topic      string
@@ -233,7 +235,7 @@ func startConsumer(t testing.TB, b broker) *consumer {
 	c.inbox, err = inbox.New(c.pool, inbox.Config{Consumer: "payments", Schema: c.schema})
 	require.NoError(t, err)
 
-	store := watermillinbox.Handler(watermillinbox.Config{IDFunc: b.idFunc, Inbox: c.inbox})
+	store := watermillinbox.Handler(watermillinbox.Config{IDFunc: b.idFunc, IDTimeFunc: b.idTimeFunc, Inbox: c.inbox})
 	router, err := message.NewRouter(message.RouterConfig{}, watermillLogger(t))
 	require.NoError(t, err)
 	router.AddMiddleware(middleware.Duplicator)

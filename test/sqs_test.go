@@ -128,7 +128,8 @@ func runSQSSlowHandler(t *testing.T, url string) {
 // duplicate. That holds for pgbox's messages, deduped on the outbox id,
 // and for a foreign producer's, deduped on SQS's MessageId (by choice,
 // with watermillinbox.UUIDOr: the MessageId stays the same through SQS's
-// redeliveries).
+// redeliveries). The foreign MessageId, dated by its SentTimestamp
+// (sqs.SentTime), is kept in a day's partition, as a UUIDv7 would be.
 func runSQSKilledBeforeDelete(t *testing.T, url string, foreign bool) {
 	queue := "killed"
 	if foreign {
@@ -136,6 +137,7 @@ func runSQSKilledBeforeDelete(t *testing.T, url string, foreign bool) {
 	}
 	b := sqsBroker(t, url, queue, time.Second, sqs.SubscriberConfig{})
 	b.idFunc = watermillinbox.UUIDOr(watermillinbox.MetadataID(sqs.MetadataMessageID))
+	b.idTimeFunc = sqs.SentTime
 	dying := sqsBroker(t, url, queue, time.Second, sqs.SubscriberConfig{ExtendEvery: -1})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -162,7 +164,7 @@ func runSQSKilledBeforeDelete(t *testing.T, url string, foreign bool) {
 
 	m := <-received
 	c := startConsumer(t, b)
-	store := watermillinbox.Handler(watermillinbox.Config{IDFunc: b.idFunc, Inbox: c.inbox})
+	store := watermillinbox.Handler(watermillinbox.Config{IDFunc: b.idFunc, IDTimeFunc: b.idTimeFunc, Inbox: c.inbox})
 	require.NoError(t, store(m))
 	// No Ack: the consumer dies before DeleteMessage. Close leaves the
 	// message in flight, as a dead process would.
@@ -173,6 +175,14 @@ func runSQSKilledBeforeDelete(t *testing.T, url string, foreign bool) {
 	var keys []string
 	require.NoError(t, c.pool.QueryRow(context.Background(), c.sql("SELECT array_agg(message_id) FROM /* schema */inbox")).Scan(&keys))
 	require.Equal(t, []string{key}, keys)
+	if foreign {
+		// Dated: a day's bucket (days since 1970), not a generation's (0 or
+		// below), found again by the redelivery.
+		var bucket int
+		require.NoError(t, c.pool.QueryRow(context.Background(), c.sql("SELECT bucket FROM /* schema */inbox")).Scan(&bucket))
+		today := int(time.Now().Unix() / 86400)
+		require.InDelta(t, today, bucket, 1, "the MessageId is dated by its SentTimestamp")
+	}
 }
 
 // publishOrder publishes an OrderPlaced message for order id through b's

@@ -68,9 +68,10 @@ type Config struct {
 	// Pass the broker's own time of the message, never a clock's reading
 	// at delivery: Amazon SQS's SentTimestamp (see package sqs), a Kafka
 	// record's timestamp (see package kafka), a Google Cloud Pub/Sub
-	// publish time (see package googlepubsub), a Redis Streams entry id's
-	// time (see the broker's package), or an event's own time from the
-	// payload when the key is a business key. docs/operations.md,
+	// publish time (see package googlepubsub), or an event's own time
+	// from the payload when the key is a business key. (Redis Streams'
+	// watermill-redisstream hands over neither an entry's id nor its
+	// time: docs/operations.md, "Redis Streams".) docs/operations.md,
 	// "Message ids", says which fits which IDFunc. Defaults to nil:
 	// messages are undated unless their key is a UUIDv7.
 	IDTimeFunc func(*message.Message) time.Time
