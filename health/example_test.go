@@ -68,7 +68,7 @@ func ExampleChecker() {
 	//       "status": "ok"
 	//     },
 	//     {
-	//       "detail": "version 10",
+	//       "detail": "version 11",
 	//       "name": "schema",
 	//       "status": "ok"
 	//     },
