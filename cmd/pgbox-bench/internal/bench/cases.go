@@ -97,27 +97,27 @@ func (e *env) cases() ([]benchCase, error) {
 		benchCase{scenario: "duplicate-storm", setting: "90% redeliveries", main: "round trips/redelivery",
 			systems: []system{{"pgbox", e.pgboxStorm()}, {"raw", e.rawStorm()}}},
 	)
-	relayTo := func(broker string, pub newPublisher, atomic bool) benchCase {
+	relayTo := func(broker string, pub newPublisher, raw newRawPublisher, atomic bool) benchCase {
 		return benchCase{scenario: "relay", setting: fmt.Sprintf("%d rows → %s", cfg.Backlog/4, broker), main: "msgs/s", higherBetter: true,
-			systems: []system{{"pgbox", e.relayDrain(cfg.Backlog/4, pub, atomic)}}}
+			systems: []system{{"pgbox", e.relayDrain(cfg.Backlog/4, pub, atomic)}, {"raw", e.rawRelay(cfg.Backlog/4, raw)}}}
 	}
 	// watermill-sql twice: one message per Publish call, the relay's
 	// default, and a batch per call, as AtomicPublisher lets it publish
 	// through a publisher that takes a call all or none.
-	cs = append(cs, relayTo("GoChannel", goChannel, false), relayTo("watermill-sql", watermillSQL, false),
-		relayTo("watermill-sql, AtomicPublisher", watermillSQL, true))
+	cs = append(cs, relayTo("GoChannel", goChannel, rawWatermill(goChannel), false), relayTo("watermill-sql", watermillSQL, rawWatermillSQL, false),
+		relayTo("watermill-sql, AtomicPublisher", watermillSQL, rawWatermillSQL, true))
 	if cfg.NATSURL != "" {
-		cs = append(cs, relayTo("NATS JetStream", natsJetStream(cfg.NATSURL), false))
+		cs = append(cs, relayTo("NATS JetStream", natsJetStream(cfg.NATSURL), rawNATS(cfg.NATSURL), false))
 	}
 	if cfg.RabbitMQURL != "" {
-		cs = append(cs, relayTo("RabbitMQ", rabbitMQ(cfg.RabbitMQURL), false))
+		cs = append(cs, relayTo("RabbitMQ", rabbitMQ(cfg.RabbitMQURL), rawRabbitMQ(cfg.RabbitMQURL), false))
 	}
 	if cfg.RedisURL != "" {
-		cs = append(cs, relayTo("Redis Streams", redisStreams(cfg.RedisURL), false))
+		cs = append(cs, relayTo("Redis Streams", redisStreams(cfg.RedisURL), rawRedis(cfg.RedisURL), false))
 	}
-	cs = append(cs, relayTo("Kafka (kfake, in process)", kafkaKFake, false))
+	cs = append(cs, relayTo("Kafka (kfake, in process)", kafkaKFake, rawKafka, false))
 	cs = append(cs, sqsRelay(cfg.SQSURL, relayTo)...)
-	cs = append(cs, relayTo("Google Cloud Pub/Sub (pstest, in process)", pubsubPSTest, false))
+	cs = append(cs, relayTo("Google Cloud Pub/Sub (pstest, in process)", pubsubPSTest, rawPubSub, false))
 	cs = append(cs,
 		benchCase{scenario: "latency", setting: fmt.Sprintf("inbox, %d/s", cfg.Rate), main: "p99 ms",
 			systems: []system{{"pgbox", e.inboxLatency(cfg.Rate)}}},

@@ -114,30 +114,40 @@ func goChannel(ctx context.Context, _ *pgxpool.Pool) (message.Publisher, func(),
 // natsJetStream publishes to a JetStream stream of its own, deleted after.
 func natsJetStream(url string) newPublisher {
 	return func(ctx context.Context, _ *pgxpool.Pool) (message.Publisher, func(), error) {
-		nc, err := nats.Connect(url)
+		_, closeStream, err := natsStream(ctx, url)
 		if err != nil {
-			return nil, nil, err
-		}
-		js, err := natsjs.New(nc)
-		if err != nil {
-			nc.Close()
-			return nil, nil, err
-		}
-		if _, err := js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{Name: "pgbox_bench", Subjects: []string{"bench"}}); err != nil {
-			nc.Close()
 			return nil, nil, err
 		}
 		pub, err := jetstream.NewPublisher(jetstream.PublisherConfig{URL: url, Logger: watermill.NopLogger{}})
 		if err != nil {
-			nc.Close()
+			closeStream()
 			return nil, nil, err
 		}
-		return pub, func() {
-			_ = pub.Close()
-			_ = js.DeleteStream(context.Background(), "pgbox_bench")
-			nc.Close()
-		}, nil
+		return pub, func() { _ = pub.Close(); closeStream() }, nil
 	}
+}
+
+// natsStream connects to the NATS at url and makes the stream the relay
+// cases publish to (subject "bench"), and returns the connection's
+// JetStream with what deletes the stream and closes the connection.
+func natsStream(ctx context.Context, url string) (natsjs.JetStream, func(), error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := natsjs.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{Name: "pgbox_bench", Subjects: []string{"bench"}}); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return js, func() {
+		_ = js.DeleteStream(context.Background(), "pgbox_bench")
+		nc.Close()
+	}, nil
 }
 
 // watermillSQL publishes to Watermill's PostgreSQL Pub/Sub on the same
@@ -146,18 +156,22 @@ func watermillSQL(_ context.Context, pool *pgxpool.Pool) (message.Publisher, fun
 	db := stdlib.OpenDBFromPool(pool)
 	pub, err := wmsql.NewPublisher(db, wmsql.PublisherConfig{
 		AutoInitializeSchema: true,
-		SchemaAdapter: wmsql.DefaultPostgreSQLSchema{
-			GenerateMessagesTableName: func(topic string) string {
-				return ident.Quote(pgboxSchemaName) + "." + ident.Quote("watermill_"+topic)
-			},
-			GeneratePayloadType: func(string) string { return "BYTEA" },
-		},
+		SchemaAdapter:        watermillSQLSchema,
 	}, watermill.NopLogger{})
 	if err != nil {
 		_ = db.Close()
 		return nil, nil, err
 	}
 	return pub, func() { _ = pub.Close(); _ = db.Close() }, nil
+}
+
+// watermillSQLSchema keeps watermill-sql's messages of a topic in table
+// watermill_<topic> of the bench schema, payloads as bytes.
+var watermillSQLSchema = wmsql.DefaultPostgreSQLSchema{
+	GenerateMessagesTableName: func(topic string) string {
+		return ident.Quote(pgboxSchemaName) + "." + ident.Quote("watermill_"+topic)
+	},
+	GeneratePayloadType: func(string) string { return "BYTEA" },
 }
 
 // rabbitMQ publishes through package rabbitmq (publisher confirms, the
@@ -168,16 +182,19 @@ func rabbitMQ(url string) newPublisher {
 		if err != nil {
 			return nil, nil, err
 		}
-		return pub, func() {
-			_ = pub.Close()
-			if conn, err := amqp091.Dial(url); err == nil {
-				if ch, err := conn.Channel(); err == nil {
-					_, _ = ch.QueueDelete(rabbitmq.Queue("bench", "bench"), false, false, false)
-					_ = ch.ExchangeDelete("bench", false, false)
-				}
-				_ = conn.Close()
-			}
-		}, nil
+		return pub, func() { _ = pub.Close(); deleteRabbitBench(url) }, nil
+	}
+}
+
+// deleteRabbitBench deletes the exchange and queue the RabbitMQ relay
+// cases publish to.
+func deleteRabbitBench(url string) {
+	if conn, err := amqp091.Dial(url); err == nil {
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(rabbitmq.Queue("bench", "bench"), false, false, false)
+			_ = ch.ExchangeDelete("bench", false, false)
+		}
+		_ = conn.Close()
 	}
 }
 
@@ -186,7 +203,7 @@ func rabbitMQ(url string) newPublisher {
 // partitions keyed by kafka.Marshaler: no real Kafka's disk or network,
 // so it measures the relay and the client, not a cluster.
 func kafkaKFake(context.Context, *pgxpool.Pool) (message.Publisher, func(), error) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "bench"))
+	cluster, err := kfakeCluster()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -196,4 +213,10 @@ func kafkaKFake(context.Context, *pgxpool.Pool) (message.Publisher, func(), erro
 		return nil, nil, err
 	}
 	return pub, func() { _ = pub.Close(); cluster.Close() }, nil
+}
+
+// kfakeCluster starts the in-process Kafka the Kafka relay cases publish
+// to: one broker, topic "bench" of 4 partitions.
+func kfakeCluster() (*kfake.Cluster, error) {
+	return kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "bench"))
 }
