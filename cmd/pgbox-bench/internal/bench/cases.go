@@ -69,6 +69,10 @@ var describe = map[string]string{
 		"messages stored, then drained by the dispatcher's workers. *Drop an expired day*: a day's partition as large as a " +
 		"kept day (a seventh of the inbox), made a month old, dropped by the retention code (`partition.Drop`): the database " +
 		"work that expiring a day's messages costs, whatever their number, and the disk the kept days take per message.",
+	"relay-scaling": "The relay case's drain, through GoChannel and NATS JetStream, by the relay's workers (`Config.Workers`; " +
+		"batches of 100), and with two relays of the default 2 workers each at once, each on a pool and a publisher of its own " +
+		"(two relays in the bench's process, as two processes would run them, not two processes): messages published per " +
+		"second. **ratio** is 1 worker's figure over each.",
 	"sweep": "Drain throughput against worker count (pgbox workers × batches of 200; River with 200 × as many job workers, the same number of messages in flight).",
 }
 
@@ -99,7 +103,7 @@ func (e *env) cases() ([]benchCase, error) {
 	)
 	relayTo := func(broker string, pub newPublisher, raw newRawPublisher, atomic bool) benchCase {
 		return benchCase{scenario: "relay", setting: fmt.Sprintf("%d rows → %s", cfg.Backlog/4, broker), main: "msgs/s", higherBetter: true,
-			systems: []system{{"pgbox", e.relayDrain(cfg.Backlog/4, pub, atomic)}, {"raw", e.rawRelay(cfg.Backlog/4, raw)}}}
+			systems: []system{{"pgbox", e.relayDrain(cfg.Backlog/4, pub, relayShape{atomic: atomic})}, {"raw", e.rawRelay(cfg.Backlog/4, raw)}}}
 	}
 	// watermill-sql twice: one message per Publish call, the relay's
 	// default, and a batch per call, as AtomicPublisher lets it publish
@@ -118,6 +122,10 @@ func (e *env) cases() ([]benchCase, error) {
 	cs = append(cs, relayTo("Kafka (kfake, in process)", kafkaKFake, rawKafka, false))
 	cs = append(cs, sqsRelay(cfg.SQSURL, relayTo)...)
 	cs = append(cs, relayTo("Google Cloud Pub/Sub (pstest, in process)", pubsubPSTest, rawPubSub, false))
+	cs = append(cs, e.relayScaling("GoChannel", goChannel))
+	if cfg.NATSURL != "" {
+		cs = append(cs, e.relayScaling("NATS JetStream", natsJetStream(cfg.NATSURL)))
+	}
 	cs = append(cs,
 		benchCase{scenario: "latency", setting: fmt.Sprintf("inbox, %d/s", cfg.Rate), main: "p99 ms",
 			systems: []system{{"pgbox", e.inboxLatency(cfg.Rate)}}},

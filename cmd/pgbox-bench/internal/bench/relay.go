@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -51,15 +52,29 @@ func waitOutboxDone(ctx context.Context, pool *pgxpool.Pool) error {
 // case's pool where it needs one, and returns it with what closes it.
 type newPublisher func(ctx context.Context, pool *pgxpool.Pool) (message.Publisher, func(), error)
 
+// relayShape is how a relay case runs the relay: the zero value is one
+// relay with relay.Config's defaults.
+type relayShape struct {
+	// atomic tells the relay that the publisher takes a call's messages
+	// all or none (relay.Config.AtomicPublisher), so it publishes a
+	// batch's rows in one call instead of one per call.
+	atomic bool
+	// workers is relay.Config.Workers; 0 for the default.
+	workers int
+	// relays is how many relays publish the outbox at once, each with a
+	// pool and a publisher of its own, as separate processes would; 0
+	// for one.
+	relays int
+}
+
 // relayDrain publishes a pre-written outbox of n rows through the
-// publisher newPub makes (closed after) and reports rows per second. With
-// atomic, the relay is told that the publisher takes a call's messages all
-// or none (relay.Config.AtomicPublisher), and publishes a batch's rows in
-// one call instead of one per call.
-func (e *env) relayDrain(n int, newPub newPublisher, atomic bool) func(context.Context, scale) (Figures, error) {
+// publisher newPub makes (closed after), with relays of the given shape,
+// and reports rows per second.
+func (e *env) relayDrain(n int, newPub newPublisher, shape relayShape) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
 		n := s.n(n)
-		r, err := e.newRig(ctx, 8)
+		conns := int32(cmp.Or(shape.workers, relay.WorkersDefault) + 6)
+		r, err := e.newRig(ctx, int(conns))
 		if err != nil {
 			return nil, err
 		}
@@ -74,20 +89,34 @@ func (e *env) relayDrain(n int, newPub newPublisher, atomic bool) func(context.C
 		if err := vacuum(ctx, r.pool, pgboxSchemaName, "outbox"); err != nil {
 			return nil, err
 		}
-		pub, closePub, err := newPub(ctx, r.pool)
-		if err != nil {
-			return nil, err
-		}
-		defer closePub()
-		rel, err := relay.New(r.pool, relay.Config{AtomicPublisher: atomic, Schema: pgboxSchemaName, Publisher: pub, Logger: e.log, ListenConnConfig: e.listen, PollOnly: e.pollOnly})
-		if err != nil {
-			return nil, err
+		var rels []*relay.Relay
+		for i := range max(shape.relays, 1) {
+			pool := r.pool
+			if i > 0 {
+				if pool, _, err = newPool(ctx, e.cfg.URL, conns); err != nil {
+					return nil, err
+				}
+				defer pool.Close()
+			}
+			pub, closePub, err := newPub(ctx, pool)
+			if err != nil {
+				return nil, err
+			}
+			defer closePub()
+			rel, err := relay.New(pool, relay.Config{AtomicPublisher: shape.atomic, Schema: pgboxSchemaName, Publisher: pub, Workers: shape.workers,
+				Logger: e.log, ListenConnConfig: e.listen, PollOnly: e.pollOnly})
+			if err != nil {
+				return nil, err
+			}
+			rels = append(rels, rel)
 		}
 		start := time.Now()
-		if err := rel.Start(ctx); err != nil {
-			return nil, err
+		for _, rel := range rels {
+			if err := rel.Start(ctx); err != nil {
+				return nil, err
+			}
+			defer rel.Stop(context.WithoutCancel(ctx))
 		}
-		defer rel.Stop(context.WithoutCancel(ctx))
 		if err := waitOutboxDone(ctx, r.pool); err != nil {
 			return nil, err
 		}
