@@ -73,6 +73,19 @@ var describe = map[string]string{
 		"batches of 100), and with two relays of the default 2 workers each at once, each on a pool and a publisher of its own " +
 		"(two relays in the bench's process, as two processes would run them, not two processes): messages published per " +
 		"second. **ratio** is 1 worker's figure over each.",
+	"end-to-end": "The whole path at the rate it holds: two producers write the outbox as fast as they can (`outbox.Write` of " +
+		"100 messages, a transaction each, while fewer than 20,000 written wait to be handled, as dispatch-continuous stores " +
+		"them), the relay (its defaults) publishes them to the broker, a Watermill subscriber stores them with watermillinbox " +
+		"(acking after the commit) and the dispatcher's 4 workers handle them with a no-op in-transaction handler; messages " +
+		"handled a second over the case's duration, after the pipeline filled. watermill-sql: one subscription of one " +
+		"consumer group (its subscriptions take turns on the group's offset row), polling every 10 ms. NATS JetStream: 16 " +
+		"subscriptions to one durable consumer. *CPU µs/msg* is the CPU used per message written, over the whole run until " +
+		"every one was handled: *process* is the bench's process (every stage's Go side, the brokers' clients); *db, …* " +
+		"are the database backends of each stage's own pool (producers; the relay, with watermill-sql's inserts; " +
+		"watermill-sql's subscriber; the inbox's stores; the dispatcher), read from /proc when PostgreSQL runs on the " +
+		"bench's machine. The NATS server's CPU is not measured. Beside it, in the same run, the plain-SQL ceilings of " +
+		"its two database stages: **raw relay** is the relay case's raw system to GoChannel, **raw drain** the dispatch-drain " +
+		"case's raw system, each on a backlog of a quarter of `-backlog`; **ratio** is the share of each the whole path reaches.",
 	"sweep": "Drain throughput against worker count (pgbox workers × batches of 200; River with 200 × as many job workers, the same number of messages in flight).",
 }
 
@@ -125,6 +138,10 @@ func (e *env) cases() ([]benchCase, error) {
 	cs = append(cs, e.relayScaling("GoChannel", goChannel))
 	if cfg.NATSURL != "" {
 		cs = append(cs, e.relayScaling("NATS JetStream", natsJetStream(cfg.NATSURL)))
+	}
+	cs = append(cs, e.e2eCase("watermill-sql", watermillSQL, watermillSQLSubscriber, true))
+	if cfg.NATSURL != "" {
+		cs = append(cs, e.e2eCase("NATS JetStream", natsJetStream(cfg.NATSURL), natsSubscriber(cfg.NATSURL), false))
 	}
 	cs = append(cs,
 		benchCase{scenario: "latency", setting: fmt.Sprintf("inbox, %d/s", cfg.Rate), main: "p99 ms",
