@@ -74,8 +74,7 @@ var describe = map[string]string{
 		"(two relays in the bench's process, as two processes would run them, not two processes): messages published per " +
 		"second. **ratio** is 1 worker's figure over each.",
 	"end-to-end": "The whole path at the rate it holds: two producers write the outbox as fast as they can (`outbox.Write` of " +
-		"100 messages, a transaction each, while fewer than 20,000 written wait to be handled, as dispatch-continuous stores " +
-		"them), the relay (its defaults) publishes them to the broker, a Watermill subscriber stores them with watermillinbox " +
+		"100 messages, a transaction each, while fewer than " + strconv.Itoa(e2eAhead) + " written wait to be handled), the relay (its defaults) publishes them to the broker, a Watermill subscriber stores them with watermillinbox " +
 		"(acking after the commit) and the dispatcher's 4 workers handle them with a no-op in-transaction handler; messages " +
 		"handled a second over the case's duration, after the pipeline filled. watermill-sql: one subscription of one " +
 		"consumer group (its subscriptions take turns on the group's offset row), polling every 10 ms. NATS JetStream: 16 " +
