@@ -32,7 +32,22 @@ var describe = map[string]string{
 	"duplicate-storm": "Nine deliveries in ten are redeliveries of ids already received (from the last 10,000), the rest new, " +
 		"each through `Receive`, from 4 connections. Database round trips counted by a pgx tracer; **raw** sends every " +
 		"delivery to the database.",
-	"relay": "Publishing a pre-written outbox backlog through the relay until every row is marked published.",
+	"relay": "Publishing a pre-written outbox backlog through the relay until every row is marked published. pgbox: the relay " +
+		"with its defaults (2 workers, batches of 100), one message per Publish call (a batch per call with AtomicPublisher). " +
+		"**raw** is the ceiling a hand-written relay reaches on the same outbox and broker: 2 loops, each a transaction that " +
+		"claims the oldest 100 pending rows (`SELECT … ORDER BY available_at, seq … FOR UPDATE SKIP LOCKED`, the relay's " +
+		"order on its index), publishes them, marks them published (`UPDATE … FROM unnest(ids)`) and commits; the row locks " +
+		"are its lease. It publishes each batch with the broker's own Go client, pipelined within the batch and waiting for the " +
+		"durability pgbox's publisher waits for, each message carrying its id: GoChannel, the plain-SQL ceiling, through the " +
+		"same GoChannel in one Publish call; watermill-sql, one `INSERT … SELECT FROM unnest` into its table in the claiming " +
+		"transaction (the broker is the same database, so the publish commits with the mark); NATS JetStream, " +
+		"`PublishMsgAsync` of the batch, then every ack; RabbitMQ, amqp091-go on a confirm-mode channel per loop, persistent " +
+		"messages to the same durable exchange and queue, then every confirm; Redis Streams, the batch's XADDs in one " +
+		"go-redis pipeline; Kafka, franz-go's `ProduceSync` of the batch (acks from all in-sync replicas); Amazon SQS, the AWS " +
+		"SDK's `SendMessage`, 10 at once (goaws drops batched messages' attributes, the id among them); Pub/Sub, the client's " +
+		"own `Publisher` (which bundles), then every result. What raw leaves out is what pgbox's relay keeps: per-key order " +
+		"across processes, the gap-safe claim, leases that outlive a transaction, attempts and backoff, the outage rules, " +
+		"fencing and its memory bound. **ratio** is pgbox's figure over raw's, run by run.",
 	"latency": "A steady rate of single messages; the time from the call that stores a message (inbox `Receive`, or the " +
 		"producer's outbox commit) until its handler has run, sent by 16 goroutines; sent/s is the rate they held. " +
 		"Workers wake on LISTEN/NOTIFY. Senders, subscribers, relay and dispatcher share one pool of " +
