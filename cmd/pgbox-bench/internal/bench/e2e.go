@@ -177,7 +177,9 @@ func (e *env) endToEnd(newPub newPublisher, newSub newSubscriber, brokerOnDB boo
 		}
 		// The CPU per message: of every message written, once each is
 		// handled.
-		if n == 0 {
+		// A smoke run's window can end before the first message got
+		// through; its figures mean nothing.
+		if n == 0 && !e.cfg.Smoke {
 			err = fmt.Errorf("no message was handled in the timed %s", s.d(e.cfg.Duration))
 		} else {
 			err = waitHandled(ctx, &handled, produced.Load())
