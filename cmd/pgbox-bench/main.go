@@ -9,7 +9,8 @@
 // through NATS JetStream; PGBOUNCER_URL, a transaction-pooling PgBouncer
 // in front of that database, adds the pooler cases. The report goes to
 // docs/benchmarks.md, with docs/benchmarks.json for machines and
-// docs/benchmarks.png, the throughput chart.
+// docs/benchmarks.png, the throughput chart, and docs/benchmarks-relay.png,
+// the relay's.
 package main
 
 import (
@@ -17,6 +18,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -136,7 +138,8 @@ func readReport(path string) (*bench.Report, error) {
 	return &rep, nil
 }
 
-// write writes the report to out plus .md and .png, and .json when withJSON.
+// write writes the report to out plus .md, .png and -relay.png (the
+// charts), and .json when withJSON.
 func write(rep *bench.Report, out string, withJSON bool) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
@@ -149,13 +152,24 @@ func write(rep *bench.Report, out string, withJSON bool) error {
 	if err := rep.WriteMarkdown(md, filepath.Base(out)+".png"); err != nil {
 		return err
 	}
-	if len(rep.Sweep) > 0 {
-		png, err := os.Create(out + ".png")
+	charts := []struct {
+		path  string
+		has   bool
+		write func(io.Writer) error
+	}{
+		{out + ".png", len(rep.Sweep) > 0, rep.WriteChart},
+		{out + bench.RelayChart + ".png", rep.HasRelayChart(), rep.WriteRelayChart},
+	}
+	for _, c := range charts {
+		if !c.has {
+			continue
+		}
+		png, err := os.Create(c.path)
 		if err != nil {
 			return err
 		}
 		defer png.Close()
-		if err := rep.WriteChart(png); err != nil {
+		if err := c.write(png); err != nil {
 			return err
 		}
 	}

@@ -32,7 +32,22 @@ var describe = map[string]string{
 	"duplicate-storm": "Nine deliveries in ten are redeliveries of ids already received (from the last 10,000), the rest new, " +
 		"each through `Receive`, from 4 connections. Database round trips counted by a pgx tracer; **raw** sends every " +
 		"delivery to the database.",
-	"relay": "Publishing a pre-written outbox backlog through the relay until every row is marked published.",
+	"relay": "Publishing a pre-written outbox backlog through the relay until every row is marked published. pgbox: the relay " +
+		"with its defaults (2 workers, batches of 100), one message per Publish call (a batch per call with AtomicPublisher). " +
+		"**raw** is the ceiling a hand-written relay reaches on the same outbox and broker: 2 loops, each a transaction that " +
+		"claims the oldest 100 pending rows (`SELECT … ORDER BY available_at, seq … FOR UPDATE SKIP LOCKED`, the relay's " +
+		"order on its index), publishes them, marks them published (`UPDATE … FROM unnest(ids)`) and commits; the row locks " +
+		"are its lease. It publishes each batch with the broker's own Go client, pipelined within the batch and waiting for the " +
+		"durability pgbox's publisher waits for, each message carrying its id: GoChannel, the plain-SQL ceiling, through the " +
+		"same GoChannel in one Publish call; watermill-sql, one `INSERT … SELECT FROM unnest` into its table in the claiming " +
+		"transaction (the broker is the same database, so the publish commits with the mark); NATS JetStream, " +
+		"`PublishMsgAsync` of the batch, then every ack; RabbitMQ, amqp091-go on a confirm-mode channel per loop, persistent " +
+		"messages to the same durable exchange and queue, then every confirm; Redis Streams, the batch's XADDs in one " +
+		"go-redis pipeline; Kafka, franz-go's `ProduceSync` of the batch (acks from all in-sync replicas); Amazon SQS, the AWS " +
+		"SDK's `SendMessage`, 10 at once (goaws drops batched messages' attributes, the id among them); Pub/Sub, the client's " +
+		"own `Publisher` (which bundles), then every result. What raw leaves out is what pgbox's relay keeps: per-key order " +
+		"across processes, the gap-safe claim, leases that outlive a transaction, attempts and backoff, the outage rules, " +
+		"fencing and its memory bound. **ratio** is pgbox's figure over raw's, run by run.",
 	"latency": "A steady rate of single messages; the time from the call that stores a message (inbox `Receive`, or the " +
 		"producer's outbox commit) until its handler has run, sent by 16 goroutines; sent/s is the rate they held. " +
 		"Workers wake on LISTEN/NOTIFY. Senders, subscribers, relay and dispatcher share one pool of " +
@@ -72,6 +87,22 @@ var describe = map[string]string{
 		"messages stored, then drained by the dispatcher's workers. *Drop an expired day*: a day's partition as large as a " +
 		"kept day (a seventh of the inbox), made a month old, dropped by the retention code (`partition.Drop`): the database " +
 		"work that expiring a day's messages costs, whatever their number, and the disk the kept days take per message.",
+	"relay-scaling": "The relay case's drain, through GoChannel and NATS JetStream, by the relay's workers (`Config.Workers`; " +
+		"batches of 100), and with two relays of the default 2 workers each at once, each on a pool and a publisher of its own " +
+		"(two relays in the bench's process, as two processes would run them, not two processes): messages published per " +
+		"second. **ratio** is 1 worker's figure over each.",
+	"end-to-end": "The whole path at the rate it holds: two producers write the outbox as fast as they can (`outbox.Write` of " +
+		"100 messages, a transaction each, while fewer than " + strconv.Itoa(e2eAhead) + " written wait to be handled), the relay (its defaults) publishes them to the broker, a Watermill subscriber stores them with watermillinbox " +
+		"(acking after the commit) and the dispatcher's 4 workers handle them with a no-op in-transaction handler; messages " +
+		"handled a second over the case's duration, after the pipeline filled. watermill-sql: one subscription of one " +
+		"consumer group (its subscriptions take turns on the group's offset row), polling every 10 ms. NATS JetStream: 16 " +
+		"subscriptions to one durable consumer. *CPU µs/msg* is the CPU used per message written, over the whole run until " +
+		"every one was handled: *process* is the bench's process (every stage's Go side, the brokers' clients); *db, …* " +
+		"are the database backends of each stage's own pool (producers; the relay, with watermill-sql's inserts; " +
+		"watermill-sql's subscriber; the inbox's stores; the dispatcher), read from /proc when PostgreSQL runs on the " +
+		"bench's machine. The NATS server's CPU is not measured. Beside it, in the same run, the plain-SQL ceilings of " +
+		"its two database stages: **raw relay** is the relay case's raw system to GoChannel, **raw drain** the dispatch-drain " +
+		"case's raw system, each on a backlog of a quarter of `-backlog`; **ratio** is the share of each the whole path reaches.",
 	"sweep": "Drain throughput against worker count (pgbox workers × batches of 200; River with 200 × as many job workers, the same number of messages in flight).",
 }
 
@@ -100,27 +131,35 @@ func (e *env) cases() ([]benchCase, error) {
 		benchCase{scenario: "duplicate-storm", setting: "90% redeliveries", main: "round trips/redelivery",
 			systems: []system{{"pgbox", e.pgboxStorm()}, {"raw", e.rawStorm()}}},
 	)
-	relayTo := func(broker string, pub newPublisher, atomic bool) benchCase {
+	relayTo := func(broker string, pub newPublisher, raw newRawPublisher, atomic bool) benchCase {
 		return benchCase{scenario: "relay", setting: fmt.Sprintf("%d rows → %s", cfg.Backlog/4, broker), main: "msgs/s", higherBetter: true,
-			systems: []system{{"pgbox", e.relayDrain(cfg.Backlog/4, pub, atomic)}}}
+			systems: []system{{"pgbox", e.relayDrain(cfg.Backlog/4, pub, relayShape{atomic: atomic})}, {"raw", e.rawRelay(cfg.Backlog/4, raw)}}}
 	}
 	// watermill-sql twice: one message per Publish call, the relay's
 	// default, and a batch per call, as AtomicPublisher lets it publish
 	// through a publisher that takes a call all or none.
-	cs = append(cs, relayTo("GoChannel", goChannel, false), relayTo("watermill-sql", watermillSQL, false),
-		relayTo("watermill-sql, AtomicPublisher", watermillSQL, true))
+	cs = append(cs, relayTo("GoChannel", goChannel, rawWatermill(goChannel), false), relayTo("watermill-sql", watermillSQL, rawWatermillSQL, false),
+		relayTo("watermill-sql, AtomicPublisher", watermillSQL, rawWatermillSQL, true))
 	if cfg.NATSURL != "" {
-		cs = append(cs, relayTo("NATS JetStream", natsJetStream(cfg.NATSURL), false))
+		cs = append(cs, relayTo("NATS JetStream", natsJetStream(cfg.NATSURL), rawNATS(cfg.NATSURL), false))
 	}
 	if cfg.RabbitMQURL != "" {
-		cs = append(cs, relayTo("RabbitMQ", rabbitMQ(cfg.RabbitMQURL), false))
+		cs = append(cs, relayTo("RabbitMQ", rabbitMQ(cfg.RabbitMQURL), rawRabbitMQ(cfg.RabbitMQURL), false))
 	}
 	if cfg.RedisURL != "" {
-		cs = append(cs, relayTo("Redis Streams", redisStreams(cfg.RedisURL), false))
+		cs = append(cs, relayTo("Redis Streams", redisStreams(cfg.RedisURL), rawRedis(cfg.RedisURL), false))
 	}
-	cs = append(cs, relayTo("Kafka (kfake, in process)", kafkaKFake, false))
+	cs = append(cs, relayTo("Kafka (kfake, in process)", kafkaKFake, rawKafka, false))
 	cs = append(cs, sqsRelay(cfg.SQSURL, relayTo)...)
-	cs = append(cs, relayTo("Google Cloud Pub/Sub (pstest, in process)", pubsubPSTest, false))
+	cs = append(cs, relayTo("Google Cloud Pub/Sub (pstest, in process)", pubsubPSTest, rawPubSub, false))
+	cs = append(cs, e.relayScaling("GoChannel", goChannel))
+	if cfg.NATSURL != "" {
+		cs = append(cs, e.relayScaling("NATS JetStream", natsJetStream(cfg.NATSURL)))
+	}
+	cs = append(cs, e.e2eCase("watermill-sql", watermillSQL, watermillSQLSubscriber, true))
+	if cfg.NATSURL != "" {
+		cs = append(cs, e.e2eCase("NATS JetStream", natsJetStream(cfg.NATSURL), natsSubscriber(cfg.NATSURL), false))
+	}
 	cs = append(cs,
 		benchCase{scenario: "latency", setting: fmt.Sprintf("inbox, %d/s", cfg.Rate), main: "p99 ms",
 			systems: []system{{"pgbox", e.inboxLatency(cfg.Rate)}}},

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -51,15 +52,29 @@ func waitOutboxDone(ctx context.Context, pool *pgxpool.Pool) error {
 // case's pool where it needs one, and returns it with what closes it.
 type newPublisher func(ctx context.Context, pool *pgxpool.Pool) (message.Publisher, func(), error)
 
+// relayShape is how a relay case runs the relay: the zero value is one
+// relay with relay.Config's defaults.
+type relayShape struct {
+	// atomic tells the relay that the publisher takes a call's messages
+	// all or none (relay.Config.AtomicPublisher), so it publishes a
+	// batch's rows in one call instead of one per call.
+	atomic bool
+	// workers is relay.Config.Workers; 0 for the default.
+	workers int
+	// relays is how many relays publish the outbox at once, each with a
+	// pool and a publisher of its own, as separate processes would; 0
+	// for one.
+	relays int
+}
+
 // relayDrain publishes a pre-written outbox of n rows through the
-// publisher newPub makes (closed after) and reports rows per second. With
-// atomic, the relay is told that the publisher takes a call's messages all
-// or none (relay.Config.AtomicPublisher), and publishes a batch's rows in
-// one call instead of one per call.
-func (e *env) relayDrain(n int, newPub newPublisher, atomic bool) func(context.Context, scale) (Figures, error) {
+// publisher newPub makes (closed after), with relays of the given shape,
+// and reports rows per second.
+func (e *env) relayDrain(n int, newPub newPublisher, shape relayShape) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
 		n := s.n(n)
-		r, err := e.newRig(ctx, 8)
+		conns := int32(cmp.Or(shape.workers, relay.WorkersDefault) + 6)
+		r, err := e.newRig(ctx, int(conns))
 		if err != nil {
 			return nil, err
 		}
@@ -74,20 +89,34 @@ func (e *env) relayDrain(n int, newPub newPublisher, atomic bool) func(context.C
 		if err := vacuum(ctx, r.pool, pgboxSchemaName, "outbox"); err != nil {
 			return nil, err
 		}
-		pub, closePub, err := newPub(ctx, r.pool)
-		if err != nil {
-			return nil, err
-		}
-		defer closePub()
-		rel, err := relay.New(r.pool, relay.Config{AtomicPublisher: atomic, Schema: pgboxSchemaName, Publisher: pub, Logger: e.log, ListenConnConfig: e.listen, PollOnly: e.pollOnly})
-		if err != nil {
-			return nil, err
+		var rels []*relay.Relay
+		for i := range max(shape.relays, 1) {
+			pool := r.pool
+			if i > 0 {
+				if pool, _, err = newPool(ctx, e.cfg.URL, conns); err != nil {
+					return nil, err
+				}
+				defer pool.Close()
+			}
+			pub, closePub, err := newPub(ctx, pool)
+			if err != nil {
+				return nil, err
+			}
+			defer closePub()
+			rel, err := relay.New(pool, relay.Config{AtomicPublisher: shape.atomic, Schema: pgboxSchemaName, Publisher: pub, Workers: shape.workers,
+				Logger: e.log, ListenConnConfig: e.listen, PollOnly: e.pollOnly})
+			if err != nil {
+				return nil, err
+			}
+			rels = append(rels, rel)
 		}
 		start := time.Now()
-		if err := rel.Start(ctx); err != nil {
-			return nil, err
+		for _, rel := range rels {
+			if err := rel.Start(ctx); err != nil {
+				return nil, err
+			}
+			defer rel.Stop(context.WithoutCancel(ctx))
 		}
-		defer rel.Stop(context.WithoutCancel(ctx))
 		if err := waitOutboxDone(ctx, r.pool); err != nil {
 			return nil, err
 		}
@@ -114,30 +143,40 @@ func goChannel(ctx context.Context, _ *pgxpool.Pool) (message.Publisher, func(),
 // natsJetStream publishes to a JetStream stream of its own, deleted after.
 func natsJetStream(url string) newPublisher {
 	return func(ctx context.Context, _ *pgxpool.Pool) (message.Publisher, func(), error) {
-		nc, err := nats.Connect(url)
+		_, closeStream, err := natsStream(ctx, url)
 		if err != nil {
-			return nil, nil, err
-		}
-		js, err := natsjs.New(nc)
-		if err != nil {
-			nc.Close()
-			return nil, nil, err
-		}
-		if _, err := js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{Name: "pgbox_bench", Subjects: []string{"bench"}}); err != nil {
-			nc.Close()
 			return nil, nil, err
 		}
 		pub, err := jetstream.NewPublisher(jetstream.PublisherConfig{URL: url, Logger: watermill.NopLogger{}})
 		if err != nil {
-			nc.Close()
+			closeStream()
 			return nil, nil, err
 		}
-		return pub, func() {
-			_ = pub.Close()
-			_ = js.DeleteStream(context.Background(), "pgbox_bench")
-			nc.Close()
-		}, nil
+		return pub, func() { _ = pub.Close(); closeStream() }, nil
 	}
+}
+
+// natsStream connects to the NATS at url and makes the stream the relay
+// cases publish to (subject "bench"), and returns the connection's
+// JetStream with what deletes the stream and closes the connection.
+func natsStream(ctx context.Context, url string) (natsjs.JetStream, func(), error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := natsjs.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{Name: "pgbox_bench", Subjects: []string{"bench"}}); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return js, func() {
+		_ = js.DeleteStream(context.Background(), "pgbox_bench")
+		nc.Close()
+	}, nil
 }
 
 // watermillSQL publishes to Watermill's PostgreSQL Pub/Sub on the same
@@ -146,18 +185,22 @@ func watermillSQL(_ context.Context, pool *pgxpool.Pool) (message.Publisher, fun
 	db := stdlib.OpenDBFromPool(pool)
 	pub, err := wmsql.NewPublisher(db, wmsql.PublisherConfig{
 		AutoInitializeSchema: true,
-		SchemaAdapter: wmsql.DefaultPostgreSQLSchema{
-			GenerateMessagesTableName: func(topic string) string {
-				return ident.Quote(pgboxSchemaName) + "." + ident.Quote("watermill_"+topic)
-			},
-			GeneratePayloadType: func(string) string { return "BYTEA" },
-		},
+		SchemaAdapter:        watermillSQLSchema,
 	}, watermill.NopLogger{})
 	if err != nil {
 		_ = db.Close()
 		return nil, nil, err
 	}
 	return pub, func() { _ = pub.Close(); _ = db.Close() }, nil
+}
+
+// watermillSQLSchema keeps watermill-sql's messages of a topic in table
+// watermill_<topic> of the bench schema, payloads as bytes.
+var watermillSQLSchema = wmsql.DefaultPostgreSQLSchema{
+	GenerateMessagesTableName: func(topic string) string {
+		return ident.Quote(pgboxSchemaName) + "." + ident.Quote("watermill_"+topic)
+	},
+	GeneratePayloadType: func(string) string { return "BYTEA" },
 }
 
 // rabbitMQ publishes through package rabbitmq (publisher confirms, the
@@ -168,16 +211,19 @@ func rabbitMQ(url string) newPublisher {
 		if err != nil {
 			return nil, nil, err
 		}
-		return pub, func() {
-			_ = pub.Close()
-			if conn, err := amqp091.Dial(url); err == nil {
-				if ch, err := conn.Channel(); err == nil {
-					_, _ = ch.QueueDelete(rabbitmq.Queue("bench", "bench"), false, false, false)
-					_ = ch.ExchangeDelete("bench", false, false)
-				}
-				_ = conn.Close()
-			}
-		}, nil
+		return pub, func() { _ = pub.Close(); deleteRabbitBench(url) }, nil
+	}
+}
+
+// deleteRabbitBench deletes the exchange and queue the RabbitMQ relay
+// cases publish to.
+func deleteRabbitBench(url string) {
+	if conn, err := amqp091.Dial(url); err == nil {
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(rabbitmq.Queue("bench", "bench"), false, false, false)
+			_ = ch.ExchangeDelete("bench", false, false)
+		}
+		_ = conn.Close()
 	}
 }
 
@@ -186,7 +232,7 @@ func rabbitMQ(url string) newPublisher {
 // partitions keyed by kafka.Marshaler: no real Kafka's disk or network,
 // so it measures the relay and the client, not a cluster.
 func kafkaKFake(context.Context, *pgxpool.Pool) (message.Publisher, func(), error) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "bench"))
+	cluster, err := kfakeCluster()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -196,4 +242,10 @@ func kafkaKFake(context.Context, *pgxpool.Pool) (message.Publisher, func(), erro
 		return nil, nil, err
 	}
 	return pub, func() { _ = pub.Close(); cluster.Close() }, nil
+}
+
+// kfakeCluster starts the in-process Kafka the Kafka relay cases publish
+// to: one broker, topic "bench" of 4 partitions.
+func kfakeCluster() (*kfake.Cluster, error) {
+	return kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "bench"))
 }

@@ -194,6 +194,9 @@ func (r *Report) WriteMarkdown(w io.Writer, chart string) error {
 		if res.Scenario != scenario {
 			scenario, unit = res.Scenario, ""
 			fmt.Fprintf(&b, "\n## %s\n\n%s\n", scenario, describe[scenario])
+			if scenario == "relay-scaling" && chart != "" {
+				fmt.Fprintf(&b, "\n![relay throughput against workers](%s)\n", strings.TrimSuffix(chart, ".png")+RelayChart+".png")
+			}
 		}
 		// A scenario may measure in more than one unit (pooler: msgs/s,
 		// then latencies): each unit gets a table of its own.

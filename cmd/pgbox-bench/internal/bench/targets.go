@@ -37,6 +37,32 @@ func ratioTargetOf(goal, scenario string, matches func(setting string) bool, pee
 	}}
 }
 
+// lowestRatioTarget is met when the lowest of pgbox's median ratios to
+// peer, over the cases of scenario whose setting keep keeps, is at least
+// min; the figure names that case.
+func lowestRatioTarget(goal, scenario, peer string, keep func(setting string) bool, min float64) target {
+	return target{goal: goal, check: func(r *Report) (string, bool, bool) {
+		var (
+			worst Ratio
+			name  string
+		)
+		for _, res := range r.Results {
+			if res.Scenario != scenario || !keep(res.Setting) {
+				continue
+			}
+			for _, q := range res.Ratios {
+				if q.Peer == peer && (name == "" || q.Median < worst.Median) {
+					worst, name = q, res.Setting
+				}
+			}
+		}
+		if name == "" {
+			return "", false, false
+		}
+		return fmt.Sprintf("%.2f× at least (%s; runs %.2f–%.2f)", worst.Median, name, worst.Min, worst.Max), worst.Median >= min, true
+	}}
+}
+
 // figureTarget is met when pgbox's median figure unit in the case is at
 // most max.
 func figureTarget(goal, scenario, setting, unit string, max float64) target {
@@ -124,6 +150,10 @@ var targets = []target{
 	ratioTarget("ReceiveBatch 100: at least 70% of the plain batched INSERT", "ingest", "ReceiveBatch 100", "raw", 0.7),
 	ratioTarget("ReceiveBatch 1000: at least 70% of the plain batched INSERT", "ingest", "ReceiveBatch 1000", "raw", 0.7),
 	ratioTarget("Receive at 16 connections: at least 90% of the plain single-row INSERT", "ingest", "Receive, 16", "raw", 0.9),
+	lowestRatioTarget("relay to GoChannel: at least 0.8× the plain SQL loop (raw)", "relay", "raw",
+		func(setting string) bool { return strings.HasSuffix(setting, "→ GoChannel") }, 0.8),
+	lowestRatioTarget("relay to each broker: at least 0.8× the broker's own client (raw)", "relay", "raw",
+		func(setting string) bool { return !strings.HasSuffix(setting, "→ GoChannel") }, 0.8),
 	figureTarget("duplicate storm: at most one round trip per 10 redeliveries", "duplicate-storm", "", "round trips/redelivery", 0.1),
 	latencyTarget("latency through the inbox: p99 under 25 ms", "inbox, 1000/s", 1000, 25),
 	latencyTarget("latency through outbox, relay and inbox: p99 under 50 ms", "outbox → relay → inbox, 1000/s", 1000, 50),
