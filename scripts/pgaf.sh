@@ -215,14 +215,25 @@ wait_primary() {
 }
 
 # switchover returns once the other node takes writes: the old primary then
-# rejoins as the secondary on its own (wait for it with up).
+# rejoins as the secondary on its own (wait for it with up). The monitor's
+# perform_switchover can lose a deadlock against a keeper's report of its
+# node ("deadlock detected"), which rolls it back whole: the request is
+# then made again, up to three times, while the formation still has its
+# old primary.
 switchover() {
-  wait_healthy
-  local old
-  old=$(primary)
-  server pg_autoctl perform switchover --pgdata "$dir/monitor" --formation default --wait 0 >>"$dir/monitor.log" 2>&1 ||
-    { state >&2 || true; die "pg_autoctl perform switchover failed (log: $dir/monitor.log)"; }
-  wait_primary "$old"
+  local old try
+  for try in 1 2 3; do
+    wait_healthy
+    old=$(primary)
+    if server pg_autoctl perform switchover --pgdata "$dir/monitor" --formation default --wait 0 >>"$dir/monitor.log" 2>&1; then
+      wait_primary "$old"
+      return
+    fi
+    grep -q "deadlock detected" <(tail -n 20 "$dir/monitor.log") && [ "$(primary)" = "$old" ] || break
+    echo "pgaf.sh: the monitor lost a deadlock in perform switchover (try $try); asking again" >&2
+  done
+  state >&2 || true
+  die "pg_autoctl perform switchover failed (log: $dir/monitor.log)"
 }
 
 down() {
