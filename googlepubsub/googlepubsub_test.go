@@ -236,3 +236,48 @@ func ExamplePublishTime() {
 	// 2026-11-27 14:40:00.123456 +0000 UTC
 	// true
 }
+
+// PublishResults gives each message of a call its own outcome: the ones
+// Pub/Sub stored are nil, and stored; one the client refuses (larger than
+// a publish request can be) fails alone, as a refusal, not an outage. While Pub/Sub cannot be reached,
+// each message fails as an outage.
+func TestPublishResultsPerMessage(t *testing.T) {
+	t.Parallel()
+	srv, c := fake(t)
+	_, err := c.TopicAdminClient.CreateTopic(context.Background(), &pubsubpb.Topic{Name: "projects/pgbox/topics/orders"})
+	require.NoError(t, err)
+	pub := googlepubsub.NewPublisher(c, googlepubsub.PublisherConfig{PublishTimeout: time.Second})
+	t.Cleanup(func() { _ = pub.Close() })
+
+	msgs := make([]*message.Message, 10)
+	for i := range msgs {
+		msgs[i] = message.NewMessage(fmt.Sprintf("id-%d", i), []byte(`{}`))
+		if i%3 != 0 { // the others unkeyed
+			msgs[i].Metadata.Set(pgbox.MetadataOrderingKey, fmt.Sprintf("customer-%d", i))
+		}
+	}
+	const gone = 4
+	msgs[gone].Payload = make([]byte, pubsub.MaxPublishRequestBytes)
+	errs := pub.PublishResults("orders", msgs...)
+	require.Len(t, errs, len(msgs))
+	want := map[string]bool{}
+	for i, err := range errs {
+		if i == gone {
+			require.ErrorContains(t, err, msgs[i].UUID)
+			require.False(t, relay.IsUnreachable(err), "a refusal, not an outage: %v", err)
+			continue
+		}
+		require.NoError(t, err, "message %d", i)
+		want[msgs[i].UUID] = true
+	}
+	got := map[string]bool{}
+	for _, m := range srv.Messages() {
+		got[m.Attributes[googlepubsub.UUIDAttribute]] = true
+	}
+	require.Equal(t, want, got, "every message reported published is stored, and no other")
+
+	require.NoError(t, srv.Close())
+	for i, err := range pub.PublishResults("orders", keyed("customer-1"), keyed("customer-2")) {
+		require.True(t, relay.IsUnreachable(err), "message %d: %v", i, err)
+	}
+}

@@ -30,10 +30,12 @@ type PublisherConfig struct {
 	PublishTimeout time.Duration
 }
 
-// Publisher publishes Watermill messages to Pub/Sub topics, one at a time,
-// each waiting for Pub/Sub's answer: a Publish call returns nil once every
-// message is stored, and fails at the first message that is not, with the
-// earlier ones published. A topic is a topic ID in the client's project or
+// Publisher publishes Watermill messages to Pub/Sub topics. A Publish call
+// publishes them one at a time, each waiting for Pub/Sub's answer: it
+// returns nil once every message is stored, and fails at the first message
+// that is not, with the earlier ones published. It is a
+// relay.ResultPublisher: PublishResults sends a call's messages without
+// waiting between them, then waits for each one's answer. A topic is a topic ID in the client's project or
 // a full name ("projects/p/topics/t").
 //
 // Errors that mean Pub/Sub could not be reached (gRPC Unavailable or
@@ -50,6 +52,8 @@ type Publisher struct {
 	closed bool
 	topics map[string]*pubsub.Publisher
 }
+
+var _ relay.ResultPublisher = (*Publisher)(nil)
 
 // NewPublisher returns a publisher on client. Closing it stops its
 // topics' publishers, not the client.
@@ -72,27 +76,72 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		if err != nil {
 			return err
 		}
-		if err := p.publish(m.Context(), t, pm); err != nil {
+		ctx, cancel := context.WithTimeout(m.Context(), p.timeout)
+		err = p.await(ctx, t, pm, t.Publish(ctx, pm))
+		cancel()
+		if err != nil {
 			return publishError(topic, m.UUID, err)
 		}
 	}
 	return nil
 }
 
-// publish publishes pm on t and waits for Pub/Sub's answer, for the
-// timeout at most. The client pauses an ordering key when a publish of it
-// fails, and fails the key's later publishes at once until ResumePublish:
-// a failure resumes the key. A failure can also pause it later: the
-// client's own retries of a publish whose Get ended at the deadline go on
-// for PublishSettings.Timeout, and their failure pauses the key after
-// Publish has returned (the relay met it once the broker was back, and
-// charged a row a failure that was the outage's). A publish that finds its
-// key paused so resumes it and is sent again, once: the failure that
-// paused it was reported by the call that made the publish that failed.
-func (p *Publisher) publish(ctx context.Context, t *pubsub.Publisher, pm *pubsub.Message) error {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	_, err := t.Publish(ctx, pm).Get(ctx)
+// PublishResults publishes msgs to topic, sending them all before waiting
+// for any answer, and returns each message's error, in the order of msgs:
+// nil for a message Pub/Sub stored. Errors are classified as Publish's
+// are. Messages of one ordering key in one call are sent in order, but a
+// failure of one does not hold back the next, so a relay, which puts at
+// most one message per key in a call, is the caller it is made for.
+func (p *Publisher) PublishResults(topic string, msgs ...*message.Message) []error {
+	errs := make([]error, len(msgs))
+	t, err := p.topic(topic)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	type sent struct {
+		pm     *pubsub.Message
+		ctx    context.Context
+		cancel context.CancelFunc
+		res    *pubsub.PublishResult
+	}
+	all := make([]sent, len(msgs))
+	for i, m := range msgs {
+		pm, err := toPubSub(m)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		ctx, cancel := context.WithTimeout(m.Context(), p.timeout)
+		all[i] = sent{pm: pm, ctx: ctx, cancel: cancel, res: t.Publish(ctx, pm)}
+	}
+	for i, s := range all {
+		if s.res == nil {
+			continue
+		}
+		if err := p.await(s.ctx, t, s.pm, s.res); err != nil {
+			errs[i] = publishError(topic, msgs[i].UUID, err)
+		}
+		s.cancel()
+	}
+	return errs
+}
+
+// await waits for res, the answer to the publish of pm on t, until ctx
+// ends (the timeout). The client pauses an ordering key when a publish of
+// it fails, and fails the key's later publishes at once until
+// ResumePublish: a failure resumes the key. A failure can also pause it
+// later: the client's own retries of a publish whose Get ended at the
+// deadline go on for PublishSettings.Timeout, and their failure pauses the
+// key after Publish has returned (the relay met it once the broker was
+// back, and charged a row a failure that was the outage's). A publish that
+// finds its key paused so resumes it and is sent again, once: the failure
+// that paused it was reported by the call that made the publish that
+// failed.
+func (p *Publisher) await(ctx context.Context, t *pubsub.Publisher, pm *pubsub.Message, res *pubsub.PublishResult) error {
+	_, err := res.Get(ctx)
 	if pm.OrderingKey == "" || err == nil {
 		return err
 	}
@@ -120,8 +169,9 @@ func publishError(topic, uuid string, err error) error {
 
 // topic returns the client's publisher for topic, made on first use: with
 // message ordering on, each message sent at once rather than held up to
-// 10ms for a batch (the relay publishes one message per call, and waits
-// for each), and retried for PublishTimeout at most.
+// 10ms for a batch (Publish waits for each message; PublishResults sends
+// a call's messages without waiting, each in a request of its own, the
+// requests concurrent), and retried for PublishTimeout at most.
 func (p *Publisher) topic(topic string) (*pubsub.Publisher, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

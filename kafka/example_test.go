@@ -65,3 +65,23 @@ func ExampleOffsetID() {
 	_ = router.Close()
 	// Output: ledger/0/0 <nil> true
 }
+
+// A relay given kafka's Publisher publishes a batch's messages together
+// and learns which ones Kafka took; here PublishResults is called by
+// hand. The broker is franz-go's in-process kfake.
+func ExamplePublisher_PublishResults() {
+	cluster, _ := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "orders"))
+	defer cluster.Close()
+	pub, err := kafka.NewPublisher(wmkafka.PublisherConfig{Brokers: cluster.ListenAddrs(), Marshaler: kafka.Marshaler()})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pub.Close()
+	// r, _ := relay.New(pool, relay.Config{Publisher: pub})
+	errs := pub.PublishResults("orders",
+		message.NewMessage("0192a8e6-7a50-7c1e-8f3e-000000000001", []byte(`{"order":1}`)),
+		message.NewMessage("0192a8e6-7a50-7c1e-8f3e-000000000002", []byte(`{"order":2}`)))
+	fmt.Println(errs)
+	// Output: [<nil> <nil>]
+}

@@ -1,16 +1,23 @@
 // Package kafka wires pgbox to Kafka through watermill-kafka: a marshaler
-// that keys each record by pgbox's ordering key.
+// that keys each record by pgbox's ordering key, and a publisher on the
+// same Sarama producer as watermill-kafka's that is a
+// relay.ResultPublisher, so that a relay hands a batch's messages to the
+// producer together rather than waiting for each one's acknowledgement
+// before sending the next (see Publisher).
 //
 //	import (
 //		wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 //		"github.com/pgbox/pgbox/kafka"
 //	)
 //
-//	pub, _ := wmkafka.NewPublisher(wmkafka.PublisherConfig{
+//	pub, _ := kafka.NewPublisher(wmkafka.PublisherConfig{
 //		Brokers:   brokers,
 //		Marshaler: kafka.Marshaler(),
-//	}, logger)
+//	})
 //	r, _ := relay.New(pool, relay.Config{Publisher: pub})
+//
+// watermill-kafka's own publisher (wmkafka.NewPublisher, with the same
+// configuration) works too, one message per call.
 //
 // # Order
 //

@@ -80,7 +80,7 @@ type channel struct {
 // channel closes.
 const returnsBuffer = 16
 
-var _ message.Publisher = (*Publisher)(nil)
+var _ relay.ResultPublisher = (*Publisher)(nil)
 
 // NewPublisher connects to RabbitMQ at url and returns a publisher to
 // topics that consumers consume. Before its first publish to a topic on a
@@ -126,14 +126,66 @@ func NewPublisher(url string, consumers []string, logger watermill.LoggerAdapter
 // to the exchange. A message's context bounds the wait for its confirm.
 // Messages go out with the mandatory flag: those RabbitMQ returns because
 // no queue is bound to the exchange fail the call with an
-// *UnroutableError, a refusal, not an outage.
+// *UnroutableError, a refusal, not an outage. If any message fails, the
+// call returns the first failure that is not a return, or else one
+// *UnroutableError naming every returned message; the others were
+// published. A relay uses PublishResults instead, which tells them apart.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	var (
+		first    error
+		returned *UnroutableError
+	)
+	for _, err := range p.PublishResults(topic, msgs...) {
+		var u *UnroutableError
+		switch {
+		case err == nil:
+		case errors.As(err, &u):
+			if returned == nil {
+				returned = &UnroutableError{Topic: u.Topic, Reply: u.Reply}
+			}
+			returned.Messages = append(returned.Messages, u.Messages...)
+		case first == nil:
+			first = err
+		}
+	}
+	if first != nil {
+		return first
+	}
+	if returned != nil {
+		return returned
+	}
+	return nil
+}
+
+// PublishResults publishes msgs to topic's exchange, as Publish does but
+// sending them all before waiting for any confirm, and returns each
+// message's error, in the order of msgs: nil for a message RabbitMQ
+// confirmed and did not return, an *UnroutableError for one it returned,
+// and for one it did not confirm (refused, or its channel or connection
+// closed first) why; errors that say RabbitMQ could not be reached wrap
+// relay.ErrBrokerUnreachable, as Publish's do.
+func (p *Publisher) PublishResults(topic string, msgs ...*message.Message) []error {
+	errs := make([]error, len(msgs))
 	ch, err := p.channel(topic)
 	if err != nil {
-		return err
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
 	}
-	returned, err := publish(ch, msgs, topic, p.cfg.Marshaler)
-	if err != nil {
+	sound, returned := p.publish(ch, msgs, topic, errs)
+	if len(returned) > 0 {
+		// The exchange had no queue bound: one of the queues this
+		// publisher declared was deleted, or the exchange deleted and
+		// declared again, since it declared them. Declare them again on
+		// the next publish, so that the messages retried go to them.
+		p.mu.Lock()
+		if ch.conn == p.conn {
+			delete(p.declared, topic)
+		}
+		p.mu.Unlock()
+	}
+	if !sound {
 		// Nothing reads the returns once the call gives up: drain them
 		// until the channel closes, so that a return still on its way
 		// cannot stall the connection's reader.
@@ -142,55 +194,53 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 			}
 		}()
 		_ = ch.Close()
-		return p.failed(ch.conn, fmt.Errorf("rabbitmq: publish to %q: %w", topic, err))
-	}
-	if len(returned) > 0 {
-		// The exchange had no queue bound: one of the queues this
-		// publisher declared was deleted, or the exchange deleted and
-		// declared again, since it declared them. Declare them again on
-		// the next publish, so that the messages retried go to them. The
-		// channel is sound: every message was confirmed.
-		p.mu.Lock()
-		if ch.conn == p.conn {
-			delete(p.declared, topic)
-		}
-		p.mu.Unlock()
+		return errs
 	}
 	select {
 	case p.idle <- ch:
 	default:
 		_ = ch.Close()
 	}
-	if len(returned) > 0 {
-		return unroutable(topic, returned)
-	}
-	return nil
+	return errs
 }
 
-// publish publishes msgs to topic's exchange on ch, mandatory, then waits
-// for their confirms, and returns the messages RabbitMQ returned
-// unroutable: it confirms those too.
+// publish publishes msgs to topic's exchange on ch, mandatory, without
+// waiting between them, then waits for their confirms, and sets errs[i]
+// to the error of msgs[i]. It reports whether ch can be used again (every
+// message sent on it was confirmed, and it is open), and returns what
+// RabbitMQ returned unroutable, for which errs holds *UnroutableErrors.
 //
 // The returns are this call's own: RabbitMQ sends a message's return
 // before its confirm, on the channel it was published on, and amqp091-go
-// hands both over from one goroutine in the order they came, so once the
-// last confirm is in, every return of msgs has been received or waits in
-// ch.returns; and a channel is used by one call at a time, and goes back
-// to idle only once every message published on it is confirmed.
-func publish(ch *channel, msgs []*message.Message, topic string, m amqp.Marshaler) (returned []amqp091.Return, err error) {
+// hands both over from one goroutine in the order they came, so once a
+// message's confirm is in, its return, if any, has been received or waits
+// in ch.returns; and a channel is used by one call at a time, and goes
+// back to idle only once every message published on it is confirmed.
+func (p *Publisher) publish(ch *channel, msgs []*message.Message, topic string, errs []error) (sound bool, returned []amqp091.Return) {
+	sound = true
 	confirms := make([]*amqp091.DeferredConfirmation, len(msgs))
 	for i, msg := range msgs {
-		pub, err := m.Marshal(msg)
-		if err != nil {
-			return returned, fmt.Errorf("message %s: %w", msg.UUID, err)
+		pub, err := p.cfg.Marshaler.Marshal(msg)
+		if err != nil { // the message's own fault: nothing was sent
+			errs[i] = fmt.Errorf("rabbitmq: publish to %q: message %s: %w", topic, msg.UUID, err)
+			continue
 		}
 		if confirms[i], err = ch.PublishWithDeferredConfirmWithContext(msg.Context(), topic, "", true, false, pub); err != nil {
-			return returned, fmt.Errorf("message %s: %w", msg.UUID, err)
+			// The channel is closed, or closing: the messages after this
+			// one would fail the same way.
+			sound = false
+			for j := i; j < len(msgs); j++ {
+				errs[j] = p.failed(ch.conn, fmt.Errorf("rabbitmq: publish to %q: message %s: not sent: %w", topic, msgs[j].UUID, err))
+			}
+			break
 		}
 		returned = drainReturns(ch.returns, returned)
 	}
 	returns := ch.returns
 	for i, c := range confirms {
+		if c == nil {
+			continue
+		}
 		for waiting := true; waiting; {
 			select {
 			case <-c.Done():
@@ -202,14 +252,35 @@ func publish(ch *channel, msgs []*message.Message, topic string, m amqp.Marshale
 				}
 				returned = append(returned, r)
 			case <-msgs[i].Context().Done():
-				return returned, fmt.Errorf("message %s: waiting for its confirm: %w", msgs[i].UUID, msgs[i].Context().Err())
+				sound = false // a confirm is still to come on ch
+				errs[i] = fmt.Errorf("rabbitmq: publish to %q: message %s: waiting for its confirm: %w", topic, msgs[i].UUID, msgs[i].Context().Err())
+				waiting = false
 			}
 		}
-		if !c.Acked() {
-			return returned, fmt.Errorf("message %s: not confirmed: RabbitMQ refused it, or the channel closed before it confirmed", msgs[i].UUID)
+		switch {
+		case errs[i] != nil:
+		case c.Acked():
+			sound = sound && !ch.IsClosed()
+		case ch.IsClosed():
+			// The channel closes before its unconfirmed messages are
+			// failed, and the connection before its channels: failed
+			// sees the outage.
+			sound = false
+			errs[i] = p.failed(ch.conn, fmt.Errorf("rabbitmq: publish to %q: message %s: not confirmed: the channel closed first", topic, msgs[i].UUID))
+		default:
+			errs[i] = fmt.Errorf("rabbitmq: publish to %q: message %s: RabbitMQ refused it (a nack: an internal error of the queue's, or a queue over its length limit with overflow reject-publish)", topic, msgs[i].UUID)
 		}
 	}
-	return drainReturns(returns, returned), nil
+	returned = drainReturns(returns, returned)
+	for _, r := range returned {
+		e := unroutable(topic, r)
+		for i, m := range msgs {
+			if m.UUID == e.Messages[0] && errs[i] == nil {
+				errs[i] = e
+			}
+		}
+	}
+	return sound, returned
 }
 
 // drainReturns appends to returned the returns waiting in returns.

@@ -264,3 +264,130 @@ func TestPublisherMatchesReturnsToTheirCall(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d returned, %d confirmed", returned.Load(), confirmed.Load())
 }
+
+// newMessages returns n messages with distinct UUIDs.
+func newMessages(n int) []*message.Message {
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		msgs[i] = message.NewMessage(uuid.NewString(), []byte("{}"))
+	}
+	return msgs
+}
+
+// PublishResults gives each message its own outcome: the ones RabbitMQ
+// confirmed are nil and queued, the ones it nacked (a queue full, with
+// overflow reject-publish) fail alone as refusals, not outages, and the
+// ones it returned unroutable fail each with an UnroutableError naming it.
+func TestPublishResultsPerMessage(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.Start(t, brokertest.RabbitMQ)
+	const topic, consumer, room = "results", "audit", 3
+	conn, err := amqp091.Dial(srv.URL())
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	queue := rabbitmq.Queue(topic, consumer)
+	// The consumer's queue holds room messages and nacks the rest. The
+	// publisher's own declaration of it, durable and with no arguments,
+	// would fail on these, so the test declares it under another name
+	// and binds it to the exchange as an extra queue.
+	_, err = ch.QueueDeclare(queue+".full", true, false, false, false, amqp091.Table{"x-max-length": room, "x-overflow": "reject-publish"})
+	require.NoError(t, err)
+	pub, err := rabbitmq.NewPublisher(srv.URL(), []string{consumer}, watermill.NopLogger{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+
+	require.NoError(t, pub.Publish(topic), "declare the exchange")
+	require.NoError(t, ch.QueueBind(queue+".full", "", topic, false, nil))
+	msgs := newMessages(room + 4)
+	errs := pub.PublishResults(topic, msgs...)
+	require.Len(t, errs, len(msgs))
+	for i, err := range errs {
+		if i < room {
+			require.NoError(t, err, "message %d, with room in the queue", i)
+			continue
+		}
+		require.ErrorContains(t, err, "RabbitMQ refused it", "message %d, published with the queue full", i)
+		require.False(t, relay.IsUnreachable(err), "a refusal, not an outage: %v", err)
+	}
+	q, err := ch.QueueDeclarePassive(queue+".full", true, false, false, false, nil)
+	require.NoError(t, err)
+	require.Equal(t, room, q.Messages)
+	require.NoError(t, ch.QueueUnbind(queue+".full", "", topic, nil))
+
+	// Returns: the consumer's queue deleted behind the publisher's back.
+	_, err = ch.QueueDelete(queue, false, false, false)
+	require.NoError(t, err)
+	msgs = newMessages(3)
+	for i, err := range pub.PublishResults(topic, msgs...) {
+		var unroutable *rabbitmq.UnroutableError
+		require.ErrorAs(t, err, &unroutable, "message %d", i)
+		require.Equal(t, []string{msgs[i].UUID}, unroutable.Messages, "each return is its own message's error")
+		require.False(t, relay.IsUnreachable(err))
+	}
+	for i, err := range pub.PublishResults(topic, msgs...) {
+		require.NoError(t, err, "message %d, published again once the queue is declared again", i)
+	}
+}
+
+// A call whose connection dies under it reports exactly: every message
+// it reports published is in the queue after RabbitMQ restarts, and the
+// others fail as an outage, so that a relay charges them no attempt.
+func TestPublishResultsConnectionLost(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.Start(t, brokertest.RabbitMQ)
+	const topic, consumer = "lost", "audit"
+	pub, err := rabbitmq.NewPublisher(srv.URL(), []string{consumer}, watermill.NopLogger{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	require.NoError(t, pub.Publish(topic, message.NewMessage(uuid.NewString(), []byte("{}"))), "declare the queue")
+
+	// Calls of many messages, one after another, until one fails: the
+	// one under way when RabbitMQ dies, or the next.
+	var published, lost, mixed int
+	died := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for first := true; lost == 0; first = false {
+			n := 0
+			errs := pub.PublishResults(topic, newMessages(5000)...)
+			for _, err := range errs {
+				switch {
+				case err == nil:
+					published++
+					n++
+				case relay.IsUnreachable(err):
+					lost++
+				default:
+					t.Errorf("a message failed, and not as an outage: %v", err)
+					return
+				}
+			}
+			if n > 0 && n < len(errs) {
+				mixed++
+			}
+			if first {
+				close(died) // a call has gone through: the next is under way
+			}
+		}
+	}()
+	select {
+	case <-died:
+	case <-done: // the first call failed
+	}
+	srv.Kill(t)
+	<-done
+	require.Positive(t, lost, "the call under way when RabbitMQ died reported messages not published")
+	srv.Restart(t)
+	conn, err := amqp091.Dial(srv.URL())
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	q, err := ch.QueueDeclarePassive(rabbitmq.Queue(topic, consumer), true, false, false, false, nil)
+	require.NoError(t, err)
+	t.Logf("%d reported published, %d lost (%d calls partly published); %d queued", published, lost, mixed, q.Messages)
+	require.GreaterOrEqual(t, q.Messages, 1+published, "every message reported published is kept")
+}

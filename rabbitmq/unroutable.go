@@ -12,7 +12,8 @@ import (
 // unroutable: their topic's exchange had no queue bound to it, so no
 // consumer would ever have received them. RabbitMQ confirms such a
 // message and drops it; the publisher publishes with the mandatory flag,
-// so that RabbitMQ returns it instead, and fails the call.
+// so that RabbitMQ returns it instead, and fails the call (PublishResults
+// gives each returned message an UnroutableError naming it alone).
 //
 // With NewPublisher's declarations a topic's exchange always has a queue
 // bound, so this happens only when they were undone behind the
@@ -48,17 +49,13 @@ func (e *UnroutableError) Error() string {
 // wraps.
 func (e *UnroutableError) Unreachable() bool { return false }
 
-// unroutable returns the error for returned, the returns of a call that
-// published to topic. Each return names its message by the UUID header
-// watermill-amqp's marshaler sets.
-func unroutable(topic string, returned []amqp091.Return) *UnroutableError {
-	e := &UnroutableError{Topic: topic, Reply: fmt.Sprintf("%d %s", returned[0].ReplyCode, returned[0].ReplyText)}
-	for _, r := range returned {
-		id, ok := r.Headers[amqp.DefaultMessageUUIDHeaderKey].(string)
-		if !ok {
-			id = "(with no UUID header)"
-		}
-		e.Messages = append(e.Messages, id)
+// unroutable returns the error for r, the return of a message published
+// to topic. A return names its message by the UUID header watermill-amqp's
+// marshaler sets.
+func unroutable(topic string, r amqp091.Return) *UnroutableError {
+	id, ok := r.Headers[amqp.DefaultMessageUUIDHeaderKey].(string)
+	if !ok {
+		id = "(with no UUID header)"
 	}
-	return e
+	return &UnroutableError{Topic: topic, Reply: fmt.Sprintf("%d %s", r.ReplyCode, r.ReplyText), Messages: []string{id}}
 }

@@ -227,8 +227,8 @@ func deleteRabbitBench(url string) {
 	}
 }
 
-// kafkaKFake publishes through watermill-kafka (sarama, one synchronous
-// send per message) to franz-go's in-process kfake broker, a topic of 4
+// kafkaKFake publishes through package kafka's publisher (sarama, a
+// batch's messages sent together) to franz-go's in-process kfake broker, a topic of 4
 // partitions keyed by kafka.Marshaler: no real Kafka's disk or network,
 // so it measures the relay and the client, not a cluster.
 func kafkaKFake(context.Context, *pgxpool.Pool) (message.Publisher, func(), error) {
@@ -236,7 +236,7 @@ func kafkaKFake(context.Context, *pgxpool.Pool) (message.Publisher, func(), erro
 	if err != nil {
 		return nil, nil, err
 	}
-	pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{Brokers: cluster.ListenAddrs(), Marshaler: kafka.Marshaler()}, watermill.NopLogger{})
+	pub, err := kafka.NewPublisher(wmkafka.PublisherConfig{Brokers: cluster.ListenAddrs(), Marshaler: kafka.Marshaler()})
 	if err != nil {
 		cluster.Close()
 		return nil, nil, err
