@@ -7,7 +7,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
-	"github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/kafka"
+	pgnatsjs "github.com/pgbox/pgbox/natsjs"
 	"github.com/pgbox/pgbox/outbox"
 	"github.com/pgbox/pgbox/rabbitmq"
 	"github.com/pgbox/pgbox/relay"
@@ -140,19 +140,27 @@ func goChannel(ctx context.Context, _ *pgxpool.Pool) (message.Publisher, func(),
 	return ps, func() { _ = ps.Close() }, nil
 }
 
-// natsJetStream publishes to a JetStream stream of its own, deleted after.
+// natsJetStream publishes to a JetStream stream of its own, deleted after,
+// through pgbox's natsjs publisher (a batch per call, its acknowledgements
+// awaited together), as docs/operations.md advises for a relay.
 func natsJetStream(url string) newPublisher {
 	return func(ctx context.Context, _ *pgxpool.Pool) (message.Publisher, func(), error) {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			return nil, nil, err
+		}
 		_, closeStream, err := natsStream(ctx, url)
 		if err != nil {
+			nc.Close()
 			return nil, nil, err
 		}
-		pub, err := jetstream.NewPublisher(jetstream.PublisherConfig{URL: url, Logger: watermill.NopLogger{}})
+		pub, err := pgnatsjs.NewPublisher(nc, pgnatsjs.Config{})
 		if err != nil {
 			closeStream()
+			nc.Close()
 			return nil, nil, err
 		}
-		return pub, func() { _ = pub.Close(); closeStream() }, nil
+		return pub, func() { _ = pub.Close(); nc.Close(); closeStream() }, nil
 	}
 }
 
