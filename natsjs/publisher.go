@@ -80,20 +80,7 @@ func NewPublisher(nc *nats.Conn, cfg Config) (*Publisher, error) {
 // saying how many, and the first one's reason; the others were published.
 // A relay uses PublishResults instead, which tells them apart.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
-	var (
-		failed int
-		first  error
-	)
-	for _, err := range p.PublishResults(topic, msgs...) {
-		if err != nil {
-			failed++
-			first = cmp.Or(first, err)
-		}
-	}
-	if failed > 0 {
-		return fmt.Errorf("natsjs: %d of %d messages to %q not published (the first one's error follows; any others were published): %w", failed, len(msgs), topic, first)
-	}
-	return nil
+	return relay.ResultsError("natsjs", topic, p.PublishResults(topic, msgs...))
 }
 
 // PublishResults publishes msgs to topic (the subject), sending them all

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -77,4 +78,26 @@ func (r *Relay) publishResults(rd *round, rp ResultPublisher, group []*row) {
 	for i, rw := range rows {
 		r.note(rd, []*row{rw}, results[i])
 	}
+}
+
+// ResultsError folds the errors a ResultPublisher's PublishResults
+// returned for a call to topic into the one error its Publish returns:
+// nil when every message was published, or else an error that says how
+// many were not, names pkg (the publisher's package, for the message),
+// and wraps the first failure, so that IsUnreachable still classifies it.
+func ResultsError(pkg, topic string, results []error) error {
+	var (
+		failed int
+		first  error
+	)
+	for _, err := range results {
+		if err != nil {
+			failed++
+			first = cmp.Or(first, err)
+		}
+	}
+	if failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %d of %d messages to %q not published (the first one's error follows; any others were published): %w", pkg, failed, len(results), topic, first)
 }
