@@ -6,6 +6,8 @@ package brokertest
 
 import (
 	"errors"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,12 +125,61 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
 
-// Restart starts the killed broker again, on the same URL.
+// Restart starts the killed broker again, on the same URL, and returns
+// once it has taken connections for a while. A broker that the script saw
+// listening but that died while it finished booting (RabbitMQ, restarted
+// after a SIGKILL on a busy machine, was seen to) is started again, up to
+// three times: a test of a client's recovery must not fail on its
+// broker's.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
-	if u := s.up(tb); u != s.url {
-		tb.Fatalf("brokertest: restarted on %s, not %s", u, s.url)
+	for try := 1; ; try++ {
+		if u := s.up(tb); u != s.url {
+			tb.Fatalf("brokertest: restarted on %s, not %s", u, s.url)
+		}
+		if s.listening() {
+			return
+		}
+		if try == 3 {
+			tb.Fatalf("brokertest: %s restarted %d times, and stopped taking connections each time", s.script.name, try)
+		}
+		tb.Logf("brokertest: %s stopped taking connections after its restart; starting it again", s.script.name)
 	}
+}
+
+// listening reports whether the broker takes TCP connections at its URL's
+// address five times in a row, 200 ms apart, waiting up to two minutes for
+// that while its process lives. It is false once the process has gone.
+func (s *Server) listening() bool {
+	u, err := url.Parse(s.url)
+	if err != nil {
+		return false
+	}
+	for deadline, inRow := time.Now().Add(2*time.Minute), 0; time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		c, err := net.DialTimeout("tcp", u.Host, time.Second)
+		if err == nil {
+			_ = c.Close()
+			if inRow++; inRow == 5 {
+				return true
+			}
+			continue
+		}
+		inRow = 0
+		if !s.processAlive() {
+			return false
+		}
+	}
+	return false
+}
+
+// processAlive reports whether the process the script recorded runs.
+func (s *Server) processAlive() bool {
+	b, err := os.ReadFile(filepath.Join(s.dir, "pid"))
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return err == nil && alive(pid)
 }
 
 func (s *Server) up(tb testing.TB) string {
