@@ -91,11 +91,17 @@ POOLER_PKGS := ./migrations ./inbox ./internal/partition ./dispatcher ./outbox .
 
 .PHONY: test chaos bench demo demo-pooler demo-quickstart inboxctl pg-up pg-down nats-up nats-down pgbouncer-up pgbouncer-down rabbitmq-up rabbitmq-down redis-up redis-down goaws-up goaws-down down
 
+# The -race run writes data race reports to files (GORACE log_path) and
+# prints them after the run's other output when it fails: CI keeps only
+# the end of a long log, where a report printed as it happened is lost.
 test:
 	@url=$(DB); nats=$(NATSURL); pooler=$${PGBOUNCER_URL:-$$($(PGBOUNCER) up "$$url")}; \
 	export NATS_URL="$$nats" PGBOUNCER_URL="$$pooler"; \
 	go vet ./...; \
-	DATABASE_URL="$$url" go test -race -count=1 -timeout 20m ./...; \
+	races=$$(mktemp -d); \
+	DATABASE_URL="$$url" GORACE="log_path=$$races/race" go test -race -count=1 -timeout 20m ./... || { \
+		status=$$?; for f in "$$races"/race.*; do [ -e "$$f" ] || continue; echo "data race report ($$f):"; cat "$$f"; done; exit $$status; }; \
+	rm -rf "$$races"; \
 	case "$$url" in *://*\?*) sep='&';; *://*) sep='?';; *) sep=' ';; esac; \
 	for mode in $(QUERY_MODES); do \
 		echo "go test: default_query_exec_mode=$$mode"; \
