@@ -69,7 +69,7 @@ func (d *Dispatcher) runBatch() (int, error) {
 		return 0, nil
 	}
 	d.hooks.beforeHandlers(b.inTx)
-	defer d.held.drop(b.xid) // see held: settled or committed by then
+	defer d.held.Drop(b.xid) // see claimrec.Held: settled or committed by then
 	if !d.recordClaim(ctx, tx, b) {
 		return b.claimed, nil
 	}

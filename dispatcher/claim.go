@@ -119,8 +119,8 @@ func (d *Dispatcher) recordClaim(ctx context.Context, tx pgx.Tx, b *batch) bool 
 	// Held before its record exists (runBatch drops it), so that no other
 	// worker of this process, reading the list later, can see the record
 	// without it.
-	d.held.add(b.xid)
-	err := d.records.QueryRow(ctx, d.q.recordClaim, d.consumer, b.xid, ids(b.run), d.held.list()).Scan(&recorded, &stale)
+	d.held.Add(b.xid)
+	err := d.records.QueryRow(ctx, d.q.recordClaim, d.consumer, b.xid, ids(b.run), d.held.List()).Scan(&recorded, &stale)
 	switch {
 	case err != nil:
 		d.cfg.Logger.Error("dispatcher: could not record a claim; its messages will be claimed again",
@@ -138,12 +138,12 @@ func (d *Dispatcher) recordClaim(ctx context.Context, tx pgx.Tx, b *batch) bool 
 }
 
 // reconcile counts the attempts of lost batches (see reconcileSQL), but
-// for those this process holds (see held). If it fails, the next claim tries again: until then no batch of this consumer
+// for those this process holds (see claimrec.Held). If it fails, the next claim tries again: until then no batch of this consumer
 // runs its handlers.
 func (d *Dispatcher) reconcile(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, bookkeepingTimeout)
 	defer cancel()
-	rows, err := d.pool.Query(ctx, d.q.reconcile, d.q.byKey, d.consumer, lostBatchError, leaseExpiredError, d.held.list())
+	rows, err := d.pool.Query(ctx, d.q.reconcile, d.q.byKey, d.consumer, lostBatchError, leaseExpiredError, d.held.List())
 	if err != nil {
 		d.cfg.Logger.Error("dispatcher: could not count the attempts of a lost batch; will try again",
 			slog.String("consumer", d.consumer), slog.String("error", err.Error()))

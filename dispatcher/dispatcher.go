@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/claimrec"
 	"github.com/pgbox/pgbox/internal/frontier"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/liveness"
@@ -33,7 +34,7 @@ type Dispatcher struct {
 	cfg         Config
 	consumer    string             // cfg.Inbox's
 	cuts        cuts               // attempts a database outage cut, given back
-	held        held               // batches whose claim record this process will take back
+	held        claimrec.Held      // batches whose claim record this process will take back
 	frontier    *frontier.Frontier // where claims start (TestAClaimStartsAtTheFrontier)
 	gauges      telemetry.Registration
 	hooks       testHooks

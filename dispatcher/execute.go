@@ -56,7 +56,7 @@ func (d *Dispatcher) handleInTx(ctx context.Context, tx pgx.Tx, b *batch) bool {
 	if len(b.run) > 0 && b.rescue && !cut {
 		// A rescued message's earlier lost attempt is recorded with its
 		// reconciliation, this batch's own record included.
-		d.held.drop(b.xid)
+		d.held.Drop(b.xid)
 		d.reconcile(ctx)
 		return false
 	}

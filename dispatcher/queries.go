@@ -189,7 +189,7 @@ const (
 //
 // It refuses, recording nothing, when a claim of this consumer whose
 // transaction aborted has not been reconciled yet (but for the claims of
-// $4, the batches this process holds and settles itself, see held): its messages may be in
+// $4, the batches this process holds and settles itself, see claimrec.Held): its messages may be in
 // this very batch, pending again with their lost attempt uncounted, and
 // would otherwise run with neighbours instead of alone. It refuses too when
 // $2 is no longer running: the batch's transaction was ended under the
@@ -230,7 +230,7 @@ SELECT EXISTS (SELECT 1 FROM recorded), EXISTS (SELECT 1 FROM stale)`
 
 // reconcileSQL counts the attempts of consumer $1's lost batches: claims
 // recorded by transactions that aborted, but for those of $4 (the
-// batches this process holds and settles itself, see held). Each of their messages still
+// batches this process holds and settles itself, see claimrec.Held). Each of their messages still
 // pending or running gets its attempt counted and recorded in its history
 // (with the leased attempt before it, if that was lost unrecorded too, see
 // claimSQL), and is then either dead, if that was its last attempt, or
