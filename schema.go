@@ -19,7 +19,7 @@ const DefaultSchema = "pgbox"
 
 // SchemaVersion is the migration version this build of pgbox needs. The
 // migrations package applies migrations up to exactly this version.
-const SchemaVersion = 11
+const SchemaVersion = 12
 
 // Metadata keys the relay sets on each message it publishes, and a
 // Watermill subscriber storing messages into an inbox reads by default.

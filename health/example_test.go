@@ -68,7 +68,7 @@ func ExampleChecker() {
 	//       "status": "ok"
 	//     },
 	//     {
-	//       "detail": "version 11",
+	//       "detail": "version 12",
 	//       "name": "schema",
 	//       "status": "ok"
 	//     },

@@ -12,7 +12,7 @@ import (
 
 // pgboxTables are the tables pgbox's migrations create, at SchemaVersion.
 // TestTablesListsEveryTable keeps the list honest.
-var pgboxTables = []string{"audit_log", "consumer_pauses", "idempotency_keys", "inbox", "inbox_claims", "inbox_conflicts", "inbox_payload_edits", "outbox", "partitioning", "processes", "scheduled_replays"}
+var pgboxTables = []string{"audit_log", "consumer_pauses", "idempotency_keys", "inbox", "inbox_claims", "inbox_conflicts", "inbox_payload_edits", "outbox", "outbox_claims", "partitioning", "processes", "scheduled_replays"}
 
 // riverTables are River's tables that every River version pgbox carries
 // has; RiverVersion checks the rest.

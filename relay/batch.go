@@ -12,9 +12,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgbox/pgbox"
-	"github.com/pgbox/pgbox/internal/partition"
 	"github.com/pgbox/pgbox/internal/pgtext"
 )
 
@@ -24,14 +24,20 @@ const (
 	bookkeepingTimeout = 30 * time.Second
 	// maxErrorBytes bounds a recorded publish error.
 	maxErrorBytes = 8 << 10
-	// leaseExpiredError is recorded for an attempt whose relay never
-	// reported back before its lease ran out.
+	// lostBatchError is recorded for an attempt whose batch transaction
+	// never committed.
+	lostBatchError = "the publish's batch transaction never committed: the relay crashed, was killed, stalled past its lease, or lost its database connection; publishing again"
+	// leaseExpiredError is recorded for an attempt of a relay older than
+	// version 12, which marked rows running, that never reported back
+	// before its lease ran out.
 	leaseExpiredError = "lease expired before the publish was recorded: the relay crashed, stalled, or could not record it; publishing again"
 )
 
 // row is a claimed outbox row.
 type row struct {
 	attempt     int
+	bucket      int32     // its partition's
+	ctid        string    // where its batch transaction locked it
 	created     time.Time // created_at: when its transaction began
 	eventType   string
 	id          uuid.UUID
@@ -51,8 +57,9 @@ type outcome struct {
 	status pgbox.OutboxStatus
 }
 
-// runBatch claims rows, publishes them topic by topic in commit order, and
-// records the outcomes. It returns how many rows the claim took. While the
+// runBatch claims rows in a batch transaction, records the claim, publishes
+// the rows topic by topic in commit order, and records the outcomes in the
+// same transaction. It returns how many rows the claim took. While the
 // broker is unreachable, or in doubt, it first waits for its turn to probe
 // it (outage).
 func (r *Relay) runBatch() (int, error) {
@@ -60,33 +67,62 @@ func (r *Relay) runBatch() (int, error) {
 	if !ok {
 		return 0, nil
 	}
-	claimed := time.Now() // before the claim: its lease ends after claimed+Lease
-	token := r.proc.Token()
-	rows, n, err := r.claim(token)
-	if err != nil || len(rows) == 0 {
+	claimed := time.Now() // before the claim: the transaction ends within a lease of it
+	b, err := r.claim()
+	if err != nil || len(b.rows) == 0 {
 		r.outage.idle(epoch)
-		return n, err
+		return 0, err
+	}
+	defer b.rollback()
+	// Held before its record exists, so that no other worker of this
+	// process, reading the list later, can see the record without it.
+	r.held.Add(b.xid)
+	defer r.held.Drop(b.xid) // committed, or taken back, by then
+	if ok, err := r.recordClaim(b); !ok {
+		r.outage.idle(epoch)
+		if err != nil {
+			return 0, err
+		}
+		return len(b.rows), nil
 	}
 	rd := &round{
 		epoch:    epoch,
 		deadline: claimed.Add(r.cfg.Lease * 3 / 4),
 		held:     map[string]bool{},
-		outcomes: make([]outcome, 0, len(rows)),
+		outcomes: make([]outcome, 0, len(b.rows)),
 	}
-	for _, group := range byTopic(rows) {
+	for _, group := range byTopic(b.rows) {
 		r.publishGroup(rd, group)
 	}
 	outcomes, charge := r.settle(rd)
-	if r.complete(token, outcomes) {
+	if r.complete(b, outcomes) {
 		r.loop.Progress(finished(outcomes))
 	}
 	if len(charge) > 0 {
 		r.charge(charge)
 	}
-	if created, ok := firstKeyed(rows); ok { // their keys' next rows may be behind the frontier
+	if created, ok := firstKeyed(b.rows); ok { // their keys' next rows may be behind the frontier
 		r.frontier.Rewind(created)
 	}
-	return n, nil
+	return len(b.rows), nil
+}
+
+// batch is what one claim took, and the transaction that holds it.
+type batch struct {
+	tx   pgx.Tx // nil once committed or rolled back
+	xid  string // the transaction's id
+	rows []*row
+}
+
+// rollback ends b's transaction, if it is still open, without writing.
+func (b *batch) rollback() {
+	if b.tx == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
+	defer cancel()
+	_ = b.tx.Rollback(ctx)
+	b.tx = nil
 }
 
 // finished counts the outcomes that finish their row's attempt: all but
@@ -336,52 +372,76 @@ func (r *Relay) settle(rd *round) (outcomes []outcome, charge []doubt) {
 // dropped: the row stays uncharged, the safe side of an outage.
 func (r *Relay) charge(doubts []doubt) {
 	outcomes := make([]outcome, len(doubts))
-	attempts := make([]int32, len(doubts))
+	claimed := make(map[uuid.UUID]*row, len(doubts))
 	for i, d := range doubts {
 		outcomes[i] = r.failed(d.row, d.err)
-		attempts[i] = int32(d.row.attempt - 1) // as the refund left it
+		claimed[d.row.id] = d.row // its attempts as the hand-back left them
 	}
-	a := newOutcomeArgs(outcomes)
+	a := newOutcomeArgs(outcomes, func(id uuid.UUID) *row { return claimed[id] })
 	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
 	defer cancel()
-	n, err := r.recordOutcomes(ctx, r.q.charge, a.ids, a.statuses, a.delays, attempts, a.errs, a.days)
+	n, dead, err := scanOutcomes(r.pool.Query(ctx, r.q.charge, a.ids, a.statuses, a.delays, a.attempts, a.errs, a.buckets))
 	if err != nil {
 		r.cfg.Logger.Warn("relay: could not charge the rows of a failed publish their attempt; they stay uncharged",
 			slog.Int("rows", len(doubts)), slog.String("error", err.Error()))
 		return
 	}
+	r.deadRows(dead)
 	r.loop.Progress(n)
 }
 
-// claim takes a batch of rows. It returns the rows to publish and how many
-// rows the claim took; they differ by the rows it marked dead.
-func (r *Relay) claim(token int64) ([]*row, int, error) {
+// claim begins a batch transaction and takes a batch of rows in it. With
+// no rows, the transaction is over.
+func (r *Relay) claim() (*batch, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
 	defer cancel()
-	from := r.frontier.Next(time.Now())
-	rows, err := r.pool.Query(ctx, r.q.claim, r.cfg.BatchSize, token, r.cfg.Lease.Milliseconds(), leaseExpiredError, r.cfg.MaxAttempts, from)
+	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: r.q.begin})
 	if err != nil {
-		return nil, 0, fmt.Errorf("claim: %w", err)
+		return &batch{}, fmt.Errorf("claim: begin: %w", err)
+	}
+	b := &batch{tx: tx}
+	from := r.frontier.Next(time.Now())
+	if err := r.readClaim(ctx, b, from); err != nil {
+		b.rollback()
+		return &batch{}, err
+	}
+	if len(b.rows) == 0 {
+		b.rollback()
+		r.reconcileIdle(ctx)
+	}
+	return b, nil
+}
+
+// reconcileIdle counts the lost attempts that wait to be (see
+// idleStaleSQL), for a claim that found nothing to publish. A failure is
+// only logged: the next idle claim looks again.
+func (r *Relay) reconcileIdle(ctx context.Context) {
+	var stale bool
+	if err := r.pool.QueryRow(ctx, r.q.idleStale, r.held.List()).Scan(&stale); err != nil {
+		r.cfg.Logger.Warn("relay: could not look for lost attempts to count; will look again", slog.String("error", err.Error()))
+		return
+	}
+	if stale {
+		r.reconcile()
+	}
+}
+
+// readClaim runs the claim in b's transaction and reads its rows into b.
+func (r *Relay) readClaim(ctx context.Context, b *batch, from *time.Time) error {
+	rows, err := b.tx.Query(ctx, r.q.claim, r.cfg.BatchSize, from)
+	if err != nil {
+		return fmt.Errorf("claim: %w", err)
 	}
 	defer rows.Close()
-	var (
-		out, dead []*row
-		n         int
-		oldest    *time.Time // of the fresh rows taken
-	)
+	var oldest *time.Time // of the rows taken
 	for rows.Next() {
-		n++
 		var (
 			rw       row
-			status   pgbox.OutboxStatus
 			metadata []byte
 		)
-		if err := rows.Scan(&rw.id, &status, &rw.topic, &rw.eventType, &rw.orderingKey, &rw.payload, &metadata, &rw.attempt, &rw.seq, &rw.created, &oldest); err != nil {
-			return nil, 0, fmt.Errorf("claim: %w", err)
-		}
-		if status == pgbox.OutboxDead { // its lease expired on its last attempt
-			dead = append(dead, &rw)
-			continue
+		if err := rows.Scan(&rw.ctid, &rw.bucket, &rw.id, &rw.topic, &rw.eventType, &rw.orderingKey, &rw.payload, &metadata,
+			&rw.attempt, &rw.seq, &rw.created, &oldest, &b.xid); err != nil {
+			return fmt.Errorf("claim: %w", err)
 		}
 		if err := json.Unmarshal(metadata, &rw.metadata); err != nil {
 			// Written behind the outbox's back: publish without it rather
@@ -390,18 +450,80 @@ func (r *Relay) claim(token int64) ([]*row, int, error) {
 				slog.String("id", rw.id.String()), slog.String("error", err.Error()))
 			rw.metadata = nil
 		}
-		out = append(out, &rw)
+		b.rows = append(b.rows, &rw)
 	}
-	if err := rows.Err(); err != nil { // the commit's error included
-		return nil, 0, fmt.Errorf("claim: %w", err)
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("claim: %w", err)
 	}
 	r.frontier.Took(from, oldest)
-	for _, rw := range dead {
-		r.tel.Dead(rw.topic)
-		r.cfg.Logger.Error("relay: outbox row is dead: its publish attempts ran out",
-			slog.String("id", rw.id.String()), slog.String("topic", rw.topic), slog.Int("attempts", rw.attempt))
+	return nil
+}
+
+// recordClaim records b's claim from another session before its rows are
+// published (see recordClaimSQL), and reports whether they may be, and why
+// not if the record failed. When they may not, nothing has been published
+// and b's transaction is to be rolled back: its rows are claimed again.
+func (r *Relay) recordClaim(b *batch) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
+	defer cancel()
+	ids := make([]string, len(b.rows))
+	for i, rw := range b.rows {
+		ids[i] = rw.id.String()
 	}
-	return out, n, nil
+	var recorded, stale bool
+	if err := r.records.QueryRow(ctx, r.q.recordClaim, b.xid, ids, r.held.List()).Scan(&recorded, &stale); err != nil {
+		return false, fmt.Errorf("claim: record it: %w", err)
+	}
+	switch {
+	case stale:
+		// Lost attempts are still to be counted, and their rows may be
+		// in this batch: count them first.
+		b.rollback()
+		r.reconcile()
+	case !recorded:
+		r.cfg.Logger.Warn("relay: the batch transaction ended before its rows were published (stalled past the lease, or cut off); they will be claimed again",
+			slog.Int("rows", len(b.rows)))
+	}
+	return recorded, nil
+}
+
+// reconcile counts the lost attempts (see reconcileSQL), but for the
+// batches this process holds (see claimrec.Held). If it fails, the next
+// claim tries again: until then no batch is published.
+func (r *Relay) reconcile() {
+	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
+	defer cancel()
+	rows, err := r.pool.Query(ctx, r.q.reconcile, r.held.List(), lostBatchError, r.cfg.MaxAttempts, leaseExpiredError)
+	if err != nil {
+		r.cfg.Logger.Error("relay: could not count the attempts of a lost batch; will try again", slog.String("error", err.Error()))
+		return
+	}
+	defer rows.Close()
+	type lost struct {
+		id       uuid.UUID
+		topic    string
+		attempts int
+		status   pgbox.OutboxStatus
+	}
+	var dead []lost
+	for rows.Next() {
+		var l lost
+		if err := rows.Scan(&l.id, &l.topic, &l.attempts, &l.status); err != nil {
+			break
+		}
+		if l.status == pgbox.OutboxDead {
+			dead = append(dead, l)
+		}
+	}
+	if err := rows.Err(); err != nil { // the commit's error included
+		r.cfg.Logger.Error("relay: could not count the attempts of a lost batch; will try again", slog.String("error", err.Error()))
+		return
+	}
+	for _, l := range dead {
+		r.tel.Dead(l.topic)
+		r.cfg.Logger.Error("relay: outbox row is dead: its publish attempts ran out (the last one never finished)",
+			slog.String("id", l.id.String()), slog.String("topic", l.topic), slog.Int("attempts", l.attempts))
+	}
 }
 
 // byTopic groups rows by topic, each group and the groups in commit order.
@@ -463,19 +585,26 @@ func (r *Relay) failed(rw *row, err error) outcome {
 type outcomeArgs struct {
 	ids, statuses []string
 	delays        []int64
-	refunds, days []int32 // days: the partition a row's id puts it in
+	refunds       []int32
 	errs          []*string
+	// Where each row is, and its attempts as claimed, their fence: its
+	// bucket, and its ctid when it is claimed in the batch transaction
+	// (completeSQL); the partition its id puts it in otherwise (chargeSQL).
+	buckets, attempts []int32
+	ctids             []string
 }
 
-func newOutcomeArgs(outcomes []outcome) outcomeArgs {
+// newOutcomeArgs returns outcomes as parameters; claimed gives each row as
+// it was claimed.
+func newOutcomeArgs(outcomes []outcome, claimed func(uuid.UUID) *row) outcomeArgs {
 	n := len(outcomes)
 	a := outcomeArgs{ids: make([]string, n), statuses: make([]string, n), delays: make([]int64, n),
-		refunds: make([]int32, n), days: make([]int32, n), errs: make([]*string, n)}
+		refunds: make([]int32, n), errs: make([]*string, n),
+		buckets: make([]int32, n), attempts: make([]int32, n), ctids: make([]string, n)}
 	for i, o := range outcomes {
 		a.ids[i], a.statuses[i], a.delays[i] = o.id.String(), string(o.status), o.delay.Milliseconds()
-		if d, ok := partition.UUIDDay(o.id); ok {
-			a.days[i] = int32(d)
-		}
+		rw := claimed(o.id)
+		a.buckets[i], a.attempts[i], a.ctids[i] = rw.bucket, int32(rw.attempt-1), rw.ctid
 		if o.refund {
 			a.refunds[i] = 1
 		}
@@ -486,61 +615,140 @@ func newOutcomeArgs(outcomes []outcome) outcomeArgs {
 	return a
 }
 
-// complete records outcomes, fenced by token, and reports whether it did.
-// While it cannot (the database is down, or rejects the update), it
-// retries, and the relay claims nothing more (workloop.Record): rows
-// published again and again while their outcomes go nowhere would flood
-// the consumers. Only Stop's deadline makes it give up; the rows are then
-// published again once their lease expires, which consumers dedupe.
-func (r *Relay) complete(token int64, outcomes []outcome) bool {
-	n := len(outcomes)
-	a := newOutcomeArgs(outcomes)
+// complete records outcomes in b's transaction and commits it, and reports
+// whether it did. A row handed back is written too: pending from now, it
+// goes behind the rows that wait, so that a row whose publish failed
+// unreachable is not the first of the next round, the probe of the broker
+// (see outage). While the outcomes cannot be recorded (the database is down,
+// or rejects the update), it retries, and the relay claims nothing more
+// (workloop.Record): rows published again and again while their outcomes
+// go nowhere would flood the consumers. It retries in the batch
+// transaction, which keeps the rows locked, while that lives (up to a
+// lease of retrying: the server then ends it as idle), and in a
+// transaction of its own after (completeSQL's fences keep a retry from
+// recording anything twice, or over another relay's). Only Stop's
+// deadline makes it give up; the batch is then lost, its rows published
+// again, which consumers dedupe, and its attempt counted by the relay
+// that reconciles it.
+func (r *Relay) complete(b *batch, outcomes []outcome) bool {
+	claimed := make(map[uuid.UUID]*row, len(b.rows))
+	for _, rw := range b.rows {
+		claimed[rw.id] = rw
+	}
+	a := newOutcomeArgs(outcomes, func(id uuid.UUID) *row { return claimed[id] })
+	dLo, dHi, uLo, uHi := bucketRanges(a.buckets)
 	var recorded int
 	err := r.loop.Record("publish outcomes", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
 		defer cancel()
-		var err error
-		recorded, err = r.recordOutcomes(ctx, r.q.complete, token, a.ids, a.statuses, a.delays, a.refunds, a.errs, a.days)
-		return err
+		if b.tx == nil { // the batch transaction was cut: a transaction of its own
+			tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: r.q.begin})
+			if err != nil {
+				return err
+			}
+			b.tx = tx
+		}
+		var q pgx.Batch
+		for _, set := range completePlanning {
+			q.Queue(set)
+		}
+		q.Queue("SAVEPOINT complete")
+		q.Queue(r.q.complete, b.xid, a.ids, a.statuses, a.delays, a.refunds, a.errs, a.buckets, a.attempts, a.ctids, dLo, dHi, uLo, uHi)
+		n, dead, err := recordBatchOutcomes(ctx, b.tx, &q)
+		if err != nil {
+			// The statement's work is undone and the transaction kept,
+			// with its rows locked, for the next try: were it rolled back,
+			// another worker's claim could take the published rows and
+			// publish them again. One that the failure ended (a cut
+			// connection) is rolled back, and the next try begins another.
+			if _, err := b.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT complete"); err != nil {
+				b.rollback()
+			}
+			return err
+		}
+		err = b.tx.Commit(ctx)
+		b.tx = nil // committed, or ended: a retry's fences find out which
+		if err != nil {
+			return err
+		}
+		recorded = n
+		r.deadRows(dead)
+		return nil
 	})
-	if err == nil && recorded < n {
-		r.cfg.Logger.Warn("relay: some outcomes were not recorded because another relay had taken the rows over (lease expired)",
-			slog.Int("rows", n), slog.Int("recorded", recorded))
+	if err == nil && recorded < len(outcomes) {
+		r.cfg.Logger.Warn("relay: some outcomes were not recorded because another relay had counted the batch as lost (its transaction was cut before it committed)",
+			slog.Int("rows", len(outcomes)), slog.Int("recorded", recorded))
 	}
 	return err == nil
 }
 
-// recordOutcomes runs query (completeSQL or chargeSQL) and counts the rows
-// it recorded dead once it has committed; a row its fence leaves alone is
-// not recorded. It returns how many rows it recorded.
-func (r *Relay) recordOutcomes(ctx context.Context, query string, args ...any) (int, error) {
-	rows, err := r.pool.Query(ctx, query, args...)
+// bucketRanges returns the range of the dated buckets (above 0) among
+// buckets, and the range of the undated ones (0); an empty range (1 to 0)
+// for either when there are none.
+func bucketRanges(buckets []int32) (datedLo, datedHi, undatedLo, undatedHi int32) {
+	datedLo, datedHi, undatedLo, undatedHi = 1, 0, 1, 0
+	for _, b := range buckets {
+		switch {
+		case b <= 0:
+			undatedLo, undatedHi = 0, 0
+		case datedHi == 0:
+			datedLo, datedHi = b, b
+		default:
+			datedLo, datedHi = min(datedLo, b), max(datedHi, b)
+		}
+	}
+	return datedLo, datedHi, undatedLo, undatedHi
+}
+
+// scanOutcomes reads the rows of completeSQL or chargeSQL: how many rows
+// it recorded, and the topics of those it recorded dead; a row its fences
+// leave alone is not recorded. Run on a pool, the error includes the
+// commit's.
+func scanOutcomes(rows pgx.Rows, err error) (recorded int, dead []string, _ error) {
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer rows.Close()
-	var (
-		recorded int
-		dead     []string // their topics
-	)
 	for rows.Next() {
 		var (
 			status pgbox.OutboxStatus
 			topic  string
 		)
 		if err := rows.Scan(&status, &topic); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		recorded++
 		if status == pgbox.OutboxDead {
 			dead = append(dead, topic)
 		}
 	}
-	if err := rows.Err(); err != nil { // the commit's error included
-		return 0, err
+	if err := rows.Err(); err != nil {
+		return 0, nil, err
 	}
-	for _, topic := range dead {
+	return recorded, dead, nil
+}
+
+// recordBatchOutcomes sends q, completePlanning's settings, a savepoint
+// and completeSQL, in tx, and returns what scanOutcomes does.
+func recordBatchOutcomes(ctx context.Context, tx pgx.Tx, q *pgx.Batch) (recorded int, dead []string, err error) {
+	results := tx.SendBatch(ctx, q)
+	defer func() {
+		if cerr := results.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	for range len(completePlanning) + 1 { // and the savepoint
+		if _, err := results.Exec(); err != nil {
+			return 0, nil, err
+		}
+	}
+	return scanOutcomes(results.Query())
+}
+
+// deadRows counts rows recorded dead, by topic, once their record has
+// committed.
+func (r *Relay) deadRows(topics []string) {
+	for _, topic := range topics {
 		r.tel.Dead(topic)
 	}
-	return recorded, nil
 }

@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,11 +14,12 @@ import (
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
 
-// The claim, planned once for every execution (the generic plan a
-// prepared statement ends up with), reads no partition whole and finds
-// each claimed row again in its own partition only: on an outbox that
-// keeps 100,000 published rows of an old day, the old day's primary key is
-// never probed to claim the pending ones.
+// The claim and the completion, planned once for every execution (the
+// generic plan a prepared statement ends up with), read no partition whole
+// and the completion finds each claimed row again in its own partition
+// only: on an outbox that keeps 100,000 published rows of an old day, the
+// old day's primary key is never probed to claim and record the pending
+// ones.
 func TestClaimReadsOnlyTheClaimedRowsPartitions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -32,17 +35,33 @@ func TestClaimReadsOnlyTheClaimedRowsPartitions(t *testing.T) {
 		SELECT `+partition.IDSQL("$1::bigint + g", "g")+`::uuid, 't', 'E', '', 'published', now(), $2
 		FROM generate_series(1, 100000) AS g`), old.Time().UnixMilli(), int32(old))
 	require.NoError(t, err)
+	ids := []string{partition.IDAt(now).String(), partition.IDAt(now).String()}
 	_, err = pool.Exec(ctx, sql(`
 		INSERT INTO /* schema */outbox (id, topic, event_type, payload, bucket)
-		SELECT m.id, 't', 'E', '', /* schema */outbox_bucket(m.id) FROM unnest($1::uuid[]) AS m(id)`),
-		[]string{partition.IDAt(now).String(), partition.IDAt(now).String()})
+		SELECT m.id, 't', 'E', '', /* schema */outbox_bucket(m.id) FROM unnest($1::uuid[]) AS m(id)`), ids)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, sql(`INSERT INTO /* schema */outbox_claims (xid, ids) VALUES ('1', $1::uuid[])`), ids)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, sql("ANALYZE /* schema */outbox"))
 	require.NoError(t, err)
 
-	plan := pgtest.GenericPlan(t, pool, sql(claimSQL), "100, 1, 60000, 'lost', 0, NULL")
-	require.NotContains(t, plan, "Hash Join", plan)
+	plan := pgtest.GenericPlan(t, pool, sql(claimSQL), "100, NULL")
+	require.Contains(t, plan, "LockRows (actual rows=2 loops=1)", plan)
+	pgtest.RequireNotProbed(t, plan, "outbox_d"+old.String())
+
+	day := int32(partition.DayOf(now))
+	var ctids []string
+	require.NoError(t, pool.QueryRow(ctx, sql(`SELECT array_agg(ctid::text ORDER BY id) FROM /* schema */outbox WHERE status = 'pending'`)).Scan(&ctids))
+	plan = pgtest.GenericPlan(t, pool, sql(completeSQL), fmt.Sprintf(
+		"'1', '{%s,%s}', '{published,published}', '{0,0}', '{0,0}', '{NULL,NULL}', '{%d,%d}', '{0,0}', '{\"%s\",\"%s\"}', %d, %d, 1, 0",
+		min(ids[0], ids[1]), max(ids[0], ids[1]), day, day, ctids[0], ctids[1], day, day), completePlanning...)
 	require.Contains(t, plan, "Update on outbox o (actual rows=2 loops=1)", plan)
+	require.Contains(t, plan, "Tid Scan on outbox_d"+partition.DayOf(now).String(), plan)
+	for _, line := range strings.Split(plan, "\n") {
+		if strings.Contains(line, "Scan on outbox_") && !strings.Contains(line, "outbox_claims") && !strings.Contains(line, "never executed") {
+			require.Contains(t, line, "Tid Scan", "the completion read a partition otherwise than by its rows' ctids:\n%s", plan)
+		}
+	}
 	pgtest.RequireNotProbed(t, plan, "outbox_d"+old.String())
 }
 
@@ -68,6 +87,6 @@ func TestAClaimStartsAtTheFrontier(t *testing.T) {
 	require.NoError(t, err)
 	store(3, "1 minute")
 
-	pgtest.RequireFrontierSkips(t, pool, sql(claimSQL), "100, 1, 60000, 'lost', 0",
-		"Index Scan using outbox_undated_pending_idx", "Update on outbox o (actual rows=3 loops=1)", 50)
+	pgtest.RequireFrontierSkips(t, pool, sql(claimSQL), "100",
+		"Index Scan using outbox_undated_pending_idx", "LockRows (actual rows=3 loops=1)", 50)
 }

@@ -59,9 +59,10 @@ func TestRelayRegistersThroughTransactionPooler(t *testing.T) {
 	require.False(t, ok, "deregistered through the pooler")
 }
 
-// The rows a relay is publishing count as its leases, until they are
-// published.
-func TestRelayLeasesAreItsRunningRows(t *testing.T) {
+// The rows a relay is publishing hold no lease: they stay pending, locked
+// by the batch's transaction and named by its claim record, so the
+// processes view counts none, and a relay that dies lets them go at once.
+func TestRowsBeingPublishedHoldNoLease(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	release := make(chan struct{})
@@ -77,16 +78,21 @@ func TestRelayLeasesAreItsRunningRows(t *testing.T) {
 			return nil
 		}},
 	})
-	b.write(t, outbox.Message{Topic: "t", EventType: "E", Payload: []byte("1")},
+	ids := b.write(t, outbox.Message{Topic: "t", EventType: "E", Payload: []byte("1")},
 		outbox.Message{Topic: "t", EventType: "E", Payload: []byte("2")})
 	<-publishing
 
 	p, ok := b.relayNamed(t, "relay-1")
 	require.True(t, ok)
-	require.EqualValues(t, 2, p.Leases, "both rows were claimed in one batch and are being published")
-	require.NotNil(t, p.LeasesEnd)
+	require.Zero(t, p.Leases)
+	var pending int
+	var claimed []string
+	require.NoError(t, b.pool.QueryRow(context.Background(), b.sql(`
+		SELECT (SELECT count(*) FROM /* schema */outbox WHERE status = 'pending'),
+		       (SELECT array_agg(id::text ORDER BY id) FROM /* schema */outbox_claims, unnest(ids) AS id)`)).Scan(&pending, &claimed))
+	require.Equal(t, 2, pending, "both rows are pending while they are published")
+	require.Equal(t, strs(ids), claimed, "both rows were claimed in one batch, recorded before they were published")
 	close(release)
 	b.waitPublished(t)
-	p, _ = b.relayNamed(t, "relay-1")
-	require.Zero(t, p.Leases)
+	b.waitFor(t, "SELECT NOT EXISTS (SELECT 1 FROM /* schema */outbox_claims)")
 }

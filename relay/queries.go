@@ -4,97 +4,234 @@ import "github.com/pgbox/pgbox/internal/tables"
 
 // The relay's SQL. "/* schema */" is replaced by the quoted schema name
 // when a Relay is created (ident.Render).
+//
+// A batch is claimed and recorded in one transaction, held open while its
+// rows are published (beginBatchSQL). claimSQL only locks the rows; one
+// UPDATE (completeSQL) then records what became of each, and the commit
+// makes it visible: one write per row, where a claim that marked rows
+// running and a completion that marked them published made two. The row
+// locks keep every other relay off the rows until the transaction ends;
+// if it dies (the process crashed, the connection was cut, the server
+// ended a stalled transaction), the rows are claimable again at once.
+//
+// What must outlive such a death is the attempt, so that a row that kills
+// its relay each time ends dead instead of crash-looping: recordClaimSQL
+// records the batch from another session before it is published, one row
+// per batch in outbox_claims, and reconcileSQL turns the rows of
+// transactions that aborted into counted, recorded, lost attempts.
 
-// claimSQL takes up to $1 outbox rows to publish, in one autocommitted
-// statement. Rows are claimed by status, never by "id greater than the last
-// one seen": a transaction that took a lower id but committed later is
-// published all the same.
+// beginBatchSQL begins a batch transaction, ended by the server if it
+// stays idle for a lease (%d, in milliseconds): a relay that stalls (paused,
+// cut off by the network) with its batch open lets the rows go as if it had
+// crashed. A live relay is never idle that long: its publishing ends three
+// quarters into the lease (round.deadline).
+const beginBatchSQL = "BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d"
+
+// completePlanning is how completeSQL is planned: set in its transaction,
+// in the same round trip, one statement each as a pipeline needs. With no
+// scan left but TID probes, its plan reads the outbox by its rows' ctids
+// only, however small the planner thinks a partition; a plan left to
+// choose, made while today's partition was small, read it whole (its
+// primary key's every entry) at each completion as it grew. And it
+// hash-joins the outcomes to the rows, where a generic plan, guessing ten
+// outcomes, compared each outcome with each row. The sequential scan of
+// outbox_claims (a few rows, no index) is costed as disabled, which would
+// put the plan past jit_above_cost: JIT compiling it took some 400 ms a
+// completion, hence jit off. The batch transaction runs nothing after it.
+var completePlanning = []string{
+	"SET LOCAL enable_seqscan = off", "SET LOCAL enable_bitmapscan = off",
+	"SET LOCAL enable_indexscan = off", "SET LOCAL enable_indexonlyscan = off",
+	"SET LOCAL enable_nestloop = off", "SET LOCAL enable_mergejoin = off",
+	"SET LOCAL jit = off",
+}
+
+// claimSQL locks up to $1 outbox rows to publish, in the batch
+// transaction, and returns them with the transaction's id. Rows are
+// claimed by status, never by "id greater than the last one seen": a
+// transaction that took a lower id but committed later is published all
+// the same.
 //
-// Claimable means a row whose lease expired (a relay died or stalled while
-// publishing it: the attempt is recorded, and counted) or a pending row that
-// is due and, if keyed, at the head of its key: no earlier row of the key
-// pending, running or dead (tables.OutboxAtKeyHead). That keeps one row per
-// key in flight across every relay process, in commit order. With $5 > 0, a row whose lease
-// expired on attempt $5 is marked dead instead of claimed.
+// Claimable means pending, due and, if keyed, at the head of its key: no
+// earlier row of the key pending, running or dead (tables.OutboxAtKeyHead).
+// A row being published is still pending to everyone else until its batch
+// commits, so the next row of its key is not at the head; and it is
+// locked, so SKIP LOCKED passes it by. That keeps one row per key in
+// flight across every relay process, in commit order.
 //
-// Fresh rows are found from the frontier $6 on (see package frontier;
+// Fresh rows are found from the frontier $2 on (see package frontier;
 // NULL reads the pending index from its start), and each returned row
 // carries the oldest available_at among them, to move the frontier on,
-// and its created_at, to rewind it to once a keyed row is published.
-//
-// The update finds each claimed row again by its key, bucket included, so
-// that only its own partition is read (the outbox is partitioned, see
-// migration 9).
-//
-// The claim commits asynchronously (synchronous_commit off for its own
-// transaction only): visible at once and safe from this process's death,
-// and made durable by the synchronous commit that records the publish. A
-// database server crash in between loses only the claim's attempt count;
-// the row is published again, which consumers dedupe.
+// and its created_at, to rewind it to once a keyed row is published. Each
+// row's attempt is the one being made: attempts + 1. Each comes with where
+// it is (ctid, and bucket: its partition), for completeSQL to find it
+// again: a row locked by the transaction cannot move.
 const claimSQL = `
-WITH expired AS (
-    SELECT o.id, o.bucket
-    FROM /* schema */outbox AS o
-    WHERE o.status = ` + tables.OutboxRunning + ` AND o.available_at <= now()
-    ORDER BY o.available_at
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-),
-fresh AS (
-    SELECT o.id, o.bucket, o.available_at
+WITH fresh AS (
+    SELECT o.ctid, o.bucket, o.id, o.topic, o.event_type, o.ordering_key, o.payload, o.metadata, o.attempts, o.seq, o.created_at, o.available_at
     FROM /* schema */outbox AS o
     WHERE o.status = ` + tables.OutboxPending + `
-      AND o.available_at <= now() AND o.available_at >= coalesce($6::timestamptz, '-infinity')
+      AND o.available_at <= now() AND o.available_at >= coalesce($2::timestamptz, '-infinity')
       AND ` + tables.OutboxAtKeyHead + `
     ORDER BY o.available_at, o.seq
     LIMIT $1
     FOR UPDATE SKIP LOCKED
-),
-claimable AS (
-    SELECT id, bucket FROM expired
-    UNION ALL
-    SELECT id, bucket FROM fresh
-    LIMIT $1
+)
+SELECT f.ctid::text, f.bucket, f.id, f.topic, f.event_type, coalesce(f.ordering_key, ''), f.payload, f.metadata, f.attempts + 1, f.seq, f.created_at,
+       (SELECT min(m.available_at) FROM fresh AS m), pg_current_xact_id()::text
+FROM fresh AS f`
+
+// recordClaimSQL records that batch transaction $1 claimed rows $2 and is
+// about to publish them. It runs in a session of its own, committing
+// before anything is published, and returns whether it recorded the claim
+// and whether lost attempts are waiting to be counted.
+//
+// It refuses, recording nothing, when a claim whose transaction aborted has
+// not been reconciled yet (but for the claims of $3, the batches this
+// process holds and settles itself, see claimrec.Held), or a row an older
+// relay marked running has an expired lease: their rows may be in this
+// very batch, pending again with their lost attempt uncounted. It refuses
+// too when $1 is no longer running: the batch's transaction was ended
+// under the worker (by the server after a stall, say), and its rows must
+// not be published on its behalf.
+//
+// On the way it sweeps away the claims of batches that committed without
+// deleting theirs (a transaction too old for its status to be known did
+// too: an aborted one is reconciled long before). It skips rows another
+// worker is sweeping, so it never waits.
+//
+// The record commits asynchronously: it is visible to every session at
+// once and survives the death of this process; only a server crash can
+// lose it, and that aborts the batch transaction too.
+var recordClaimSQL = `
+WITH stale AS (` + staleSQL("$3") + `),
+finished AS (
+    DELETE FROM /* schema */outbox_claims
+    WHERE ctid IN (SELECT ctid FROM /* schema */outbox_claims
+                   WHERE coalesce(pg_xact_status(xid), 'committed') = 'committed'
+                   FOR UPDATE SKIP LOCKED)
 ),
 async AS (
     SELECT set_config('synchronous_commit', 'off', true)
+),
+recorded AS (
+    INSERT INTO /* schema */outbox_claims (xid, ids)
+    SELECT $1::text::xid8, $2::text[]::uuid[]
+    FROM async
+    WHERE NOT EXISTS (SELECT 1 FROM stale) AND pg_xact_status($1::text::xid8) = 'in progress'
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM recorded), EXISTS (SELECT 1 FROM stale)`
+
+// staleSQL returns a row if lost attempts wait to be counted (see
+// reconcileSQL): a claim whose transaction aborted, but for the batches
+// held (the parameter that names them), which this process settles
+// itself (see claimrec.Held), or a row an older relay marked running whose
+// lease expired.
+func staleSQL(held string) string {
+	return `
+    SELECT 1 FROM /* schema */outbox_claims
+    WHERE pg_xact_status(xid) = 'aborted' AND xid <> ALL (` + held + `::text[]::xid8[])
+    UNION ALL
+    SELECT 1 FROM /* schema */outbox AS o
+    WHERE o.status = ` + tables.OutboxRunning + ` AND o.available_at <= now()
+    LIMIT 1`
+}
+
+// idleStaleSQL says whether lost attempts wait to be counted, but for the
+// batches of $1, for a claim that found nothing to publish: their rows may
+// be all there is (a row an older relay left running is never claimed),
+// and only a claim that takes rows records itself, and looks on the way
+// (recordClaimSQL).
+var idleStaleSQL = `SELECT EXISTS (` + staleSQL("$1") + `)`
+
+// reconcileSQL counts lost attempts: those of the claims recorded by
+// transactions that aborted, but for those of $1 (the batches this process
+// holds and settles itself, see claimrec.Held), and those of rows an older
+// relay marked running whose lease expired. Each of a lost claim's rows
+// still pending gets its attempt counted and recorded in its history ($2),
+// and is then dead, if that was attempt $3 (when positive), or pending.
+// A running row with an expired lease had its attempt counted when it was
+// claimed: it is recorded ($4) and made pending, or dead if it was attempt
+// $3. It returns each row's id, topic, attempts and new status.
+//
+// Deleting the claim and updating its rows is one statement, so two
+// relays reconciling at once count each attempt once: the second finds
+// the claim gone.
+const reconcileSQL = `
+WITH lost_batches AS (
+    DELETE FROM /* schema */outbox_claims
+    WHERE pg_xact_status(xid) = 'aborted' AND xid <> ALL ($1::text[]::xid8[])
+    RETURNING ids, claimed_at
+),
+lost AS (
+    SELECT DISTINCT ON (id) id, claimed_at
+    FROM lost_batches, unnest(ids) AS id
+    ORDER BY id, claimed_at
+),
+counted AS (
+    UPDATE /* schema */outbox AS o SET
+        attempts   = o.attempts + 1,
+        status     = CASE WHEN $3 > 0 AND o.attempts + 1 >= $3 THEN ` + tables.OutboxDead + ` ELSE ` + tables.OutboxPending + ` END,
+        last_error = $2,
+        errors     = o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts + 1, 'at', l.claimed_at, 'error', $2::text))
+    FROM lost AS l
+    WHERE o.id = l.id AND o.bucket IN (0, /* schema */outbox_bucket(l.id)) AND o.status = ` + tables.OutboxPending + `
+    RETURNING o.id, o.topic, o.attempts, o.status
+),
+expired AS (
+    UPDATE /* schema */outbox AS o SET
+        status       = CASE WHEN $3 > 0 AND o.attempts >= $3 THEN ` + tables.OutboxDead + ` ELSE ` + tables.OutboxPending + ` END,
+        available_at = now(),
+        claim_token  = NULL,
+        last_error   = $4,
+        errors       = o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts, 'at', now(), 'error', $4::text))
+    WHERE o.status = ` + tables.OutboxRunning + ` AND o.available_at <= now()
+    RETURNING o.id, o.topic, o.attempts, o.status
+)
+SELECT * FROM counted
+UNION ALL
+SELECT * FROM expired`
+
+// completeSQL records what became of each row of batch $1, and deletes the
+// batch's claim record: published; pending again after a backoff (a failed
+// publish); dead; or handed back (pending, the attempt not counted) to be
+// published again after a delay, or at once. It returns each recorded
+// row's new status and its topic, for the dead rows' metric.
+//
+// It finds each row where the claim found it: by TID probes ($9, the
+// rows' ctids) in the partitions of the rows' buckets' ranges only (dated
+// ones, $10 to $11, and undated ones, $12 to $13, apart, so that a batch
+// holding both does not probe the days between; an empty range where
+// there are none). It always runs with completePlanning's settings.
+//
+// It runs in the batch transaction, which holds the rows; and, should
+// that transaction have been cut (a database outage) before it committed,
+// again in a transaction of its own once the database is back. Its
+// fences make the second run record nothing twice and nothing taken over:
+// a row is recorded only as it was claimed (the same row version, pending,
+// with $8 attempts), and only while the batch's claim record is still
+// there; another relay that found the batch lost has deleted the record
+// and counted the attempts itself.
+const completeSQL = `
+WITH mine AS (
+    DELETE FROM /* schema */outbox_claims WHERE xid = $1::text::xid8
+    RETURNING 1
 )
 UPDATE /* schema */outbox AS o SET
-    status       = CASE WHEN o.status = ` + tables.OutboxRunning + ` AND $5 > 0 AND o.attempts >= $5
-                        THEN ` + tables.OutboxDead + ` ELSE ` + tables.OutboxRunning + ` END,
-    attempts     = CASE WHEN o.status = ` + tables.OutboxRunning + ` AND $5 > 0 AND o.attempts >= $5
-                        THEN o.attempts ELSE o.attempts + 1 END,
-    claim_token  = $2,
-    available_at = now() + $3 * interval '1 millisecond',
-    last_error   = CASE WHEN o.status = ` + tables.OutboxRunning + ` THEN $4 ELSE o.last_error END,
-    errors       = CASE WHEN o.status = ` + tables.OutboxRunning + `
-                        THEN o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts, 'at', now(), 'error', $4::text))
-                        ELSE o.errors END
-FROM claimable AS c CROSS JOIN async
-WHERE o.id = c.id AND o.bucket = c.bucket
-RETURNING o.id, o.status, o.topic, o.event_type, coalesce(o.ordering_key, ''), o.payload, o.metadata, o.attempts, o.seq, o.created_at,
-          (SELECT min(f.available_at) FROM fresh AS f)`
-
-// completeSQL records what became of each claimed row, fenced by the claim
-// token: published; pending again after a backoff (a failed publish); dead;
-// or released (pending now, the attempt refunded) when the relay stopped
-// before publishing it. It returns each recorded row's new status and its
-// topic, for the dead rows' metric. $7 holds each id's day (0 for an id
-// that is no UUIDv7), so that only the row's partition is read: its day's
-// (or the default one), or bucket 0, where ids that are no UUIDv7 and every
-// row older than migration 9 are.
-const completeSQL = `
-UPDATE /* schema */outbox AS o SET
     status       = r.status,
-    attempts     = o.attempts - r.refund,
+    attempts     = o.attempts + 1 - r.refund,
     published_at = CASE WHEN r.status = ` + tables.OutboxPublished + ` THEN now() ELSE o.published_at END,
     available_at = CASE WHEN r.status = ` + tables.OutboxPending + ` THEN now() + r.delay_ms * interval '1 millisecond' ELSE o.available_at END,
-    claim_token  = NULL,
     last_error   = coalesce(r.error, o.last_error),
     errors       = CASE WHEN r.error IS NULL THEN o.errors
-                        ELSE o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts, 'at', now(), 'error', r.error)) END
-FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::int[], $6::text[], $7::int[]) AS r(id, status, delay_ms, refund, error, day)
-WHERE o.id = r.id AND o.bucket IN (0, r.day) AND o.claim_token = $1 AND o.status = ` + tables.OutboxRunning + `
+                        ELSE o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts + 1, 'at', now(), 'error', r.error)) END
+FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::int[], $6::text[], $7::int[], $8::int[], $9::text[]::tid[])
+     AS r(id, status, delay_ms, refund, error, bucket, attempts, ctid)
+WHERE o.ctid = ANY ($9::text[]::tid[])
+  AND (o.bucket BETWEEN $10 AND $11 OR o.bucket BETWEEN $12 AND $13)
+  AND o.ctid = r.ctid AND o.id = r.id AND o.bucket = r.bucket
+  AND o.status = ` + tables.OutboxPending + ` AND o.attempts = r.attempts
+  AND EXISTS (SELECT 1 FROM mine)
 RETURNING o.status, o.topic`
 
 // chargeSQL charges rows their failed publish after the fact: rows handed
@@ -104,16 +241,25 @@ RETURNING o.status, o.topic`
 // charged an attempt, as completeSQL charges a failure: pending after a
 // backoff, or dead. The fence is the row as the hand-back left it:
 // pending, with the attempts it had then ($4); a row claimed again since,
-// and not handed back, is left alone. It returns what completeSQL does.
+// and not handed back, is left alone, and so is a row a batch is
+// publishing again right now (locked): it is being retried anyway. It
+// returns what completeSQL does.
 const chargeSQL = `
+WITH r AS (
+    SELECT r.*
+    FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::text[], $6::int[]) AS r(id, status, delay_ms, attempts, error, bucket)
+    JOIN /* schema */outbox AS o ON o.id = r.id AND o.bucket = r.bucket
+    WHERE o.status = ` + tables.OutboxPending + ` AND o.attempts = r.attempts
+    FOR UPDATE OF o SKIP LOCKED
+)
 UPDATE /* schema */outbox AS o SET
     status       = r.status,
     attempts     = o.attempts + 1,
     available_at = CASE WHEN r.status = ` + tables.OutboxPending + ` THEN now() + r.delay_ms * interval '1 millisecond' ELSE o.available_at END,
     last_error   = r.error,
     errors       = o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts + 1, 'at', now(), 'error', r.error))
-FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::text[], $6::int[]) AS r(id, status, delay_ms, attempts, error, day)
-WHERE o.id = r.id AND o.bucket IN (0, r.day) AND o.status = ` + tables.OutboxPending + ` AND o.attempts = r.attempts
+FROM r
+WHERE o.id = r.id AND o.bucket = r.bucket AND o.status = ` + tables.OutboxPending + ` AND o.attempts = r.attempts
 RETURNING o.status, o.topic`
 
 // dueSQL reads the backlog for the stall watchdog (workloop): how many rows

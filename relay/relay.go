@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/backoff"
+	"github.com/pgbox/pgbox/internal/claimrec"
 	"github.com/pgbox/pgbox/internal/frontier"
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/liveness"
@@ -285,16 +286,21 @@ type Relay struct {
 	cfg      Config
 	frontier *frontier.Frontier // where claims start in the pending index
 	gauges   telemetry.Registration
+	held     claimrec.Held // batches whose claim record this process will settle itself
 	loop     *workloop.Service
 	outage   *outage
 	pool     *pgxpool.Pool
-	proc     *liveness.Process // its row in the processes table; it makes the claim tokens
+	proc     *liveness.Process // its row in the processes table
 	q        queries
-	tel      *telemetry.Relay
+	// records is a small pool of the relay's own for recording claims: a
+	// worker records its claim while its batch transaction holds a
+	// connection of the pool, which may have no other free.
+	records *pgxpool.Pool
+	tel     *telemetry.Relay
 }
 
 type queries struct {
-	charge, claim, complete, due string
+	begin, charge, claim, complete, due, idleStale, reconcile, recordClaim string
 }
 
 // New returns a Relay. It checks the configuration but does not touch the
@@ -312,10 +318,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		frontier: frontier.New(frontier.Margin, frontier.FullEvery),
 		pool:     pool,
 		q: queries{
-			charge:   ident.Render(chargeSQL, cfg.Schema),
-			claim:    ident.Render(claimSQL, cfg.Schema),
-			complete: ident.Render(completeSQL, cfg.Schema),
-			due:      ident.Render(dueSQL, cfg.Schema),
+			begin:       fmt.Sprintf(beginBatchSQL, cfg.Lease.Milliseconds()),
+			charge:      ident.Render(chargeSQL, cfg.Schema),
+			claim:       ident.Render(claimSQL, cfg.Schema),
+			complete:    ident.Render(completeSQL, cfg.Schema),
+			due:         ident.Render(dueSQL, cfg.Schema),
+			idleStale:   ident.Render(idleStaleSQL, cfg.Schema),
+			reconcile:   ident.Render(reconcileSQL, cfg.Schema),
+			recordClaim: ident.Render(recordClaimSQL, cfg.Schema),
 		},
 		tel: telemetry.NewRelay(cfg.MeterProvider, cfg.TracerProvider, cfg.Propagator),
 	}
@@ -359,6 +369,13 @@ func (r *Relay) Start(ctx context.Context) error {
 		if err := pgbox.CheckSchema(ctx, r.pool, r.cfg.Schema); err != nil {
 			return fmt.Errorf("relay: %w", err)
 		}
+		cfg := r.pool.Config() // a copy
+		cfg.MaxConns, cfg.MinConns = int32(r.cfg.Workers), 0
+		records, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("relay: open the claim-recording pool: %w", err)
+		}
+		r.records = records
 		r.gauges.Watch(func() func() { return r.tel.WatchLag(r.pool, r.cfg.Schema) })
 		r.proc.Start(ctx) // last: nothing after it can fail Start
 		return nil
@@ -380,7 +397,10 @@ func (r *Relay) Start(ctx context.Context) error {
 func (r *Relay) Stop(ctx context.Context) error {
 	defer r.gauges.Unwatch()
 	err := r.loop.Stop(ctx)
-	r.proc.Stop(ctx) // after the work: a stopped relay holds no lease
+	if r.records != nil {
+		r.records.Close()
+	}
+	r.proc.Stop(ctx) // after the work: a stopped relay holds no batch
 	defer r.calls.close()
 	if hung := r.calls.wait(ctx); hung > 0 {
 		err = errors.Join(err, fmt.Errorf("relay: stopped, but %d Publish calls that got no answer are still running (closing the publisher ends them, for most publishers): %w",

@@ -343,7 +343,7 @@ func TestAKeyedBacklogBehindTheFrontierIsPublished(t *testing.T) {
 func TestKeyedRowsKeepTheClaimsAtTheFrontier(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	claims := pgtest.NewFullClaims("coalesce($6::timestamptz", 5)
+	claims := pgtest.NewFullClaims("coalesce($2::timestamptz", 1)
 	b := setupOn(t, pgtest.TracedPool(t, pgtest.Pool(t), claims.Tracer()))
 	msgs := make([]outbox.Message, 200)
 	for i := range msgs {

@@ -104,12 +104,12 @@ func TestAnOutageThatLastsIsAStall(t *testing.T) {
 	b.requireMovingAgain(t)
 }
 
-// Claims that fail, the database refusing them, are a stall, and the
-// report gives the claim's error.
+// Claims that fail, the database refusing to record them, are a stall,
+// and the report gives the claim's error.
 func TestClaimsThatFailAreAStall(t *testing.T) {
 	t.Parallel()
 	b := startStalling(t, relay.Config{Publisher: &recorder{}}, func(b *testBundle) {
-		refuseWhile(t, b, "claims refused", "NEW.status = 'running'")
+		refuseWhile(t, b, "claims refused", "BEFORE INSERT ON /* schema */outbox_claims", "true")
 	})
 	b.write(t, outbox.Message{Topic: "t", EventType: "E"})
 	b.requireStalled(t, "1 rows wait, the oldest claimable due for", "the last claim failed", "test: claims refused")
@@ -117,11 +117,12 @@ func TestClaimsThatFailAreAStall(t *testing.T) {
 	b.requireMovingAgain(t)
 }
 
-// refuseWhile makes the outbox refuse the updates for which the trigger
-// condition when holds, with an error that says what, until
-// stopRefusing. Turning it off is an update of a table of its own, not a
-// DROP TRIGGER, which could deadlock with the relay's statements.
-func refuseWhile(t *testing.T, b *testBundle, what, when string) {
+// refuseWhile makes a table refuse the writes of event (a trigger's "BEFORE
+// UPDATE ON table") for which the trigger condition when holds, with an
+// error that says what, until stopRefusing. Turning it off is an update of
+// a table of its own, not a DROP TRIGGER, which could deadlock with the
+// relay's statements.
+func refuseWhile(t *testing.T, b *testBundle, what, event, when string) {
 	t.Helper()
 	for _, q := range []string{
 		`CREATE TABLE /* schema */refusing (on_ bool NOT NULL)`,
@@ -133,7 +134,7 @@ func refuseWhile(t *testing.T, b *testBundle, what, when string) {
 			END IF;
 			RETURN NEW;
 		END $$`,
-		`CREATE TRIGGER refuse BEFORE UPDATE ON /* schema */outbox FOR EACH ROW WHEN (` + when + `) EXECUTE FUNCTION /* schema */refuse()`,
+		`CREATE TRIGGER refuse ` + event + ` FOR EACH ROW WHEN (` + when + `) EXECUTE FUNCTION /* schema */refuse()`,
 	} {
 		_, err := b.pool.Exec(context.Background(), b.sql(q))
 		require.NoError(t, err)
@@ -152,7 +153,7 @@ func (b *testBundle) stopRefusing(t *testing.T) {
 func TestOutcomesThatCannotBeRecordedAreAStall(t *testing.T) {
 	t.Parallel()
 	b := startStalling(t, relay.Config{Publisher: &recorder{}}, func(b *testBundle) {
-		refuseWhile(t, b, "publish outcomes rejected", "NEW.published_at IS NOT NULL AND OLD.published_at IS NULL")
+		refuseWhile(t, b, "publish outcomes rejected", "BEFORE UPDATE ON /* schema */outbox", "NEW.published_at IS NOT NULL AND OLD.published_at IS NULL")
 	})
 	// Two rows: the first is claimed and its outcome refused; the second
 	// waits, due, while the relay claims nothing more.

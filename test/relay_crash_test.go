@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,8 +29,8 @@ const childLease = time.Second
 //
 //   - "relay": a relay that says "publishing" on its first publish;
 //   - "relay-pause": a relay that, after its first successful publish,
-//     says "published", the messages' count, the claim token of its last
-//     claim and the ids it published (the rows it claimed), and freezes
+//     says "published", the messages' count and the ids it published (the
+//     rows it claimed), and freezes
 //     (freeze: SIGSTOP) before recording it, to be killed. It freezes
 //     rather than sleeps in Publish: the relay would give up a publish
 //     that does not return and record its rows. Its statements on the
@@ -48,9 +47,8 @@ func TestChildProcess(t *testing.T) {
 	cfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
 	require.NoError(t, err)
 	cfg.ConnConfig.RuntimeParams["application_name"] = os.Getenv("PGBOX_CHILD_APP")
-	trace := &outboxTrace{}
 	if role == "relay-pause" {
-		cfg.ConnConfig.Tracer = trace
+		cfg.ConnConfig.Tracer = outboxTrace{}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
@@ -69,7 +67,7 @@ func TestChildProcess(t *testing.T) {
 			for i, m := range msgs {
 				ids[i] = m.UUID
 			}
-			fmt.Printf("published %d token=%s ids=%s\n", len(msgs), trace.lastClaim(), strings.Join(ids, ","))
+			fmt.Printf("published %d ids=%s\n", len(msgs), strings.Join(ids, ","))
 			// Killed here, frozen: published, not yet recorded.
 			require.NoError(t, freeze())
 		}
@@ -105,27 +103,22 @@ func (f publishFunc) Close() error                                         { ret
 
 // outboxTrace is a pgx tracer that writes to stderr, with the time, each
 // statement on the outbox a relay child makes (its arguments as it starts,
-// its command tag or error as it ends), and keeps the claim token of the
-// last claim: the relay's claim is the statement with SKIP LOCKED, its
-// token the second argument. It tells what the child did to its rows
-// before it was killed.
-type outboxTrace struct {
-	claim atomic.Value // the last claim's token, formatted
-}
+// its command tag or error as it ends). It tells what the child did to its
+// rows before it was killed.
+type outboxTrace struct{}
 
 type outboxTraceKey struct{}
 
-func (o *outboxTrace) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+func (outboxTrace) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	if !strings.Contains(data.SQL, "outbox") {
 		return ctx
 	}
 	kind := "statement"
 	switch {
+	case strings.Contains(data.SQL, "INSERT INTO") && strings.Contains(data.SQL, "outbox_claims"):
+		kind = "record claim"
 	case strings.Contains(data.SQL, "SKIP LOCKED"):
 		kind = "claim"
-		if len(data.Args) > 1 {
-			o.claim.Store(fmt.Sprint(data.Args[1]))
-		}
 	case strings.Contains(data.SQL, "unnest("):
 		kind = "complete"
 	}
@@ -133,20 +126,12 @@ func (o *outboxTrace) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx
 	return context.WithValue(ctx, outboxTraceKey{}, kind)
 }
 
-func (o *outboxTrace) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+func (outboxTrace) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
 	kind, ok := ctx.Value(outboxTraceKey{}).(string)
 	if !ok {
 		return
 	}
 	fmt.Fprintf(os.Stderr, "%s trace: %s end tag=%q err=%v\n", time.Now().Format("15:04:05.000000"), kind, data.CommandTag.String(), data.Err)
-}
-
-// lastClaim returns the token of the last claim, or "?".
-func (o *outboxTrace) lastClaim() string {
-	if s, ok := o.claim.Load().(string); ok {
-		return s
-	}
-	return "?"
 }
 
 // childApp is the application_name of a relay child's sessions.
@@ -175,7 +160,7 @@ func readLine(t *testing.T, child *pgtest.Child, want string) string {
 // child's application_name (through a transaction pooler, the server
 // sessions last linked to the child's connections).
 type crashScene struct {
-	running  []string // ids of the running rows
+	claimed  []string // ids named by claim records
 	outbox   string
 	process  string
 	sessions string
@@ -186,9 +171,9 @@ func sceneOf(t *testing.T, p *producer) crashScene {
 	ctx := context.Background()
 	var sc crashScene
 	require.NoError(t, p.pool.QueryRow(ctx, ident.Render(`
-		SELECT coalesce(array_agg(id::text ORDER BY seq) FILTER (WHERE status = 'running'), '{}'),
-		       string_agg(format('%s %s attempts=%s token=%s available_at=%s error=%s', id, status, attempts, claim_token, available_at, last_error), E'\n' ORDER BY seq)
-		FROM /* schema */outbox`, p.schema)).Scan(&sc.running, &sc.outbox))
+		SELECT (SELECT coalesce(array_agg(id::text ORDER BY id), '{}') FROM /* schema */outbox_claims, unnest(ids) AS id),
+		       string_agg(format('%s %s attempts=%s available_at=%s error=%s', id, status, attempts, available_at, last_error), E'\n' ORDER BY seq)
+		FROM /* schema */outbox`, p.schema)).Scan(&sc.claimed, &sc.outbox))
 	require.NoError(t, p.pool.QueryRow(ctx, ident.Render(`
 		SELECT coalesce(string_agg(format('id=%s (tokens from %s) name=%s pid=%s started_at=%s last_seen_at=%s', id, id::bigint << 32, name, pid, started_at, last_seen_at), E'\n'), '')
 		FROM /* schema */processes`, p.schema)).Scan(&sc.process))
@@ -204,8 +189,10 @@ func (sc crashScene) String() string {
 }
 
 // A relay is SIGKILLed after its publish reached the broker and before it
-// recorded it. Another relay publishes those rows again once the lease
-// expires; the consumer's inbox dedupes them, so each order is paid once.
+// recorded it. Its batch transaction dies with it, and the rows, pending
+// all along, are free at once; its claim record outlives it. Another relay
+// counts the lost attempt and publishes the rows again; the consumer's
+// inbox dedupes them, so each order is paid once.
 func TestRelayKilledBetweenPublishAndMarkCausesNoDoubleEffect(t *testing.T) {
 	t.Parallel()
 	p := newProducer(t, "orders")
@@ -222,11 +209,11 @@ func TestRelayKilledBetweenPublishAndMarkCausesNoDoubleEffect(t *testing.T) {
 	after := sceneOf(t, p)
 
 	// The rows the child published are those it claimed, and it was
-	// killed before it recorded them: they are still running, leased.
+	// killed before it recorded them: its claim record names them.
 	_, ids, ok := strings.Cut(published, " ids=")
 	require.True(t, ok, published)
-	require.ElementsMatch(t, strings.Split(ids, ","), after.running,
-		"the killed relay published 10 rows without recording them, so they must be running.\nThe child said: %s\n"+
+	require.ElementsMatch(t, strings.Split(ids, ","), after.claimed,
+		"the killed relay published 10 rows without recording them, so its claim record must name them.\nThe child said: %s\n"+
 			"Before the kill:\n%s\nAfter the kill:\n%s\nThe child's stderr:\n%s", published, before, after, child.Stderr())
 
 	p.startRelay(t, b.publisher)
@@ -238,6 +225,11 @@ func TestRelayKilledBetweenPublishAndMarkCausesNoDoubleEffect(t *testing.T) {
 		`SELECT count(*), count(DISTINCT uuid) FROM /* schema */"watermill_orders"`, p.schema)).Scan(&deliveries, &distinct))
 	require.Equal(t, 40, deliveries, "the 10 rows were published twice")
 	require.Equal(t, 30, distinct)
+	var lost int
+	require.NoError(t, p.pool.QueryRow(context.Background(), ident.Render(
+		`SELECT count(*) FROM /* schema */outbox WHERE attempts = 2 AND last_error LIKE '%never committed%' AND id::text = ANY($1)`, p.schema),
+		strings.Split(ids, ",")).Scan(&lost))
+	require.Equal(t, 10, lost, "each of the 10 rows has its lost attempt counted:\n%s", sceneOf(t, p))
 	payments := c.paymentsPerOrder(t)
 	require.Len(t, payments, 30)
 	for i := range 30 {
