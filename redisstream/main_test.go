@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/pgbox/pgbox/internal/brokertest"
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
@@ -28,5 +30,16 @@ func run(m *testing.M) int {
 		}()
 		os.Setenv("REDIS_URL", url)
 	}
-	return pgtest.Run(m)
+	return pgtest.Run(m, subscriberGoroutines...)
+}
+
+// subscriberGoroutines are watermill-redisstream's Subscriber's (v1.4.5)
+// goroutines that outlive its Close: the reader, which the closing makes
+// fail a read, sleeps 500ms after a failed read before it sees that it
+// should stop, and only then stops the goroutines it started, which
+// Close does not wait for either.
+var subscriberGoroutines = []goleak.Option{
+	goleak.IgnoreAnyFunction("github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream.(*Subscriber).read"),
+	goleak.IgnoreAnyFunction("github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream.(*Subscriber).claim"),
+	goleak.IgnoreAnyFunction("github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream.(*Subscriber).checkConsumers"),
 }
