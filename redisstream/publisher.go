@@ -121,7 +121,10 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // PublishResults publishes msgs to topic (the stream), in order, sending
 // their XADDs in one pipeline, and returns each message's error: nil for
 // a message Redis appended to the stream. A message the Marshaller
-// rejects is not sent; the others are.
+// rejects is not sent; the others are. go-redis sends a pipeline again,
+// whole, after a connection lost while it read the replies (up to the
+// client's MaxRetries): Redis may then hold a message twice, under one
+// UUID, which consumers dedupe as they dedupe a republished row.
 func (p *Publisher) PublishResults(topic string, msgs ...*message.Message) []error {
 	errs := make([]error, len(msgs))
 	maxlen, ok := p.maxlens[topic]

@@ -306,3 +306,31 @@ func TestNewPublisherRefusesBadConfig(t *testing.T) {
 		require.ErrorContains(t, err, want)
 	}
 }
+
+// A Redis that cannot take writes for now, whatever the message (a
+// replica, as a primary is after a failover until the client finds the
+// new one; a server out of memory), is unreachable for the relay, not the
+// messages' fault; once it takes writes again the publisher publishes.
+func TestRedisRefusingAllWritesIsUnreachable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := brokertest.Start(t, brokertest.Redis)
+	rdb := client(t, srv.URL())
+	topic := stream()
+	pub := newPublisher(t, rdb, redisstream.PublisherConfig{})
+	msg := func() *message.Message { return message.NewMessage(uuid.NewString(), []byte("a")) }
+	for _, c := range []struct {
+		name, want    string
+		refuse, allow []any
+	}{
+		{"a replica", "READONLY", []any{"replicaof", "127.0.0.1", "1"}, []any{"replicaof", "no", "one"}},
+		{"out of memory", "OOM", []any{"config", "set", "maxmemory", "1"}, []any{"config", "set", "maxmemory", "0"}},
+	} {
+		require.NoError(t, rdb.Do(ctx, c.refuse...).Err(), c.name)
+		err := pub.PublishResults(topic, msg())[0]
+		require.ErrorContains(t, err, c.want, c.name)
+		require.ErrorIs(t, err, relay.ErrBrokerUnreachable, c.name)
+		require.NoError(t, rdb.Do(ctx, c.allow...).Err(), c.name)
+		require.Equal(t, []error{nil}, pub.PublishResults(topic, msg()), c.name)
+	}
+}
