@@ -148,7 +148,8 @@ type Config struct {
 	// Publisher is where rows are published: any Watermill publisher
 	// (watermill-sql, with AtomicPublisher; NATS JetStream, through
 	// package natsjs, a ResultPublisher, for a batch per call; RabbitMQ
-	// through package rabbitmq; Kafka with package kafka's marshaler).
+	// through package rabbitmq; Redis Streams through package redisstream;
+	// Kafka with package kafka's marshaler).
 	// Required.
 	Publisher message.Publisher
 

@@ -6,6 +6,7 @@ package brokertest
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -72,6 +73,26 @@ func Start(tb testing.TB, script Script) *Server {
 	})
 	s.url = s.up(tb)
 	return s
+}
+
+// Up starts a broker with script for a whole test binary, from TestMain,
+// for the runnable Examples that find it, as a user's program would, by
+// an environment variable. It returns the broker's URL and a function
+// that stops the broker and deletes its directory.
+func Up(script Script) (url string, down func() error, err error) {
+	dir, err := os.MkdirTemp("", "pgbox-broker-")
+	if err != nil {
+		return "", nil, err
+	}
+	s := &Server{dir: dir, script: script}
+	down = func() error {
+		_, err := s.run("down")
+		return errors.Join(err, os.RemoveAll(dir))
+	}
+	if s.url, err = s.run("up"); err != nil {
+		return "", nil, errors.Join(fmt.Errorf("brokertest: %s up: %w", script.name, err), down())
+	}
+	return s.url, down, nil
 }
 
 // logTails logs the end of each of the broker's logs, for a failed test.

@@ -347,7 +347,11 @@ var PubSubGoroutines = []goleak.Option{
 // cluster's URL, so that runnable Examples, which open their database as a
 // user's program would (pgboxtest.OpenDB(ctx, os.Getenv("DATABASE_URL"),
 // …)), find the same database as the tests.
-func Main(m *testing.M, leaks ...goleak.Option) {
+func Main(m *testing.M, leaks ...goleak.Option) { os.Exit(Run(m, leaks...)) }
+
+// Run is Main without the exit: it returns the exit code, for a TestMain
+// with more to do once the tests have run (stop a broker it started).
+func Run(m *testing.M, leaks ...goleak.Option) int {
 	if os.Getenv("DATABASE_URL") == "" {
 		if u, err := url(); err == nil {
 			os.Setenv("DATABASE_URL", u)
@@ -363,5 +367,5 @@ func Main(m *testing.M, leaks ...goleak.Option) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }

@@ -8,11 +8,14 @@ import (
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+
+	pgredisstream "github.com/pgbox/pgbox/redisstream"
 )
 
-// redisBackend is Redis Streams through watermill-redisstream: one stream
-// per topic, one consumer group per group, each subscriber a consumer of
-// the group under a name of its own. The stream and the group are created
+// redisBackend is Redis Streams, published to through pgbox's redisstream
+// and read through watermill-redisstream: one stream per topic, one
+// consumer group per group, each subscriber a consumer of the group under
+// a name of its own. The stream and the group are created
 // by the first publish and the first subscriber; the group starts at the
 // stream's first entry, so it reads what was published before it existed.
 type redisBackend struct {
@@ -34,8 +37,9 @@ func openRedis(ctx context.Context, b *Broker, _ []string) (backend, error) {
 		_ = r.rdb.Close()
 		return nil, fmt.Errorf("broker: connect to %s: %w", b.cfg.URL, err)
 	}
-	// Publisher.Close closes the client it is given.
-	r.pub, err = redisstream.NewPublisher(redisstream.PublisherConfig{Client: redis.NewClient(opts)}, r.log)
+	// pgbox's publisher (watermill-redisstream's format, a call's XADDs in
+	// one pipeline), on a client of its own, which its Close closes.
+	r.pub, err = pgredisstream.NewPublisher(pgredisstream.PublisherConfig{Client: redis.NewClient(opts), OwnsClient: true})
 	if err != nil {
 		_ = r.rdb.Close()
 		return nil, fmt.Errorf("broker: %w", err)

@@ -3,25 +3,25 @@ package bench
 import (
 	"context"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pgbox/pgbox/redisstream"
 )
 
-// redisStreams publishes through watermill-redisstream to the Redis at url
-// (scripts/redis.sh's fsyncs every write before it answers), one XADD per
-// message, into a stream deleted after the run.
+// redisStreams publishes through pgbox's redisstream publisher to the
+// Redis at url (scripts/redis.sh's fsyncs every write before it answers),
+// a batch per call, its XADDs in one pipeline, into a stream deleted after
+// the run.
 func redisStreams(url string) newPublisher {
 	return func(ctx context.Context, _ *pgxpool.Pool) (message.Publisher, func(), error) {
 		rdb, err := redisClient(ctx, url)
 		if err != nil {
 			return nil, nil, err
 		}
-		// The publisher closes its client.
-		pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb}, watermill.NopLogger{})
+		pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb, OwnsClient: true})
 		if err != nil {
 			_ = rdb.Close()
 			return nil, nil, err
