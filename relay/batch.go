@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/pgtext"
@@ -107,22 +108,31 @@ func (r *Relay) runBatch() (int, error) {
 	return len(b.rows), nil
 }
 
-// batch is what one claim took, and the transaction that holds it.
+// batch is what one claim took, and the connection whose transaction
+// holds it.
 type batch struct {
-	tx   pgx.Tx // nil once committed or rolled back
-	xid  string // the transaction's id
+	conn *pgxpool.Conn // in the batch transaction; nil once it has ended
+	xid  string        // the transaction's id
 	rows []*row
 }
 
-// rollback ends b's transaction, if it is still open, without writing.
+// rollback ends b's transaction, if it is still open, without writing,
+// and gives its connection back to the pool (which closes a connection
+// left in a transaction, one the rollback could not reach).
 func (b *batch) rollback() {
-	if b.tx == nil {
+	if b.conn == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
 	defer cancel()
-	_ = b.tx.Rollback(ctx)
-	b.tx = nil
+	_, _ = b.conn.Exec(ctx, "ROLLBACK")
+	b.release()
+}
+
+// release gives b's connection back to the pool, its transaction over.
+func (b *batch) release() {
+	b.conn.Release()
+	b.conn = nil
 }
 
 // finished counts the outcomes that finish their row's attempt: all but
@@ -390,16 +400,16 @@ func (r *Relay) charge(doubts []doubt) {
 	r.loop.Progress(n)
 }
 
-// claim begins a batch transaction and takes a batch of rows in it. With
-// no rows, the transaction is over.
+// claim begins a batch transaction and takes a batch of rows in it, in one
+// round trip. With no rows, the transaction is over.
 func (r *Relay) claim() (*batch, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
 	defer cancel()
-	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: r.q.begin})
+	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
-		return &batch{}, fmt.Errorf("claim: begin: %w", err)
+		return &batch{}, fmt.Errorf("claim: %w", err)
 	}
-	b := &batch{tx: tx}
+	b := &batch{conn: conn}
 	from := r.frontier.Next(time.Now())
 	if err := r.readClaim(ctx, b, from); err != nil {
 		b.rollback()
@@ -426,9 +436,26 @@ func (r *Relay) reconcileIdle(ctx context.Context) {
 	}
 }
 
-// readClaim runs the claim in b's transaction and reads its rows into b.
-func (r *Relay) readClaim(ctx context.Context, b *batch, from *time.Time) error {
-	rows, err := b.tx.Query(ctx, r.q.claim, r.cfg.BatchSize, from)
+// readClaim begins b's transaction, runs the claim in it and reads its
+// rows into b.
+func (r *Relay) readClaim(ctx context.Context, b *batch, from *time.Time) (err error) {
+	var q pgx.Batch
+	for _, begin := range r.q.begin {
+		q.Queue(begin)
+	}
+	q.Queue(r.q.claim, r.cfg.BatchSize, from)
+	results := b.conn.SendBatch(ctx, &q)
+	defer func() {
+		if cerr := results.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("claim: %w", cerr)
+		}
+	}()
+	for range r.q.begin {
+		if _, err := results.Exec(); err != nil {
+			return fmt.Errorf("claim: begin: %w", err)
+		}
+	}
+	rows, err := results.Query()
 	if err != nil {
 		return fmt.Errorf("claim: %w", err)
 	}
@@ -641,36 +668,39 @@ func (r *Relay) complete(b *batch, outcomes []outcome) bool {
 	err := r.loop.Record("publish outcomes", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
 		defer cancel()
-		if b.tx == nil { // the batch transaction was cut: a transaction of its own
-			tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: r.q.begin})
+		var q pgx.Batch
+		if b.conn == nil { // the batch transaction was cut: a transaction of its own
+			conn, err := r.pool.Acquire(ctx)
 			if err != nil {
 				return err
 			}
-			b.tx = tx
+			b.conn = conn
+			for _, begin := range r.q.begin {
+				q.Queue(begin)
+			}
 		}
-		var q pgx.Batch
 		for _, set := range completePlanning {
 			q.Queue(set)
 		}
 		q.Queue("SAVEPOINT complete")
 		q.Queue(r.q.complete, b.xid, a.ids, a.statuses, a.delays, a.refunds, a.errs, a.buckets, a.attempts, a.ctids, dLo, dHi, uLo, uHi)
-		n, dead, err := recordBatchOutcomes(ctx, b.tx, &q)
+		q.Queue("COMMIT")
+		n, dead, err := sendCompletion(ctx, b.conn, &q)
 		if err != nil {
 			// The statement's work is undone and the transaction kept,
 			// with its rows locked, for the next try: were it rolled back,
 			// another worker's claim could take the published rows and
 			// publish them again. One that the failure ended (a cut
-			// connection) is rolled back, and the next try begins another.
-			if _, err := b.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT complete"); err != nil {
+			// connection, a failed commit) is let go, and the next try
+			// begins another.
+			if b.conn.Conn().PgConn().TxStatus() == 'I' {
+				b.release()
+			} else if _, err := b.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT complete"); err != nil {
 				b.rollback()
 			}
 			return err
 		}
-		err = b.tx.Commit(ctx)
-		b.tx = nil // committed, or ended: a retry's fences find out which
-		if err != nil {
-			return err
-		}
+		b.release()
 		recorded = n
 		r.deadRows(dead)
 		return nil
@@ -728,21 +758,35 @@ func scanOutcomes(rows pgx.Rows, err error) (recorded int, dead []string, _ erro
 	return recorded, dead, nil
 }
 
-// recordBatchOutcomes sends q, completePlanning's settings, a savepoint
-// and completeSQL, in tx, and returns what scanOutcomes does.
-func recordBatchOutcomes(ctx context.Context, tx pgx.Tx, q *pgx.Batch) (recorded int, dead []string, err error) {
-	results := tx.SendBatch(ctx, q)
+// sendCompletion sends q (begin, if the batch transaction was cut;
+// completePlanning's settings, a savepoint, completeSQL, COMMIT) on conn,
+// in one round trip, and returns what scanOutcomes does. The commit is
+// the batch's end: if completeSQL fails, the server skips it, and the
+// transaction is left open, failed, for the caller to roll back to the
+// savepoint.
+func sendCompletion(ctx context.Context, conn *pgxpool.Conn, q *pgx.Batch) (recorded int, dead []string, err error) {
+	results := conn.SendBatch(ctx, q)
 	defer func() {
 		if cerr := results.Close(); err == nil {
 			err = cerr
 		}
 	}()
-	for range len(completePlanning) + 1 { // and the savepoint
+	for range len(q.QueuedQueries) - 2 { // all but completeSQL and COMMIT
 		if _, err := results.Exec(); err != nil {
 			return 0, nil, err
 		}
 	}
-	return scanOutcomes(results.Query())
+	if recorded, dead, err = scanOutcomes(results.Query()); err != nil {
+		return 0, nil, err
+	}
+	tag, err := results.Exec()
+	if err == nil && tag.String() != "COMMIT" {
+		err = fmt.Errorf("the batch transaction ended in %s, not COMMIT", tag)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return recorded, dead, nil
 }
 
 // deadRows counts rows recorded dead, by topic, once their record has

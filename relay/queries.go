@@ -6,7 +6,7 @@ import "github.com/pgbox/pgbox/internal/tables"
 // when a Relay is created (ident.Render).
 //
 // A batch is claimed and recorded in one transaction, held open while its
-// rows are published (beginBatchSQL). claimSQL only locks the rows; one
+// rows are published (beginBatch). claimSQL only locks the rows; one
 // UPDATE (completeSQL) then records what became of each, and the commit
 // makes it visible: one write per row, where a claim that marked rows
 // running and a completion that marked them published made two. The row
@@ -20,12 +20,13 @@ import "github.com/pgbox/pgbox/internal/tables"
 // per batch in outbox_claims, and reconcileSQL turns the rows of
 // transactions that aborted into counted, recorded, lost attempts.
 
-// beginBatchSQL begins a batch transaction, ended by the server if it
-// stays idle for a lease (%d, in milliseconds): a relay that stalls (paused,
-// cut off by the network) with its batch open lets the rows go as if it had
-// crashed. A live relay is never idle that long: its publishing ends three
-// quarters into the lease (round.deadline).
-const beginBatchSQL = "BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d"
+// beginBatch begins a batch transaction, one statement each as a pipeline
+// needs (with the claim, in one round trip), ended by the server if it
+// stays idle for a lease (%d, in milliseconds): a relay that stalls
+// (paused, cut off by the network) with its batch open lets the rows go as
+// if it had crashed. A live relay is never idle that long: its publishing
+// ends three quarters into the lease (round.deadline).
+var beginBatch = []string{"BEGIN", "SET LOCAL idle_in_transaction_session_timeout = %d"}
 
 // completePlanning is how completeSQL is planned: set in its transaction,
 // in the same round trip, one statement each as a pipeline needs. With no

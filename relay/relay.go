@@ -301,7 +301,8 @@ type Relay struct {
 }
 
 type queries struct {
-	begin, charge, claim, complete, due, idleStale, reconcile, recordClaim string
+	begin                                                           []string
+	charge, claim, complete, due, idleStale, reconcile, recordClaim string
 }
 
 // New returns a Relay. It checks the configuration but does not touch the
@@ -319,7 +320,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		frontier: frontier.New(frontier.Margin, frontier.FullEvery),
 		pool:     pool,
 		q: queries{
-			begin:       fmt.Sprintf(beginBatchSQL, cfg.Lease.Milliseconds()),
+			begin:       []string{beginBatch[0], fmt.Sprintf(beginBatch[1], cfg.Lease.Milliseconds())},
 			charge:      ident.Render(chargeSQL, cfg.Schema),
 			claim:       ident.Render(claimSQL, cfg.Schema),
 			complete:    ident.Render(completeSQL, cfg.Schema),

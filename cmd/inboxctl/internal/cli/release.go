@@ -21,8 +21,10 @@ func (a *app) processesReleaseCommand() *cobra.Command {
 		Use:   "release PROCESS_ID",
 		Short: "Make a dead process's leased messages claimable now, instead of when their leases end",
 		Long: `release ends the leases a dead process's claims still hold: a dispatcher's leased
-inbox messages, a relay's outbox rows. A live dispatcher of the same consumer
-(a live relay) takes them over at its next claim, as when a lease runs out:
+inbox messages, and the outbox rows a relay older than schema version 12 marked
+running (a newer relay holds no lease: its rows are free the moment it dies).
+A live dispatcher of the same consumer (a live relay) takes them over at its
+next claim, as when a lease runs out:
 the lost attempt is recorded and counts, and a message on its last attempt
 ends dead. Use it once the process is known to be gone (its pod deleted, its
 host lost), instead of waiting out the lease. PROCESS_ID is the id that
