@@ -58,10 +58,13 @@ type Config struct {
 	// Defaults to BatchSizeDefault (100).
 	BatchSize int
 
-	// Lease is how long a claimed row is reserved for its relay. If the
-	// relay has not recorded the outcome by then (it died, stalled, or its
-	// publish hung), another relay publishes the row again: consumers dedupe
-	// on its id. Defaults to LeaseDefault (one minute).
+	// Lease bounds a batch: the relay claims rows in a transaction that it
+	// holds open while it publishes them and records their outcomes, and
+	// starts no publish that could end later than three quarters into the
+	// lease. A relay that stalls with a batch open (its transaction idle for
+	// a lease) is ended by the server, and another relay publishes the rows
+	// again, as it does at once when the relay dies: consumers dedupe on
+	// their ids. Defaults to LeaseDefault (one minute).
 	Lease time.Duration
 
 	// ListenConnConfig is how the relay connects to LISTEN for new rows:
@@ -197,8 +200,10 @@ type Config struct {
 	// in ErrBrokerUnreachable, or give a function that knows them.
 	UnreachableFunc func(err error) bool
 
-	// Workers is how many batches are published at once. Defaults to
-	// WorkersDefault (2).
+	// Workers is how many batches are published at once. Each holds a
+	// connection of the pool for its length, and records its claim through
+	// a small pool the relay opens for that (at most Workers connections).
+	// Defaults to WorkersDefault (2).
 	Workers int
 }
 
