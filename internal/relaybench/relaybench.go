@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/pgtest"
+	"github.com/pgbox/pgbox/internal/tables"
 	"github.com/pgbox/pgbox/outbox"
 	"github.com/pgbox/pgbox/relay"
 )
@@ -49,7 +50,7 @@ func Run(b *testing.B, rows int, topic func(b *testing.B) string, systems ...Sys
 				require.NoError(b, r.Start(context.Background()))
 				require.Eventually(b, func() bool {
 					var waiting bool
-					require.NoError(b, pool.QueryRow(context.Background(), ident.Render("SELECT EXISTS (SELECT 1 FROM /* schema */outbox WHERE status IN ('pending', 'running'))", schema)).Scan(&waiting))
+					require.NoError(b, pool.QueryRow(context.Background(), ident.Render("SELECT EXISTS (SELECT 1 FROM /* schema */outbox WHERE status IN ("+tables.OutboxPending+", "+tables.OutboxRunning+"))", schema)).Scan(&waiting))
 					return !waiting
 				}, 5*time.Minute, 10*time.Millisecond)
 				b.ReportMetric(float64(rows)/time.Since(start).Seconds(), "msgs/s")

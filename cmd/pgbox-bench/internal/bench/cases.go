@@ -33,7 +33,10 @@ var describe = map[string]string{
 		"each through `Receive`, from 4 connections. Database round trips counted by a pgx tracer; **raw** sends every " +
 		"delivery to the database.",
 	"relay": "Publishing a pre-written outbox backlog through the relay until every row is marked published. pgbox: the relay " +
-		"with its defaults (2 workers, batches of 100), one message per Publish call (a batch per call with AtomicPublisher). " +
+		"with its defaults (2 workers, batches of 100): a topic's rows of a batch in one call to a publisher that reports " +
+		"each message's result (`relay.ResultPublisher`: pgbox's natsjs, rabbitmq, kafka, redisstream and googlepubsub " +
+		"publishers), or to one that takes a call all or none (watermill-sql with AtomicPublisher); one message per Publish " +
+		"call to any other (GoChannel, sqs, watermill-sql without it). " +
 		"**raw** is the ceiling a hand-written relay reaches on the same outbox and broker: 2 loops, each a transaction that " +
 		"claims the oldest 100 pending rows (`SELECT … ORDER BY available_at, seq … FOR UPDATE SKIP LOCKED`, the relay's " +
 		"order on its index), publishes them, marks them published (`UPDATE … FROM unnest(ids)`) and commits; the row locks " +
@@ -46,7 +49,7 @@ var describe = map[string]string{
 		"go-redis pipeline; Kafka, franz-go's `ProduceSync` of the batch (acks from all in-sync replicas); Amazon SQS, the AWS " +
 		"SDK's `SendMessage`, 10 at once (goaws drops batched messages' attributes, the id among them); Pub/Sub, the client's " +
 		"own `Publisher` (which bundles), then every result. What raw leaves out is what pgbox's relay keeps: per-key order " +
-		"across processes, the gap-safe claim, leases that outlive a transaction, attempts and backoff, the outage rules, " +
+		"across processes, the gap-safe claim, claim records that outlive a transaction (a lost attempt counts), attempts and backoff, the outage rules, " +
 		"fencing and its memory bound. **ratio** is pgbox's figure over raw's, run by run.",
 	"latency": "A steady rate of single messages; the time from the call that stores a message (inbox `Receive`, or the " +
 		"producer's outbox commit) until its handler has run, sent by 16 goroutines; sent/s is the rate they held. " +
