@@ -6,11 +6,14 @@
 //	_ = r.Start(ctx)
 //	defer r.Stop(shutdownCtx)
 //
-// Workers claim batches of rows with FOR UPDATE SKIP LOCKED, publish them
-// topic by topic, one message per Publish call (a topic's rows in one call
-// with Config.AtomicPublisher, or through a ResultPublisher, such as
-// package natsjs's, which reports each message's result), and mark them
-// published, fenced by their claim token. Several relays, in one process or many, may run at once.
+// Workers claim batches of rows with FOR UPDATE SKIP LOCKED, in a
+// transaction held open while they publish them topic by topic, one
+// message per Publish call (a topic's rows in one call with
+// Config.AtomicPublisher, or through a ResultPublisher, such as package
+// natsjs's or redisstream's, which reports each message's result), and
+// record each row's outcome in the same transaction: one write per row.
+// The row locks keep other relays off the rows meanwhile. Several relays,
+// in one process or many, may run at once.
 //
 // Guarantees:
 //
@@ -19,9 +22,11 @@
 //     never by "id greater than the last one seen". A rolled-back row does
 //     not exist, so it is never published.
 //   - Every attempt publishes the row under its own id, so a relay that
-//     dies after publishing and before recording it (its rows are published
-//     again when the lease expires) causes a duplicate delivery that the
-//     consumer's inbox absorbs, never a duplicate effect.
+//     dies after publishing and before recording it (its transaction dies
+//     with it, and another relay publishes the rows again at once, the
+//     lost attempt counted from the batch's claim record) causes a
+//     duplicate delivery that the consumer's inbox absorbs, never a
+//     duplicate effect.
 //   - Rows that share an ordering key are published one at a time, in the
 //     order their transactions committed, across every relay process. A
 //     failing row holds up only its own key.
