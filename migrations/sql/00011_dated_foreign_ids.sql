@@ -23,12 +23,18 @@ DO $$
 DECLARE
     c record;
 BEGIN
+    -- The constraints on message_id, found by the columns they name: a
+    -- function that decompiles a catalog row (pg_get_constraintdef) may be
+    -- run on every schema's rows before the join picks this one's, and
+    -- fails on a table another session is dropping ("could not open
+    -- relation with OID").
     FOR c IN
         SELECT k.conrelid::regclass AS rel, k.conname
         FROM pg_catalog.pg_constraint AS k
         JOIN pg_catalog.pg_inherits AS i ON i.inhrelid = k.conrelid
         WHERE i.inhparent = 'inbox'::regclass AND k.contype = 'c'
-          AND pg_catalog.pg_get_constraintdef(k.oid) LIKE '%message_id%'
+          AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute AS a
+                      WHERE a.attrelid = k.conrelid AND a.attname = 'message_id' AND a.attnum = ANY (k.conkey))
     LOOP
         EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', c.rel, c.conname);
     END LOOP;
@@ -55,11 +61,15 @@ BEGIN
     ALTER TABLE inbox_default DROP CONSTRAINT inbox_default_bucket_check;
     EXECUTE format('ALTER TABLE inbox_default ADD CONSTRAINT inbox_default_bucket_check CHECK (bucket >= %s AND %s)',
                    (SELECT origin_day FROM partitioning WHERE table_name = 'inbox'), uuid_day);
+    -- The inbox's dated partitions; pg_get_expr only on them (OFFSET 0
+    -- keeps it out of the catalog scans, see Up).
     FOR p IN
-        SELECT c.oid::regclass AS rel, c.relname
-        FROM pg_catalog.pg_inherits AS i JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
-        WHERE i.inhparent = 'inbox'::regclass
-          AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) ~ '^FOR VALUES FROM \([1-9]'
+        SELECT ours.rel, ours.relname
+        FROM (SELECT c.oid::regclass AS rel, c.relname, c.oid, c.relpartbound
+              FROM pg_catalog.pg_inherits AS i JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
+              WHERE i.inhparent = 'inbox'::regclass
+              OFFSET 0) AS ours
+        WHERE pg_catalog.pg_get_expr(ours.relpartbound, ours.oid) ~ '^FOR VALUES FROM \([1-9]'
     LOOP
         EXECUTE format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I, ADD CONSTRAINT %I CHECK (%s)',
                        p.rel, p.relname || '_day_check', p.relname || '_day_check', uuid_day);
