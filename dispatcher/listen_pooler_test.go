@@ -26,6 +26,7 @@ import (
 // goes on handling messages by polling.
 func TestListenThroughTransactionPoolerIsReported(t *testing.T) {
 	t.Parallel()
+	pgtest.ListensThroughPooler(t)
 	bouncer := pgtest.BouncerPool(t, 4)
 	b := setup(t) // the schema and the inbox are on the test database's own pool
 	logs := &logtest.Recorder{}

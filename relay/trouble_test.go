@@ -79,6 +79,7 @@ func checkHealth(t *testing.T, pool *pgxpool.Pool, schema string, r *relay.Relay
 // gauge show it, and it goes on publishing by polling.
 func TestListenThroughTransactionPoolerIsReported(t *testing.T) {
 	t.Parallel()
+	pgtest.ListensThroughPooler(t)
 	bouncer := bouncerPool(t)
 	b := setup(t) // the schema is made through the direct pool
 	logs := &logtest.Recorder{}

@@ -183,6 +183,21 @@ func NewPoolWith(tb testing.TB, maxConns int32, configure func(*pgxpool.Config))
 	return pool
 }
 
+// ListensThroughPooler skips a test that LISTENs through PgBouncer
+// unless it runs in make test's pass through the pooler (PGBOX_DIRECT_URL
+// set), so that it runs once per make test rather than in every pass.
+// Such a LISTEN stays on a server connection the pooler hands to others,
+// and PgBouncer 1.18 (Debian's) warns of each notification that reaches
+// it unlinked; in one clean-clone CI run it then died ("server_proto:
+// server in bad state") as a cancel request met that connection, and
+// every later test through it failed.
+func ListensThroughPooler(tb testing.TB) {
+	tb.Helper()
+	if !ThroughPooler() {
+		tb.Skip("listens through PgBouncer: runs in make test's pass through the pooler only (PGBOX_DIRECT_URL set)")
+	}
+}
+
 // BouncerPool returns a pool of its own through the transaction-pooling
 // PgBouncer at PGBOUNCER_URL, in front of the test database, with at most
 // maxConns connections, closed when the test ends. Its connections use
