@@ -21,7 +21,7 @@ package outbox
 const writeSQL = `
 WITH input AS (
     SELECT *
-    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $9::int[])
+    FROM unnest($1::text[]::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $9::int[])
         WITH ORDINALITY AS m(id, topic, event_type, ordering_key, payload, metadata, bucket, ord)
 ),
 key_locks AS (

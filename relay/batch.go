@@ -42,6 +42,7 @@ type row struct {
 	created     time.Time // created_at: when its transaction began
 	eventType   string
 	id          uuid.UUID
+	idText      string // id, as text: the message's UUID
 	metadata    map[string]string
 	orderingKey string
 	payload     []byte
@@ -224,7 +225,8 @@ func (r *Relay) publishGroup(rd *round, group []*row) {
 		return
 	}
 	if r.cfg.AtomicPublisher && len(group) > 1 && r.canStart(rd) {
-		err := r.send(group[0].topic, group)
+		msgs, send := r.publish(group)
+		err := r.callOnce(group, msgs, send, nil)
 		if r.classify(err) != refused {
 			r.note(rd, group, err)
 			return
@@ -232,17 +234,50 @@ func (r *Relay) publishGroup(rd *round, group []*row) {
 		// Refused, so none went out: find the row to blame, one per call.
 		rd.reached = true
 	}
-	for i, rw := range group {
-		if !r.canStart(rd) {
-			rd.released(group[i:]...)
+	r.publishEach(rd, group)
+}
+
+// publishEach publishes group's rows one per call, the calls one after
+// another on a goroutine of their own (calls.run), and notes each row's
+// outcome in rd.
+func (r *Relay) publishEach(rd *round, group []*row) {
+	for len(group) > 0 {
+		next := 0 // the row being published: read here once run has returned
+		err := r.calls.run(group[0].topic, r.loop.WorkContext().Done(), func(call caller) {
+			for ; next < len(group); next++ {
+				rw := group[next]
+				if !r.canStart(rd) {
+					rd.released(group[next:]...)
+					next = len(group)
+					return
+				}
+				if rd.held[rw.orderingKey] {
+					rd.released(rw)
+					continue
+				}
+				rows := group[next : next+1]
+				msgs, send := r.publish(rows)
+				err := r.send(call, rows, msgs, send, nil)
+				if errors.Is(err, errAbandoned) {
+					return // the worker has noted it, and goes on
+				}
+				r.note(rd, rows, err)
+			}
+		})
+		if err == nil {
 			return
 		}
-		if rd.held[rw.orderingKey] {
-			rd.released(rw)
-			continue
-		}
-		r.note(rd, group[i:i+1], r.send(rw.topic, group[i:i+1]))
+		// Given up on group[next]'s call: the rest carry on without it.
+		r.note(rd, group[next:next+1], err)
+		group = group[next+1:]
 	}
+}
+
+// publish returns the call that publishes rows to their topic through
+// Config.Publisher, and their messages.
+func (r *Relay) publish(rows []*row) (msgs []*message.Message, send func() error) {
+	msgs = toMessages(rows)
+	return msgs, func() error { return r.cfg.Publisher.Publish(rows[0].topic, msgs...) }
 }
 
 // canStart reports whether the round may start another publish: the broker
@@ -252,23 +287,33 @@ func (r *Relay) canStart(rd *round) bool {
 	return rd.down == nil && !r.loop.CancelledByStop() && time.Until(rd.deadline) >= r.cfg.PublishTimeout
 }
 
-// send publishes rows to topic in one Publish call, with a span per
-// message; while an earlier call to topic hangs, it makes none and returns
-// a *stuckError.
-func (r *Relay) send(topic string, rows []*row) error {
+// callOnce makes one call that publishes rows, msgs, through send, as a
+// run of its own (see send), and returns its error.
+func (r *Relay) callOnce(rows []*row, msgs []*message.Message, send func() error, each func(i int) error) error {
+	var err error
+	if gaveUp := r.calls.run(rows[0].topic, r.loop.WorkContext().Done(), func(call caller) {
+		err = r.send(call, rows, msgs, send, each)
+	}); gaveUp != nil {
+		return gaveUp
+	}
+	return err
+}
+
+// send makes a call, through call, that publishes rows, msgs, through
+// send, with a span per message, and returns its error; while an earlier
+// call to the rows' topic hangs, it makes none and returns a *stuckError.
+// each, if not nil, gives each message's own error once send has returned
+// nil.
+func (r *Relay) send(call caller, rows []*row, msgs []*message.Message, send func() error, each func(i int) error) error {
+	topic := rows[0].topic
 	if err := r.calls.stuck(topic); err != nil {
 		return err
 	}
-	msgs := toMessages(rows)
-	return r.call(topic, msgs, func() error { return r.cfg.Publisher.Publish(topic, msgs...) }, nil)
-}
-
-// call makes send, a call that publishes msgs to topic, with a span per
-// message, waits for it (calls.publish) and returns its error. each, if not
-// nil, gives each message's own error once send has returned nil.
-func (r *Relay) call(topic string, msgs []*message.Message, send func() error, each func(i int) error) error {
 	end := r.tel.Publishing(topic, msgs)
-	err := r.calls.publish(topic, msgs, send, r.loop.WorkContext().Done())
+	err := call(len(msgs), end, send)
+	if errors.Is(err, errAbandoned) {
+		return err // its spans are ended
+	}
 	if err != nil || each == nil {
 		each = func(int) error { return err }
 	}
@@ -444,6 +489,7 @@ func (r *Relay) readClaim(ctx context.Context, b *batch, from *time.Time) (err e
 		q.Queue(begin)
 	}
 	q.Queue(r.q.claim, r.cfg.BatchSize, from)
+	q.Queue(xidSQL)
 	results := b.conn.SendBatch(ctx, &q)
 	defer func() {
 		if cerr := results.Close(); err == nil && cerr != nil {
@@ -455,6 +501,25 @@ func (r *Relay) readClaim(ctx context.Context, b *batch, from *time.Time) (err e
 			return fmt.Errorf("claim: begin: %w", err)
 		}
 	}
+	if err := r.readRows(b, results, from); err != nil {
+		return err
+	}
+	var xid *string
+	if err := results.QueryRow().Scan(&xid); err != nil {
+		return fmt.Errorf("claim: %w", err)
+	}
+	if len(b.rows) > 0 && xid == nil {
+		return fmt.Errorf("claim: the batch transaction has no id, having locked %d rows", len(b.rows))
+	}
+	if xid != nil {
+		b.xid = *xid
+	}
+	return nil
+}
+
+// readRows reads the claim's rows into b, and moves the frontier on past
+// them.
+func (r *Relay) readRows(b *batch, results pgx.BatchResults, from *time.Time) error {
 	rows, err := results.Query()
 	if err != nil {
 		return fmt.Errorf("claim: %w", err)
@@ -463,19 +528,26 @@ func (r *Relay) readClaim(ctx context.Context, b *batch, from *time.Time) (err e
 	var oldest *time.Time // of the rows taken
 	for rows.Next() {
 		var (
-			rw       row
-			metadata []byte
+			rw        row
+			metadata  []byte
+			available time.Time
 		)
 		if err := rows.Scan(&rw.ctid, &rw.bucket, &rw.id, &rw.topic, &rw.eventType, &rw.orderingKey, &rw.payload, &metadata,
-			&rw.attempt, &rw.seq, &rw.created, &oldest, &b.xid); err != nil {
+			&rw.attempt, &rw.seq, &rw.created, &available); err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
-		if err := json.Unmarshal(metadata, &rw.metadata); err != nil {
-			// Written behind the outbox's back: publish without it rather
-			// than hold the row (and its key) for ever.
-			r.cfg.Logger.Error("relay: outbox row metadata is not a JSON object of strings; publishing without it",
-				slog.String("id", rw.id.String()), slog.String("error", err.Error()))
-			rw.metadata = nil
+		if oldest == nil || available.Before(*oldest) {
+			oldest = &available
+		}
+		rw.idText = rw.id.String()
+		if string(metadata) != "{}" { // the outbox's default: nothing to decode
+			if err := json.Unmarshal(metadata, &rw.metadata); err != nil {
+				// Written behind the outbox's back: publish without it
+				// rather than hold the row (and its key) for ever.
+				r.cfg.Logger.Error("relay: outbox row metadata is not a JSON object of strings; publishing without it",
+					slog.String("id", rw.idText), slog.String("error", err.Error()))
+				rw.metadata = nil
+			}
 		}
 		b.rows = append(b.rows, &rw)
 	}
@@ -495,7 +567,7 @@ func (r *Relay) recordClaim(b *batch) (bool, error) {
 	defer cancel()
 	ids := make([]string, len(b.rows))
 	for i, rw := range b.rows {
-		ids[i] = rw.id.String()
+		ids[i] = rw.idText
 	}
 	var recorded, stale bool
 	if err := r.records.QueryRow(ctx, r.q.recordClaim, b.xid, ids, r.held.List()).Scan(&recorded, &stale); err != nil {
@@ -575,7 +647,7 @@ func byTopic(rows []*row) [][]*row {
 func toMessages(rows []*row) []*message.Message {
 	msgs := make([]*message.Message, len(rows))
 	for i, rw := range rows {
-		m := message.NewMessage(rw.id.String(), rw.payload)
+		m := message.NewMessage(rw.idText, rw.payload)
 		for k, v := range rw.metadata {
 			m.Metadata.Set(k, v)
 		}
@@ -629,8 +701,8 @@ func newOutcomeArgs(outcomes []outcome, claimed func(uuid.UUID) *row) outcomeArg
 		refunds: make([]int32, n), errs: make([]*string, n),
 		buckets: make([]int32, n), attempts: make([]int32, n), ctids: make([]string, n)}
 	for i, o := range outcomes {
-		a.ids[i], a.statuses[i], a.delays[i] = o.id.String(), string(o.status), o.delay.Milliseconds()
 		rw := claimed(o.id)
+		a.ids[i], a.statuses[i], a.delays[i] = rw.idText, string(o.status), o.delay.Milliseconds()
 		a.buckets[i], a.attempts[i], a.ctids[i] = rw.bucket, int32(rw.attempt-1), rw.ctid
 		if o.refund {
 			a.refunds[i] = 1

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-
 	"github.com/pgbox/pgbox/internal/telemetry"
 )
 
@@ -51,13 +49,14 @@ func (e *stuckError) Error() string {
 // named in BrokerErr, counted in the topics-stuck gauge.
 const stuckAfter = 3
 
-// calls runs Publish calls, each on a goroutine of its own, so that the
-// relay can stop waiting for one that hangs: Watermill's Publish takes no
-// context, so a hung call cannot be cancelled, only abandoned. It counts
-// the abandoned calls, by topic, until they return. A topic with one out
-// gets no new call (see stuck), so there are at most as many as the relay
-// has workers per topic, and Stop waits for them. A topic that hangs for
-// stuckAfter PublishTimeouts is an error, said once, again every
+// calls runs Publish calls on goroutines of their own, so that the relay
+// can stop waiting for one that hangs: Watermill's Publish takes no
+// context, so a hung call cannot be cancelled, only abandoned. A worker's
+// calls to a topic, one after another, share a goroutine (see run). It
+// counts the abandoned calls, by topic, until they return. A topic with
+// one out gets no new call (see stuck), so there are at most as many as
+// the relay has workers per topic, and Stop waits for them. A topic that
+// hangs for stuckAfter PublishTimeouts is an error, said once, again every
 // remindEvery while it lasts (unless a broker outage, which says more, is
 // declared), and once more when it ends.
 type calls struct {
@@ -86,11 +85,29 @@ func newCalls(timeout time.Duration, logger *slog.Logger, tel *telemetry.Relay, 
 		hung: map[string]*hungTopic{}, changed: make(chan struct{})}
 }
 
-// call is one Publish call; returned and abandoned are guarded by calls.mu.
-type call struct {
-	done      chan error // receives Publish's error, once
-	returned  bool
-	abandoned bool
+// errAbandoned is what a call of a sequence returns to its goroutine once
+// the worker has given up on it: the worker has taken the rest over, and
+// the goroutine ends without a further step.
+var errAbandoned = errors.New("relay: the worker gave up waiting for this call")
+
+// caller makes one call of a sequence (see calls.run): send, which
+// publishes msgs messages, whose spans end ends. It returns send's error,
+// errStopping if Stop's deadline has passed (no call is made), or
+// errAbandoned if the worker gave up waiting for it meanwhile (and ended
+// its spans).
+type caller func(msgs int, end func(errOf func(i int) error), send func() error) error
+
+// sequence is the calls of one run, made one after another; its fields
+// but done are guarded by calls.mu.
+type sequence struct {
+	topic     string
+	inFlight  bool      // a call has been made and has not returned
+	started   time.Time // when it was made
+	msgs      int       // its messages
+	end       func(errOf func(i int) error)
+	stopping  bool // Stop's deadline has passed: make no call
+	abandoned bool // the worker gave up on the call in flight
+	done      chan struct{}
 }
 
 // stuck returns a *stuckError while an abandoned call to topic is out, or
@@ -104,87 +121,127 @@ func (c *calls) stuck(topic string) error {
 	return nil
 }
 
-// publish makes send, a call publishing msgs to topic, and waits for it
-// up to the timeout, or until stop is closed. It returns the call's error,
-// or a *hungError (timeout) or errStopping (stop), after which the call
-// goes on alone.
-func (c *calls) publish(topic string, msgs []*message.Message, send func() error, stop <-chan struct{}) error {
-	cl := &call{done: make(chan error, 1)}
-	go c.run(cl, topic, send)
+// run runs steps on a goroutine of its own, where it makes its calls to
+// topic, one after another, through the caller it is given; and waits for
+// it, each call up to the timeout, or until stop is closed. It returns nil
+// once steps has returned, or the error of the call it gave up on (a
+// *hungError, or errStopping), which is then the last steps made: that
+// call goes on alone, and the caller carries on from there. While a
+// call is out, steps alone touches what it shares with the caller.
+func (c *calls) run(topic string, stop <-chan struct{}, steps func(call caller)) error {
+	s := &sequence{topic: topic, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		steps(func(msgs int, end func(errOf func(i int) error), send func() error) error {
+			if !c.begin(s, msgs, end) {
+				return errStopping
+			}
+			start := time.Now()
+			err := send()
+			if !c.returned(s, start, err) {
+				return errAbandoned
+			}
+			return err
+		})
+	}()
 	timer := time.NewTimer(c.timeout)
 	defer timer.Stop()
-	var err error
-	select {
-	case err := <-cl.done:
-		return err
-	case <-timer.C:
-		err = &hungError{timeout: c.timeout, topic: topic}
-	case <-stop:
-		err = errStopping
+	for {
+		select {
+		case <-s.done:
+			return nil
+		case <-timer.C:
+			if wait := c.giveUp(s, time.Now(), false); wait > 0 {
+				timer.Reset(wait)
+				continue
+			}
+			c.logger.Warn("relay: a Publish call got no answer; stopped waiting, its messages count as not published, and the topic gets no new call until it returns",
+				slog.String("topic", topic), slog.Duration("publish_timeout", c.timeout), slog.Int("messages", s.msgs))
+			return c.ended(s, &hungError{timeout: c.timeout, topic: topic})
+		case <-stop:
+			stop = nil
+			if c.giveUp(s, time.Now(), true) == 0 {
+				return c.ended(s, errStopping)
+			}
+		}
 	}
-	if !c.abandon(cl, topic) { // it answered as the wait ended: take its answer
-		return <-cl.done
+}
+
+// begin marks a call of s made, with its messages and spans, unless Stop's
+// deadline has passed; it reports whether it did.
+func (c *calls) begin(s *sequence, msgs int, end func(errOf func(i int) error)) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.stopping {
+		return false
 	}
-	if !errors.Is(err, errStopping) {
-		c.logger.Warn("relay: a Publish call got no answer; stopped waiting, its messages count as not published, and the topic gets no new call until it returns",
-			slog.String("topic", topic), slog.Duration("publish_timeout", c.timeout), slog.Int("messages", len(msgs)))
+	s.inFlight, s.started, s.msgs, s.end = true, time.Now(), msgs, end
+	return true
+}
+
+// giveUp gives up on s's call in flight if it has been out for the
+// timeout, or at once if stopping (Stop's deadline has passed; no new call
+// is made then), and counts it abandoned. It returns how long to wait
+// before asking again, or 0 if it gave up.
+func (c *calls) giveUp(s *sequence, now time.Time, stopping bool) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.stopping = s.stopping || stopping
+	if !s.inFlight {
+		return c.timeout // between calls: the next one starts its own wait
 	}
+	if left := s.started.Add(c.timeout).Sub(now); left > 0 && !stopping {
+		return left
+	}
+	s.abandoned = true
+	h := c.hung[s.topic]
+	if h == nil {
+		h = &hungTopic{since: now}
+		h.timer = time.AfterFunc(stuckAfter*c.timeout, func() { c.overdue(s.topic, h) })
+		c.hung[s.topic] = h
+	}
+	h.calls++
+	return 0
+}
+
+// ended ends the spans of s's call given up on with err, and returns err.
+func (c *calls) ended(s *sequence, err error) error {
+	s.end(func(int) error { return err })
 	return err
 }
 
-// run makes cl's call, send, and hands its error over; a call given up on
-// is counted back in, and its late answer logged.
-func (c *calls) run(cl *call, topic string, send func() error) {
-	start := time.Now()
-	err := send()
+// returned marks s's call in flight returned, made at start, with err,
+// and reports whether the worker was still waiting for it. A call given
+// up on is counted back in, and its late answer logged.
+func (c *calls) returned(s *sequence, start time.Time, err error) bool {
 	c.mu.Lock()
-	cl.returned = true
-	abandoned := cl.abandoned
+	s.inFlight = false
+	if !s.abandoned {
+		c.mu.Unlock()
+		return true
+	}
 	var over *hungTopic // the topic hangs no more
-	if abandoned {
-		h := c.hung[topic]
-		if h.calls--; h.calls == 0 {
-			over = h
-			h.timer.Stop()
-			delete(c.hung, topic)
-			if h.reported {
-				c.tel.TopicsStuck(c.reportedLocked())
-			}
+	h := c.hung[s.topic]
+	if h.calls--; h.calls == 0 {
+		over = h
+		h.timer.Stop()
+		delete(c.hung, s.topic)
+		if h.reported {
+			c.tel.TopicsStuck(c.reportedLocked())
 		}
-		close(c.changed)
-		c.changed = make(chan struct{})
 	}
+	close(c.changed)
+	c.changed = make(chan struct{})
 	c.mu.Unlock()
-	cl.done <- err
-	if abandoned {
-		attrs := []any{slog.String("topic", topic), slog.Duration("after", time.Since(start).Round(time.Millisecond))}
-		if err != nil {
-			attrs = append(attrs, slog.String("error", err.Error()))
-		}
-		if over != nil && over.reported {
-			attrs = append(attrs, slog.Duration("stuck_for", time.Since(over.since).Round(time.Millisecond)))
-		}
-		c.logger.Info("relay: a Publish call given up on has returned; the topic is published to again", attrs...)
+	attrs := []any{slog.String("topic", s.topic), slog.Duration("after", time.Since(start).Round(time.Millisecond))}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
 	}
-}
-
-// abandon marks cl given up on and counts it, unless it has returned; it
-// reports whether it did.
-func (c *calls) abandon(cl *call, topic string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cl.returned {
-		return false
+	if over != nil && over.reported {
+		attrs = append(attrs, slog.Duration("stuck_for", time.Since(over.since).Round(time.Millisecond)))
 	}
-	cl.abandoned = true
-	h := c.hung[topic]
-	if h == nil {
-		h = &hungTopic{since: time.Now()}
-		h.timer = time.AfterFunc(stuckAfter*c.timeout, func() { c.overdue(topic, h) })
-		c.hung[topic] = h
-	}
-	h.calls++
-	return true
+	c.logger.Info("relay: a Publish call given up on has returned; the topic is published to again", attrs...)
+	return false
 }
 
 // overdue reports topic, hung since h.since: its first call given up on

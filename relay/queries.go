@@ -47,7 +47,7 @@ var completePlanning = []string{
 }
 
 // claimSQL locks up to $1 outbox rows to publish, in the batch
-// transaction, and returns them with the transaction's id. Rows are
+// transaction, and returns them. Rows are
 // claimed by status, never by "id greater than the last one seen": a
 // transaction that took a lower id but committed later is published all
 // the same.
@@ -60,26 +60,26 @@ var completePlanning = []string{
 // flight across every relay process, in commit order.
 //
 // Fresh rows are found from the frontier $2 on (see package frontier;
-// NULL reads the pending index from its start), and each returned row
-// carries the oldest available_at among them, to move the frontier on,
-// and its created_at, to rewind it to once a keyed row is published. Each
-// row's attempt is the one being made: attempts + 1. Each comes with where
-// it is (ctid, and bucket: its partition), for completeSQL to find it
-// again: a row locked by the transaction cannot move.
+// NULL reads the pending index from its start); each row comes with its
+// available_at, to move the frontier on, and its created_at, to rewind it
+// to once a keyed row is published. Each row's attempt is the one being
+// made: attempts + 1. Each comes with where it is (ctid, and bucket: its
+// partition), for completeSQL to find it again: a row locked by the
+// transaction cannot move. The transaction's id comes after, from xidSQL.
 const claimSQL = `
-WITH fresh AS (
-    SELECT o.ctid, o.bucket, o.id, o.topic, o.event_type, o.ordering_key, o.payload, o.metadata, o.attempts, o.seq, o.created_at, o.available_at
-    FROM /* schema */outbox AS o
-    WHERE o.status = ` + tables.OutboxPending + `
-      AND o.available_at <= now() AND o.available_at >= coalesce($2::timestamptz, '-infinity')
-      AND ` + tables.OutboxAtKeyHead + `
-    ORDER BY o.available_at, o.seq
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-)
-SELECT f.ctid::text, f.bucket, f.id, f.topic, f.event_type, coalesce(f.ordering_key, ''), f.payload, f.metadata, f.attempts + 1, f.seq, f.created_at,
-       (SELECT min(m.available_at) FROM fresh AS m), pg_current_xact_id()::text
-FROM fresh AS f`
+SELECT o.ctid::text, o.bucket, o.id, o.topic, o.event_type, coalesce(o.ordering_key, ''), o.payload, o.metadata, o.attempts + 1, o.seq, o.created_at, o.available_at
+FROM /* schema */outbox AS o
+WHERE o.status = ` + tables.OutboxPending + `
+  AND o.available_at <= now() AND o.available_at >= coalesce($2::timestamptz, '-infinity')
+  AND ` + tables.OutboxAtKeyHead + `
+ORDER BY o.available_at, o.seq
+LIMIT $1
+FOR UPDATE SKIP LOCKED`
+
+// xidSQL returns the batch transaction's id, after the claim: NULL if the
+// claim took no row (and so wrote nothing: an idle claim takes no
+// transaction id).
+const xidSQL = `SELECT pg_current_xact_id_if_assigned()::text`
 
 // recordClaimSQL records that batch transaction $1 claimed rows $2 and is
 // about to publish them. It runs in a session of its own, committing
@@ -226,7 +226,7 @@ UPDATE /* schema */outbox AS o SET
     last_error   = coalesce(r.error, o.last_error),
     errors       = CASE WHEN r.error IS NULL THEN o.errors
                         ELSE o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts + 1, 'at', now(), 'error', r.error)) END
-FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::int[], $6::text[], $7::int[], $8::int[], $9::text[]::tid[])
+FROM unnest($2::text[]::uuid[], $3::text[], $4::bigint[], $5::int[], $6::text[], $7::int[], $8::int[], $9::text[]::tid[])
      AS r(id, status, delay_ms, refund, error, bucket, attempts, ctid)
 WHERE o.ctid = ANY ($9::text[]::tid[])
   AND (o.bucket BETWEEN $10 AND $11 OR o.bucket BETWEEN $12 AND $13)
@@ -248,7 +248,7 @@ RETURNING o.status, o.topic`
 const chargeSQL = `
 WITH r AS (
     SELECT r.*
-    FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::text[], $6::int[]) AS r(id, status, delay_ms, attempts, error, bucket)
+    FROM unnest($1::text[]::uuid[], $2::text[], $3::bigint[], $4::int[], $5::text[], $6::int[]) AS r(id, status, delay_ms, attempts, error, bucket)
     JOIN /* schema */outbox AS o ON o.id = r.id AND o.bucket = r.bucket
     WHERE o.status = ` + tables.OutboxPending + ` AND o.attempts = r.attempts
     FOR UPDATE OF o SKIP LOCKED

@@ -56,15 +56,10 @@ func (r *Relay) publishResults(rd *round, rp ResultPublisher, group []*row) {
 	if len(rows) == 0 {
 		return
 	}
-	topic := rows[0].topic
-	if err := r.calls.stuck(topic); err != nil {
-		r.note(rd, rows, err)
-		return
-	}
 	msgs := toMessages(rows)
 	var results []error // set by the call, read only once it has returned
-	err := r.call(topic, msgs, func() error {
-		results = rp.PublishResults(topic, msgs...)
+	err := r.callOnce(rows, msgs, func() error {
+		results = rp.PublishResults(rows[0].topic, msgs...)
 		if len(results) != len(msgs) {
 			return fmt.Errorf("relay: %T.PublishResults returned %d results for %d messages; it must return one per message: none is counted as published",
 				rp, len(results), len(msgs))

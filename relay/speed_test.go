@@ -3,7 +3,10 @@ package relay_test
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,7 +55,10 @@ WHERE o.id = r.id AND o.bucket = r.bucket`
 // table and data: the relay to Watermill's GoChannel (a subscriber that
 // takes everything), the plain-SQL ceiling (raw), and the one-write shape
 // publishing to GoChannel (one-write). Each iteration writes a fresh
-// backlog; msgs/s is reported, and the load average logged. Run with:
+// backlog; msgs/s is reported, with the CPU time used per message by this
+// process (the relay's Go side and GoChannel's) and by every PostgreSQL
+// process of the machine (0 when the server runs elsewhere), and the load
+// average logged. Run with:
 //
 //	go test ./relay -run '^$' -bench Drain -benchtime 1x -count 5
 func BenchmarkDrain(b *testing.B) {
@@ -132,8 +138,12 @@ func BenchmarkDrain(b *testing.B) {
 				pub := goChannel(b)
 				b.StartTimer()
 				start := time.Now()
+				db0, self0 := cpuTime()
 				sys.drain(b, tb, pub)
 				b.ReportMetric(rows/time.Since(start).Seconds(), "msgs/s")
+				db1, self1 := cpuTime()
+				b.ReportMetric(float64((self1-self0).Microseconds())/rows, "go-cpu-µs/msg")
+				b.ReportMetric(float64((db1-db0).Microseconds())/rows, "db-cpu-µs/msg")
 			}
 			load, _ := os.ReadFile("/proc/loadavg")
 			b.Logf("load average: %s", strings.Join(strings.Fields(string(load))[:3], " "))
@@ -175,4 +185,30 @@ func loop(b *testing.B, tb *testBundle, batch func(context.Context, pgx.Tx) (int
 		})
 	}
 	require.NoError(b, g.Wait())
+}
+
+// cpuTime returns the CPU time (user and system) used so far by every
+// PostgreSQL process on this machine, read from /proc (0 where there is
+// none), and by this process.
+func cpuTime() (db, self time.Duration) {
+	const tick = 10 * time.Millisecond // USER_HZ: /proc's clock ticks
+	paths, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // it has exited
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || !strings.HasPrefix(s[strings.IndexByte(s, '(')+1:], "postgres") {
+			continue
+		}
+		f := strings.Fields(s[i+2:]) // from field 3, state
+		utime, _ := strconv.Atoi(f[11])
+		stime, _ := strconv.Atoi(f[12])
+		db += time.Duration(utime+stime) * tick
+	}
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return db, time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

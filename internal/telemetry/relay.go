@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -22,6 +23,46 @@ type Relay struct {
 	published   metric.Int64Counter
 	topicsStuck metric.Int64Gauge
 	tracer      trace.Tracer
+
+	mu     sync.Mutex
+	topics map[string]*topicTelemetry // by topic, up to maxTopicsKept
+}
+
+// topicTelemetry is what every publish to a topic shares: its span name
+// and attributes, and its metrics' attribute set, made once.
+type topicTelemetry struct {
+	spanName string
+	span     trace.SpanStartOption
+	metric   metric.MeasurementOption
+}
+
+// maxTopicsKept bounds the topics whose telemetry a relay keeps made: a
+// service that publishes to endlessly many topics makes each publish's
+// anew rather than grow without bound.
+const maxTopicsKept = 1000
+
+// topic returns topic's shared telemetry.
+func (r *Relay) topic(topic string) *topicTelemetry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t := r.topics[topic]; t != nil {
+		return t
+	}
+	t := &topicTelemetry{
+		spanName: "send " + topic,
+		span: trace.WithAttributes(
+			attrMessagingSystem.String("pgbox"),
+			attrMessagingOperationType.String("send"),
+			attrMessagingOperationName.String("send"),
+			attrMessagingDestination.String(topic),
+			AttrTopic.String(topic),
+		),
+		metric: metric.WithAttributeSet(attribute.NewSet(AttrTopic.String(topic))),
+	}
+	if len(r.topics) < maxTopicsKept {
+		r.topics[topic] = t
+	}
+	return t
 }
 
 // NewRelay returns a relay's instruments. propagator reads the producer's
@@ -43,6 +84,7 @@ func NewRelay(mp metric.MeterProvider, tp trace.TracerProvider, propagator propa
 		topicsStuck: must(m.Int64Gauge(RelayTopicsStuck, metric.WithUnit("{topic}"),
 			metric.WithDescription("Topics whose Publish calls have had no answer for 3 PublishTimeouts and have not returned: their rows wait, uncharged."))),
 		tracer: Tracer(tp),
+		topics: map[string]*topicTelemetry{},
 	}
 }
 
@@ -52,22 +94,17 @@ func NewRelay(mp metric.MeterProvider, tp trace.TracerProvider, propagator propa
 // handler becomes a child of the publish. Call end once the call has
 // returned, once, with errOf(i) giving message i's error (nil: published).
 func (r *Relay) Publishing(topic string, msgs []*message.Message) (end func(errOf func(i int) error)) {
+	t := r.topic(topic)
 	spans := make([]trace.Span, len(msgs))
 	for i, m := range msgs {
 		carrier := propagation.MapCarrier(m.Metadata)
-		ctx := r.propagator.Extract(context.Background(), carrier)
-		ctx, spans[i] = r.tracer.Start(ctx, "send "+topic,
-			trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(
-				attrMessagingSystem.String("pgbox"),
-				attrMessagingOperationType.String("send"),
-				attrMessagingOperationName.String("send"),
-				attrMessagingDestination.String(topic),
-				attrMessagingMessageID.String(m.UUID),
-				attrMessagingBatchCount.Int(len(msgs)),
-				AttrTopic.String(topic),
-			))
-		r.propagator.Inject(ctx, carrier)
+		parent := r.propagator.Extract(context.Background(), carrier)
+		ctx, span := r.tracer.Start(parent, t.spanName, trace.WithSpanKind(trace.SpanKindProducer), t.span,
+			trace.WithAttributes(attrMessagingMessageID.String(m.UUID), attrMessagingBatchCount.Int(len(msgs))))
+		spans[i] = span
+		if span.IsRecording() || !span.SpanContext().Equal(trace.SpanContextFromContext(parent)) {
+			r.propagator.Inject(ctx, carrier)
+		} // else the producer's trace context is already in place
 	}
 	return func(errOf func(i int) error) {
 		var failed int64
@@ -81,12 +118,11 @@ func (r *Relay) Publishing(topic string, msgs []*message.Message) (end func(errO
 			s.End(trace.WithTimestamp(now))
 		}
 		ctx := context.Background()
-		attrs := metric.WithAttributeSet(attribute.NewSet(AttrTopic.String(topic)))
 		if failed > 0 {
-			r.failures.Add(ctx, failed, attrs)
+			r.failures.Add(ctx, failed, t.metric)
 		}
 		if published := int64(len(msgs)) - failed; published > 0 {
-			r.published.Add(ctx, published, attrs)
+			r.published.Add(ctx, published, t.metric)
 		}
 	}
 }
