@@ -432,10 +432,10 @@ func (r *Relay) charge(doubts []doubt) {
 		outcomes[i] = r.failed(d.row, d.err)
 		claimed[d.row.id] = d.row // its attempts as the hand-back left them
 	}
-	a := newOutcomeArgs(outcomes, func(id uuid.UUID) *row { return claimed[id] })
+	a := newChargeArgs(outcomes, func(id uuid.UUID) *row { return claimed[id] })
 	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
 	defer cancel()
-	n, dead, err := scanOutcomes(r.pool.Query(ctx, r.q.charge, a.ids, a.statuses, a.delays, a.attempts, a.errs, a.buckets))
+	n, dead, err := scanRecorded(r.pool.QueryRow(ctx, r.q.charge, a.ids, a.statuses, a.delays, a.attempts, a.errs, a.buckets))
 	if err != nil {
 		r.cfg.Logger.Warn("relay: could not charge the rows of a failed publish their attempt; they stay uncharged",
 			slog.Int("rows", len(doubts)), slog.String("error", err.Error()))
@@ -676,41 +676,76 @@ func (r *Relay) failed(rw *row, err error) outcome {
 	return o
 }
 
-// outcomeArgs are outcomes as the parameters of completeSQL and chargeSQL.
-// Ids go as text (the statements cast them to uuid[]) and statuses as
-// plain strings: pgx encodes a []uuid.UUID, or a slice of a named string
-// type, only when it knows the parameter's type, which the exec and
+// chargeArgs are failed outcomes as the parameters of chargeSQL. Ids go
+// as text (the statement casts them to uuid[]) and statuses as plain
+// strings: pgx encodes a []uuid.UUID, or a slice of a named string type,
+// only when it knows the parameter's type, which the exec and
 // simple_protocol query modes never tell it.
-type outcomeArgs struct {
+type chargeArgs struct {
 	ids, statuses []string
 	delays        []int64
-	refunds       []int32
 	errs          []*string
-	// Where each row is, and its attempts as claimed, their fence: its
-	// bucket, and its ctid when it is claimed in the batch transaction
-	// (completeSQL); the partition its id puts it in otherwise (chargeSQL).
+	// Each row's partition and its attempts as the hand-back left them:
+	// its fence.
 	buckets, attempts []int32
-	ctids             []string
 }
 
-// newOutcomeArgs returns outcomes as parameters; claimed gives each row as
-// it was claimed.
-func newOutcomeArgs(outcomes []outcome, claimed func(uuid.UUID) *row) outcomeArgs {
+// newChargeArgs returns outcomes as parameters; claimed gives each row as
+// it was handed back.
+func newChargeArgs(outcomes []outcome, claimed func(uuid.UUID) *row) chargeArgs {
 	n := len(outcomes)
-	a := outcomeArgs{ids: make([]string, n), statuses: make([]string, n), delays: make([]int64, n),
-		refunds: make([]int32, n), errs: make([]*string, n),
-		buckets: make([]int32, n), attempts: make([]int32, n), ctids: make([]string, n)}
+	a := chargeArgs{ids: make([]string, n), statuses: make([]string, n), delays: make([]int64, n),
+		errs: make([]*string, n), buckets: make([]int32, n), attempts: make([]int32, n)}
 	for i, o := range outcomes {
 		rw := claimed(o.id)
 		a.ids[i], a.statuses[i], a.delays[i] = rw.idText, string(o.status), o.delay.Milliseconds()
-		a.buckets[i], a.attempts[i], a.ctids[i] = rw.bucket, int32(rw.attempt-1), rw.ctid
-		if o.refund {
-			a.refunds[i] = 1
-		}
+		a.buckets[i], a.attempts[i] = rw.bucket, int32(rw.attempt-1)
 		if o.err != "" {
 			a.errs[i] = &outcomes[i].err
 		}
 	}
+	return a
+}
+
+// completionArgs are a batch's outcomes as the parameters of completeSQL:
+// every row, by seq, with where the claim found it and its attempts as
+// claimed (its fence); and the outcomes other than published, by seq.
+type completionArgs struct {
+	seqs     []int64
+	ctids    []string
+	attempts []int32
+	// The ranges of the rows' buckets (see bucketRanges).
+	datedLo, datedHi, undatedLo, undatedHi int32
+	// The exceptions.
+	xSeqs     []int64
+	xStatuses []string
+	xDelays   []int64
+	xRefunds  []int32
+	xErrs     []*string
+}
+
+// newCompletionArgs returns outcomes as parameters; claimed gives each
+// row as it was claimed.
+func newCompletionArgs(outcomes []outcome, claimed func(uuid.UUID) *row) completionArgs {
+	n := len(outcomes)
+	a := completionArgs{seqs: make([]int64, n), ctids: make([]string, n), attempts: make([]int32, n)}
+	buckets := make([]int32, n)
+	for i, o := range outcomes {
+		rw := claimed(o.id)
+		a.seqs[i], a.ctids[i], a.attempts[i], buckets[i] = rw.seq, rw.ctid, int32(rw.attempt-1), rw.bucket
+		if o.status == pgbox.OutboxPublished && !o.refund && o.err == "" {
+			continue
+		}
+		a.xSeqs, a.xStatuses, a.xDelays = append(a.xSeqs, rw.seq), append(a.xStatuses, string(o.status)), append(a.xDelays, o.delay.Milliseconds())
+		a.xRefunds, a.xErrs = append(a.xRefunds, 0), append(a.xErrs, nil)
+		if o.refund {
+			a.xRefunds[len(a.xRefunds)-1] = 1
+		}
+		if o.err != "" {
+			a.xErrs[len(a.xErrs)-1] = &outcomes[i].err
+		}
+	}
+	a.datedLo, a.datedHi, a.undatedLo, a.undatedHi = bucketRanges(buckets)
 	return a
 }
 
@@ -734,8 +769,7 @@ func (r *Relay) complete(b *batch, outcomes []outcome) bool {
 	for _, rw := range b.rows {
 		claimed[rw.id] = rw
 	}
-	a := newOutcomeArgs(outcomes, func(id uuid.UUID) *row { return claimed[id] })
-	dLo, dHi, uLo, uHi := bucketRanges(a.buckets)
+	a := newCompletionArgs(outcomes, func(id uuid.UUID) *row { return claimed[id] })
 	var recorded int
 	err := r.loop.Record("publish outcomes", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
@@ -755,7 +789,8 @@ func (r *Relay) complete(b *batch, outcomes []outcome) bool {
 			q.Queue(set)
 		}
 		q.Queue("SAVEPOINT complete")
-		q.Queue(r.q.complete, b.xid, a.ids, a.statuses, a.delays, a.refunds, a.errs, a.buckets, a.attempts, a.ctids, dLo, dHi, uLo, uHi)
+		q.Queue(r.q.complete, b.xid, a.seqs, a.ctids, a.attempts, a.datedLo, a.datedHi, a.undatedLo, a.undatedHi,
+			a.xSeqs, a.xStatuses, a.xDelays, a.xRefunds, a.xErrs)
 		q.Queue("COMMIT")
 		n, dead, err := sendCompletion(ctx, b.conn, &q)
 		if err != nil {
@@ -802,29 +837,12 @@ func bucketRanges(buckets []int32) (datedLo, datedHi, undatedLo, undatedHi int32
 	return datedLo, datedHi, undatedLo, undatedHi
 }
 
-// scanOutcomes reads the rows of completeSQL or chargeSQL: how many rows
-// it recorded, and the topics of those it recorded dead; a row its fences
-// leave alone is not recorded. Run on a pool, the error includes the
-// commit's.
-func scanOutcomes(rows pgx.Rows, err error) (recorded int, dead []string, _ error) {
-	if err != nil {
-		return 0, nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			status pgbox.OutboxStatus
-			topic  string
-		)
-		if err := rows.Scan(&status, &topic); err != nil {
-			return 0, nil, err
-		}
-		recorded++
-		if status == pgbox.OutboxDead {
-			dead = append(dead, topic)
-		}
-	}
-	if err := rows.Err(); err != nil {
+// scanRecorded reads what completeSQL or chargeSQL returns (see
+// recordedSQL): how many rows it recorded, and the topics of those it
+// recorded dead; a row its fences leave alone is not recorded. Run on a
+// pool, the error includes the commit's.
+func scanRecorded(row pgx.Row) (recorded int, dead []string, _ error) {
+	if err := row.Scan(&recorded, &dead); err != nil {
 		return 0, nil, err
 	}
 	return recorded, dead, nil
@@ -832,7 +850,7 @@ func scanOutcomes(rows pgx.Rows, err error) (recorded int, dead []string, _ erro
 
 // sendCompletion sends q (begin, if the batch transaction was cut;
 // completePlanning's settings, a savepoint, completeSQL, COMMIT) on conn,
-// in one round trip, and returns what scanOutcomes does. The commit is
+// in one round trip, and returns what scanRecorded does. The commit is
 // the batch's end: if completeSQL fails, the server skips it, and the
 // transaction is left open, failed, for the caller to roll back to the
 // savepoint.
@@ -848,7 +866,7 @@ func sendCompletion(ctx context.Context, conn *pgxpool.Conn, q *pgx.Batch) (reco
 			return 0, nil, err
 		}
 	}
-	if recorded, dead, err = scanOutcomes(results.Query()); err != nil {
+	if recorded, dead, err = scanRecorded(results.QueryRow()); err != nil {
 		return 0, nil, err
 	}
 	tag, err := results.Exec()

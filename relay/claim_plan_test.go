@@ -50,11 +50,14 @@ func TestClaimReadsOnlyTheClaimedRowsPartitions(t *testing.T) {
 	pgtest.RequireNotProbed(t, plan, "outbox_d"+old.String())
 
 	day := int32(partition.DayOf(now))
-	var ctids []string
-	require.NoError(t, pool.QueryRow(ctx, sql(`SELECT array_agg(ctid::text ORDER BY id) FROM /* schema */outbox WHERE status = 'pending'`)).Scan(&ctids))
+	var (
+		ctids []string
+		seqs  []int64
+	)
+	require.NoError(t, pool.QueryRow(ctx, sql(`SELECT array_agg(ctid::text ORDER BY seq), array_agg(seq ORDER BY seq) FROM /* schema */outbox WHERE status = 'pending'`)).Scan(&ctids, &seqs))
 	plan = pgtest.GenericPlan(t, pool, sql(completeSQL), fmt.Sprintf(
-		"'1', '{%s,%s}', '{published,published}', '{0,0}', '{0,0}', '{NULL,NULL}', '{%d,%d}', '{0,0}', '{\"%s\",\"%s\"}', %d, %d, 1, 0",
-		min(ids[0], ids[1]), max(ids[0], ids[1]), day, day, ctids[0], ctids[1], day, day), completePlanning...)
+		"'1', '{%d,%d}', '{\"%s\",\"%s\"}', '{0,0}', %d, %d, 1, 0, NULL, NULL, NULL, NULL, NULL",
+		seqs[0], seqs[1], ctids[0], ctids[1], day, day), completePlanning...)
 	require.Contains(t, plan, "Update on outbox o (actual rows=2 loops=1)", plan)
 	require.Contains(t, plan, "Tid Scan on outbox_d"+partition.DayOf(now).String(), plan)
 	for _, line := range strings.Split(plan, "\n") {

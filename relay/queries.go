@@ -194,14 +194,15 @@ UNION ALL
 SELECT * FROM expired`
 
 // completeSQL records what became of each row of batch $1, and deletes the
-// batch's claim record: published; pending again after a backoff (a failed
-// publish); dead; or handed back (pending, the attempt not counted) to be
-// published again after a delay, or at once. It returns each recorded
-// row's new status and its topic, for the dead rows' metric.
+// batch's claim record. A row is published unless it is among the
+// exceptions ($9 to $13, by seq: most batches have none): pending again
+// after a backoff (a failed publish); dead; or handed back (pending, the
+// attempt not counted) to be published again after a delay, or at once.
+// It returns what recordedSQL does.
 //
-// It finds each row where the claim found it: by TID probes ($9, the
-// rows' ctids) in the partitions of the rows' buckets' ranges only (dated
-// ones, $10 to $11, and undated ones, $12 to $13, apart, so that a batch
+// It finds each row ($2, by seq) where the claim found it: by TID probes
+// ($3, the rows' ctids) in the partitions of the rows' buckets' ranges only
+// (dated ones, $5 to $6, and undated ones, $7 to $8, apart, so that a batch
 // holding both does not probe the days between; an empty range where
 // there are none). It always runs with completePlanning's settings.
 //
@@ -209,31 +210,42 @@ SELECT * FROM expired`
 // that transaction have been cut (a database outage) before it committed,
 // again in a transaction of its own once the database is back. Its
 // fences make the second run record nothing twice and nothing taken over:
-// a row is recorded only as it was claimed (the same row version, pending,
-// with $8 attempts), and only while the batch's claim record is still
-// there; another relay that found the batch lost has deleted the record
-// and counted the attempts itself.
+// a row is recorded only as it was claimed (the same row version and seq,
+// pending, with the attempts of $4), and only while the batch's claim
+// record is still there; another relay that found the batch lost has
+// deleted the record and counted the attempts itself.
 const completeSQL = `
 WITH mine AS (
     DELETE FROM /* schema */outbox_claims WHERE xid = $1::text::xid8
     RETURNING 1
+),
+x AS (
+    SELECT * FROM unnest($9::bigint[], $10::text[], $11::bigint[], $12::int[], $13::text[]) AS x(seq, status, delay_ms, refund, error)
+),
+recorded AS (
+    UPDATE /* schema */outbox AS o SET
+        status       = coalesce(x.status, ` + tables.OutboxPublished + `),
+        attempts     = o.attempts + 1 - coalesce(x.refund, 0),
+        published_at = CASE WHEN x.seq IS NULL THEN now() ELSE o.published_at END,
+        available_at = CASE WHEN x.status = ` + tables.OutboxPending + ` THEN now() + x.delay_ms * interval '1 millisecond' ELSE o.available_at END,
+        last_error   = coalesce(x.error, o.last_error),
+        errors       = CASE WHEN x.error IS NULL THEN o.errors
+                            ELSE o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts + 1, 'at', now(), 'error', x.error)) END
+    FROM unnest($2::bigint[], $3::text[]::tid[], $4::int[]) AS r(seq, ctid, attempts)
+         LEFT JOIN x ON x.seq = r.seq
+    WHERE o.ctid = ANY ($3::text[]::tid[])
+      AND (o.bucket BETWEEN $5 AND $6 OR o.bucket BETWEEN $7 AND $8)
+      AND o.ctid = r.ctid AND o.seq = r.seq
+      AND o.status = ` + tables.OutboxPending + ` AND o.attempts = r.attempts
+      AND EXISTS (SELECT 1 FROM mine)
+    RETURNING o.status, o.topic
 )
-UPDATE /* schema */outbox AS o SET
-    status       = r.status,
-    attempts     = o.attempts + 1 - r.refund,
-    published_at = CASE WHEN r.status = ` + tables.OutboxPublished + ` THEN now() ELSE o.published_at END,
-    available_at = CASE WHEN r.status = ` + tables.OutboxPending + ` THEN now() + r.delay_ms * interval '1 millisecond' ELSE o.available_at END,
-    last_error   = coalesce(r.error, o.last_error),
-    errors       = CASE WHEN r.error IS NULL THEN o.errors
-                        ELSE o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts + 1, 'at', now(), 'error', r.error)) END
-FROM unnest($2::text[]::uuid[], $3::text[], $4::bigint[], $5::int[], $6::text[], $7::int[], $8::int[], $9::text[]::tid[])
-     AS r(id, status, delay_ms, refund, error, bucket, attempts, ctid)
-WHERE o.ctid = ANY ($9::text[]::tid[])
-  AND (o.bucket BETWEEN $10 AND $11 OR o.bucket BETWEEN $12 AND $13)
-  AND o.ctid = r.ctid AND o.id = r.id AND o.bucket = r.bucket
-  AND o.status = ` + tables.OutboxPending + ` AND o.attempts = r.attempts
-  AND EXISTS (SELECT 1 FROM mine)
-RETURNING o.status, o.topic`
+` + recordedSQL
+
+// recordedSQL ends completeSQL and chargeSQL, whose CTE "recorded" returns
+// each row it recorded, with its new status and topic: it returns how many
+// it recorded, and the topics of those recorded dead, for their metric.
+const recordedSQL = `SELECT count(*), coalesce(array_agg(topic) FILTER (WHERE status = ` + tables.OutboxDead + `), '{}') FROM recorded`
 
 // chargeSQL charges rows their failed publish after the fact: rows handed
 // back uncharged from a round in doubt (a call failed unreachable or hung
@@ -244,7 +256,7 @@ RETURNING o.status, o.topic`
 // pending, with the attempts it had then ($4); a row claimed again since,
 // and not handed back, is left alone, and so is a row a batch is
 // publishing again right now (locked): it is being retried anyway. It
-// returns what completeSQL does.
+// returns what recordedSQL does.
 const chargeSQL = `
 WITH r AS (
     SELECT r.*
@@ -252,16 +264,19 @@ WITH r AS (
     JOIN /* schema */outbox AS o ON o.id = r.id AND o.bucket = r.bucket
     WHERE o.status = ` + tables.OutboxPending + ` AND o.attempts = r.attempts
     FOR UPDATE OF o SKIP LOCKED
+),
+recorded AS (
+    UPDATE /* schema */outbox AS o SET
+        status       = r.status,
+        attempts     = o.attempts + 1,
+        available_at = CASE WHEN r.status = ` + tables.OutboxPending + ` THEN now() + r.delay_ms * interval '1 millisecond' ELSE o.available_at END,
+        last_error   = r.error,
+        errors       = o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts + 1, 'at', now(), 'error', r.error))
+    FROM r
+    WHERE o.id = r.id AND o.bucket = r.bucket AND o.status = ` + tables.OutboxPending + ` AND o.attempts = r.attempts
+    RETURNING o.status, o.topic
 )
-UPDATE /* schema */outbox AS o SET
-    status       = r.status,
-    attempts     = o.attempts + 1,
-    available_at = CASE WHEN r.status = ` + tables.OutboxPending + ` THEN now() + r.delay_ms * interval '1 millisecond' ELSE o.available_at END,
-    last_error   = r.error,
-    errors       = o.errors || jsonb_build_array(jsonb_build_object('attempt', o.attempts + 1, 'at', now(), 'error', r.error))
-FROM r
-WHERE o.id = r.id AND o.bucket = r.bucket AND o.status = ` + tables.OutboxPending + ` AND o.attempts = r.attempts
-RETURNING o.status, o.topic`
+` + recordedSQL
 
 // dueSQL reads the backlog for the stall watchdog (workloop): how many rows
 // are not yet published (pending or being published), counted up to $1,
