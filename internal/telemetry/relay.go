@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Relay holds a relay's instruments and tracer.
@@ -23,6 +25,8 @@ type Relay struct {
 	published   metric.Int64Counter
 	topicsStuck metric.Int64Gauge
 	tracer      trace.Tracer
+	// spans says whether the tracer's spans are more than no-ops.
+	spans func() bool
 
 	mu     sync.Mutex
 	topics map[string]*topicTelemetry // by topic, up to maxTopicsKept
@@ -84,6 +88,7 @@ func NewRelay(mp metric.MeterProvider, tp trace.TracerProvider, propagator propa
 		topicsStuck: must(m.Int64Gauge(RelayTopicsStuck, metric.WithUnit("{topic}"),
 			metric.WithDescription("Topics whose Publish calls have had no answer for 3 PublishTimeouts and have not returned: their rows wait, uncharged."))),
 		tracer: Tracer(tp),
+		spans:  spanning(tp),
 		topics: map[string]*topicTelemetry{},
 	}
 }
@@ -91,31 +96,40 @@ func NewRelay(mp metric.MeterProvider, tp trace.TracerProvider, propagator propa
 // Publishing starts a span per message about to be published to topic.
 // Each continues the trace in the message's metadata (the producer's, put
 // there by outbox.Write) and replaces it with its own, so the consumer's
-// handler becomes a child of the publish. Call end once the call has
-// returned, once, with errOf(i) giving message i's error (nil: published).
+// handler becomes a child of the publish. While spans would be no-ops (no
+// TracerProvider configured or installed, see spanning) it makes none: the
+// messages carry their producer's trace context already. Call end once
+// the call has returned, once, with errOf(i) giving message i's error
+// (nil: published); it ends the spans and counts the messages.
 func (r *Relay) Publishing(topic string, msgs []*message.Message) (end func(errOf func(i int) error)) {
 	t := r.topic(topic)
-	spans := make([]trace.Span, len(msgs))
-	for i, m := range msgs {
-		carrier := propagation.MapCarrier(m.Metadata)
-		parent := r.propagator.Extract(context.Background(), carrier)
-		ctx, span := r.tracer.Start(parent, t.spanName, trace.WithSpanKind(trace.SpanKindProducer), t.span,
-			trace.WithAttributes(attrMessagingMessageID.String(m.UUID), attrMessagingBatchCount.Int(len(msgs))))
-		spans[i] = span
-		if span.IsRecording() || !span.SpanContext().Equal(trace.SpanContextFromContext(parent)) {
+	var spans []trace.Span
+	if r.spans() {
+		spans = make([]trace.Span, len(msgs))
+		for i, m := range msgs {
+			carrier := propagation.MapCarrier(m.Metadata)
+			ctx := r.propagator.Extract(context.Background(), carrier)
+			ctx, spans[i] = r.tracer.Start(ctx, t.spanName, trace.WithSpanKind(trace.SpanKindProducer), t.span,
+				trace.WithAttributes(attrMessagingMessageID.String(m.UUID), attrMessagingBatchCount.Int(len(msgs))))
 			r.propagator.Inject(ctx, carrier)
-		} // else the producer's trace context is already in place
+		}
 	}
 	return func(errOf func(i int) error) {
 		var failed int64
 		now := time.Now()
-		for i, s := range spans {
-			if err := errOf(i); err != nil {
+		for i := range msgs {
+			err := errOf(i)
+			if err != nil {
 				failed++
-				s.RecordError(err)
-				s.SetStatus(codes.Error, err.Error())
 			}
-			s.End(trace.WithTimestamp(now))
+			if spans == nil {
+				continue
+			}
+			if err != nil {
+				spans[i].RecordError(err)
+				spans[i].SetStatus(codes.Error, err.Error())
+			}
+			spans[i].End(trace.WithTimestamp(now))
 		}
 		ctx := context.Background()
 		if failed > 0 {
@@ -161,4 +175,23 @@ func (r *Relay) WatchLag(db Querier, schema string) (stop func()) {
 		return nil
 	}, backlog, lag)
 	return unregister(reg, err)
+}
+
+// defaultTracerProvider is OpenTelemetry's global TracerProvider as it is
+// before a service installs one (otel.SetTracerProvider): it makes no-op
+// spans until then, and delegates to the installed one after.
+var defaultTracerProvider = otel.GetTracerProvider()
+
+// spanning returns a function that says whether tp's spans (the global
+// provider's, when tp is nil) are more than no-ops, so that a hot path
+// can skip making them: false for trace/noop's provider, and for the
+// global one until a service installs its own.
+func spanning(tp trace.TracerProvider) func() bool {
+	switch tp.(type) {
+	case nil:
+		return func() bool { return otel.GetTracerProvider() != defaultTracerProvider }
+	case noop.TracerProvider, *noop.TracerProvider:
+		return func() bool { return false }
+	}
+	return func() bool { return true }
 }
