@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/relay"
 )
 
 // PublisherConcurrencyDefault is how many SendMessage calls a Publish call
@@ -31,27 +32,33 @@ type PublisherConfig struct {
 }
 
 // Publisher publishes Watermill messages to SQS queues, one SendMessage
-// call per message. It is safe for concurrent use.
+// call per message. It is safe for concurrent use, and a
+// relay.ResultPublisher: a relay hands it a batch's messages to a queue
+// in one call, and records each message's own outcome.
 //
 // It sends messages one at a time, Concurrency at once, rather than in
 // SendMessageBatch calls of ten: goaws v0.4.5, the SQS stand-in pgbox's
 // tests run against, drops the message attributes of batched messages,
 // and with them the id the consumer dedupes on, so batching could not be
-// tested.
+// tested. The messages of a call go out in no set order; a relay's call
+// holds at most one message per ordering key (a FIFO queue's message
+// group), so per-key order does not depend on it.
 //
-// Publish returns once SQS has taken every message, or with the first
-// error. Errors that no message is at fault for (SQS unreachable, a
-// server error or throttling once the client's retries ran out, refused
-// credentials, a missing queue) wrap relay.ErrBrokerUnreachable: a relay
-// pauses, and charges no attempt. A message SQS refuses (too large, for
-// one) fails the call as the message's own failure.
+// Errors that no message is at fault for (SQS unreachable, a server error
+// or throttling once the client's retries ran out, refused credentials, a
+// missing queue) wrap relay.ErrBrokerUnreachable: a relay pauses, and
+// charges no attempt. A message SQS refuses (too large, for one) fails as
+// the message's own failure.
 type Publisher struct {
 	cfg    PublisherConfig
 	closed atomic.Bool
 	urls   *queueURLs
 }
 
-var _ message.Publisher = (*Publisher)(nil)
+var (
+	_ message.Publisher     = (*Publisher)(nil)
+	_ relay.ResultPublisher = (*Publisher)(nil)
+)
 
 // NewPublisher returns a publisher configured by cfg. It fails when
 // cfg.Client is nil or cfg.Concurrency is negative.
@@ -67,26 +74,57 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 }
 
 // Publish sends msgs to the queue named topic. Each message's context
-// bounds its SendMessage call.
+// bounds its SendMessage call. It returns once SQS has taken every
+// message, or with an error that says how many it has not, and why the
+// first did not (see relay.ResultsError); every message is tried.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
-	if p.closed.Load() {
-		return errors.New("sqs: the publisher is closed")
-	}
-	if len(msgs) == 0 {
-		return nil
-	}
-	url, err := p.urls.get(msgs[0].Context(), topic)
-	if err != nil {
+	url, err := p.queue(topic, msgs)
+	if err != nil || len(msgs) == 0 {
 		return err
 	}
+	return relay.ResultsError("sqs", topic, p.send(url, topic, msgs))
+}
+
+// PublishResults sends msgs to the queue named topic, as Publish does,
+// and returns each message's error: nil for a message SQS has taken.
+func (p *Publisher) PublishResults(topic string, msgs ...*message.Message) []error {
+	url, err := p.queue(topic, msgs)
+	if err != nil {
+		errs := make([]error, len(msgs))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	return p.send(url, topic, msgs)
+}
+
+// queue returns the URL of the queue named topic, found with the first
+// message's context, or why msgs cannot be sent (the publisher is
+// closed). With no message it returns "".
+func (p *Publisher) queue(topic string, msgs []*message.Message) (string, error) {
+	if p.closed.Load() {
+		return "", errors.New("sqs: the publisher is closed")
+	}
+	if len(msgs) == 0 {
+		return "", nil
+	}
+	return p.urls.get(msgs[0].Context(), topic)
+}
+
+// send sends msgs to the queue at url, named topic, Concurrency at once,
+// and returns each one's error.
+func (p *Publisher) send(url, topic string, msgs []*message.Message) []error {
 	fifo := strings.HasSuffix(topic, ".fifo")
+	errs := make([]error, len(msgs))
 	var g errgroup.Group
 	g.SetLimit(p.cfg.Concurrency)
-	for _, msg := range msgs {
+	for i, msg := range msgs {
 		g.Go(func() error {
 			body, attrs, err := marshal(msg)
 			if err != nil {
-				return err
+				errs[i] = err
+				return nil
 			}
 			in := &awssqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(body), MessageAttributes: attrs}
 			if fifo {
@@ -94,12 +132,13 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 				in.MessageDeduplicationId = aws.String(msg.UUID)
 			}
 			if _, err := p.cfg.Client.SendMessage(msg.Context(), in); err != nil {
-				return outage(fmt.Errorf("sqs: send message %s to queue %q: %w", msg.UUID, topic, err))
+				errs[i] = outage(fmt.Errorf("sqs: send message %s to queue %q: %w", msg.UUID, topic, err))
 			}
 			return nil
 		})
 	}
-	return g.Wait()
+	_ = g.Wait() // each message's error is in errs
+	return errs
 }
 
 // Close makes later Publish calls fail. Calls in progress finish. The

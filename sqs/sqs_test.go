@@ -306,3 +306,51 @@ func TestSentTime(t *testing.T) {
 	require.NotEqual(t, published.Metadata.Get(sqs.MetadataMessageID), republished.Metadata.Get(sqs.MetadataMessageID), "published again, a new message")
 	require.True(t, sqs.SentTime(republished).After(firstAt), "published again, a later time: %s, first %s", sqs.SentTime(republished), firstAt)
 }
+
+// PublishResults tells each message's fate apart: of a call of five, the
+// one SQS refuses (too large) fails, as its own failure, and the other
+// four arrive; with the queue missing, every message fails as an outage.
+func TestPublishResults(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.Start(t, brokertest.GoAWS)
+	client := sqstest.Client(srv.URL())
+	url := sqstest.CreateQueue(t, client, "orders", time.Second)
+	pub, err := sqs.NewPublisher(sqs.PublisherConfig{Client: client, Concurrency: 2})
+	require.NoError(t, err)
+	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: client, NackDelay: -1, WaitTime: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+
+	msgs := make([]*message.Message, 5)
+	for i := range msgs {
+		msgs[i] = message.NewMessage(uuid.NewString(), []byte("{}"))
+	}
+	msgs[2].Payload = make([]byte, 300*1024)
+	errs := pub.PublishResults("orders", msgs...)
+	require.Len(t, errs, 5)
+	for i, err := range errs {
+		if i == 2 {
+			require.Error(t, err)
+			require.False(t, relay.IsUnreachable(err), "%v", err)
+			continue
+		}
+		require.NoError(t, err, "message %d", i)
+	}
+	err = pub.Publish("orders", msgs...)
+	require.ErrorContains(t, err, "1 of 5 messages")
+	require.False(t, relay.IsUnreachable(err), "%v", err)
+
+	require.Equal(t, 8, sqstest.Waiting(t, client, url), "each of the four good messages, from both calls")
+	got := map[string]bool{}
+	arrived := receive(t, sub, "orders")
+	for len(got) < 4 { // a receive whose answer is lost hides its messages for the queue's visibility timeout, 1s
+		m := next(t, arrived)
+		got[m.UUID] = true
+		require.True(t, m.Ack())
+	}
+	require.Equal(t, map[string]bool{msgs[0].UUID: true, msgs[1].UUID: true, msgs[3].UUID: true, msgs[4].UUID: true}, got)
+
+	for _, err := range pub.PublishResults("missing", msgs[0], msgs[1]) {
+		require.True(t, relay.IsUnreachable(err), "%v", err)
+	}
+}

@@ -34,9 +34,9 @@ var describe = map[string]string{
 		"delivery to the database.",
 	"relay": "Publishing a pre-written outbox backlog through the relay until every row is marked published. pgbox: the relay " +
 		"with its defaults (2 workers, batches of 100): a topic's rows of a batch in one call to a publisher that reports " +
-		"each message's result (`relay.ResultPublisher`: pgbox's natsjs, rabbitmq, kafka, redisstream and googlepubsub " +
+		"each message's result (`relay.ResultPublisher`: pgbox's natsjs, rabbitmq, kafka, redisstream, sqs and googlepubsub " +
 		"publishers), or to one that takes a call all or none (watermill-sql with AtomicPublisher); one message per Publish " +
-		"call to any other (GoChannel, sqs, watermill-sql without it). " +
+		"call to any other (GoChannel, watermill-sql without it). " +
 		"**raw** is the ceiling a hand-written relay reaches on the same outbox and broker: 2 loops, each a transaction that " +
 		"claims the oldest 100 pending rows (`SELECT … ORDER BY available_at, seq … FOR UPDATE SKIP LOCKED`, the relay's " +
 		"order on its index), publishes them, marks them published (`UPDATE … FROM unnest(ids)`) and commits; the row locks " +
