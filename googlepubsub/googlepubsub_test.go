@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/googlepubsub"
@@ -280,4 +282,55 @@ func TestPublishResultsPerMessage(t *testing.T) {
 	for i, err := range pub.PublishResults("orders", keyed("customer-1"), keyed("customer-2")) {
 		require.True(t, relay.IsUnreachable(err), "message %d: %v", i, err)
 	}
+}
+
+// refuser is a pstest reactor that refuses, as the real Pub/Sub refuses a
+// request with a message it finds invalid, every publish request that
+// holds a message with the attribute "refuse".
+type refuser struct{}
+
+func (refuser) React(req any) (bool, any, error) {
+	for _, m := range req.(*pubsubpb.PublishRequest).GetMessages() {
+		if _, ok := m.GetAttributes()["refuse"]; ok {
+			return true, nil, status.Error(codes.InvalidArgument, "an attribute is invalid")
+		}
+	}
+	return false, nil, nil
+}
+
+// A request the server refuses fails every message bundled in it; the
+// messages of a PublishResults call it held go again alone, so that only
+// the message at fault fails, and every other is stored once.
+func TestPublishResultsRetriesARefusedBundleAlone(t *testing.T) {
+	t.Parallel()
+	srv := pstest.NewServer(pstest.ServerReactorOption{FuncName: "Publish", Reactor: refuser{}})
+	t.Cleanup(func() { _ = srv.Close() })
+	c := client(t, srv.Addr)
+	_, err := c.TopicAdminClient.CreateTopic(context.Background(), &pubsubpb.Topic{Name: "projects/pgbox/topics/orders"})
+	require.NoError(t, err)
+	pub := googlepubsub.NewPublisher(c, googlepubsub.PublisherConfig{PublishTimeout: 5 * time.Second})
+	t.Cleanup(func() { _ = pub.Close() })
+
+	msgs := make([]*message.Message, 6) // unkeyed: bundled in one request
+	for i := range msgs {
+		msgs[i] = message.NewMessage(fmt.Sprintf("id-%d", i), []byte(`{}`))
+	}
+	const refused = 3
+	msgs[refused].Metadata.Set("refuse", "yes")
+	errs := pub.PublishResults("orders", msgs...)
+	want := map[string]int{}
+	for i, err := range errs {
+		if i == refused {
+			require.ErrorContains(t, err, "an attribute is invalid")
+			require.False(t, relay.IsUnreachable(err), "a refusal, not an outage: %v", err)
+			continue
+		}
+		require.NoError(t, err, "message %d", i)
+		want[msgs[i].UUID] = 1
+	}
+	got := map[string]int{}
+	for _, m := range srv.Messages() {
+		got[m.Attributes[googlepubsub.UUIDAttribute]]++
+	}
+	require.Equal(t, want, got, "every message reported published is stored once, and no other")
 }

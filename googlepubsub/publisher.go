@@ -34,9 +34,10 @@ type PublisherConfig struct {
 // publishes them one at a time, each waiting for Pub/Sub's answer: it
 // returns nil once every message is stored, and fails at the first message
 // that is not, with the earlier ones published. It is a
-// relay.ResultPublisher: PublishResults sends a call's messages without
-// waiting between them, then waits for each one's answer. A topic is a topic ID in the client's project or
-// a full name ("projects/p/topics/t").
+// relay.ResultPublisher: PublishResults sends a call's messages together,
+// bundled into the client's publish requests, then waits for each one's
+// answer. A topic is a topic ID in the client's project or a full name
+// ("projects/p/topics/t").
 //
 // Errors that mean Pub/Sub could not be reached (gRPC Unavailable or
 // DeadlineExceeded, PublishTimeout passed) wrap relay.ErrBrokerUnreachable,
@@ -51,6 +52,9 @@ type Publisher struct {
 	mu     sync.Mutex
 	closed bool
 	topics map[string]*pubsub.Publisher
+	// sending is held, shared, by each Publish and PublishResults call,
+	// and by Close alone: the client's Flush must not race its Stop.
+	sending sync.RWMutex
 }
 
 var _ relay.ResultPublisher = (*Publisher)(nil)
@@ -65,8 +69,11 @@ func NewPublisher(client *pubsub.Client, cfg PublisherConfig) *Publisher {
 	}
 }
 
-// Publish publishes msgs to topic, in order.
+// Publish publishes msgs to topic, in order, one at a time, each sent at
+// once and waited for.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	p.sending.RLock()
+	defer p.sending.RUnlock()
 	t, err := p.topic(topic)
 	if err != nil {
 		return err
@@ -76,10 +83,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(m.Context(), p.timeout)
-		err = p.await(ctx, t, pm, t.Publish(ctx, pm))
-		cancel()
-		if err != nil {
+		if err := p.publishAlone(t, m, pm); err != nil {
 			return publishError(topic, m.UUID, err)
 		}
 	}
@@ -92,7 +96,16 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // are. Messages of one ordering key in one call are sent in order, but a
 // failure of one does not hold back the next, so a relay, which puts at
 // most one message per key in a call, is the caller it is made for.
+//
+// The client bundles the messages into its publish requests (a request
+// per ordering key, and one for the unkeyed, up to 100 messages each), and
+// a request the server refuses fails all of its messages: each message
+// refused so, in a call of more than one, is sent again alone, so that
+// only a message at fault fails (none was stored: a request is stored
+// whole or not at all).
 func (p *Publisher) PublishResults(topic string, msgs ...*message.Message) []error {
+	p.sending.RLock()
+	defer p.sending.RUnlock()
 	errs := make([]error, len(msgs))
 	t, err := p.topic(topic)
 	if err != nil {
@@ -117,16 +130,31 @@ func (p *Publisher) PublishResults(topic string, msgs ...*message.Message) []err
 		ctx, cancel := context.WithTimeout(m.Context(), p.timeout)
 		all[i] = sent{pm: pm, ctx: ctx, cancel: cancel, res: t.Publish(ctx, pm)}
 	}
+	t.Flush()
 	for i, s := range all {
 		if s.res == nil {
 			continue
 		}
-		if err := p.await(s.ctx, t, s.pm, s.res); err != nil {
+		err := p.await(s.ctx, t, s.pm, s.res)
+		s.cancel()
+		if err != nil && len(msgs) > 1 && !outage(err) {
+			err = p.publishAlone(t, msgs[i], s.pm)
+		}
+		if err != nil {
 			errs[i] = publishError(topic, msgs[i].UUID, err)
 		}
-		s.cancel()
 	}
 	return errs
+}
+
+// publishAlone publishes pm, m's, on t, sent at once, and waits for it
+// (await), for the timeout at most.
+func (p *Publisher) publishAlone(t *pubsub.Publisher, m *message.Message, pm *pubsub.Message) error {
+	ctx, cancel := context.WithTimeout(m.Context(), p.timeout)
+	defer cancel()
+	res := t.Publish(ctx, pm)
+	t.Flush()
+	return p.await(ctx, t, pm, res)
 }
 
 // await waits for res, the answer to the publish of pm on t, until ctx
@@ -149,7 +177,9 @@ func (p *Publisher) await(ctx context.Context, t *pubsub.Publisher, pm *pubsub.M
 	if !errors.As(err, new(pubsub.ErrPublishingPaused)) {
 		return err
 	}
-	if _, err = t.Publish(ctx, pm).Get(ctx); err != nil {
+	again := t.Publish(ctx, pm)
+	t.Flush()
+	if _, err = again.Get(ctx); err != nil {
 		t.ResumePublish(pm.OrderingKey)
 	}
 	return err
@@ -157,21 +187,27 @@ func (p *Publisher) await(ctx context.Context, t *pubsub.Publisher, pm *pubsub.M
 
 // publishError says which message failed, and marks an outage as one.
 func publishError(topic, uuid string, err error) error {
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded:
-		return fmt.Errorf("googlepubsub: publish message %s to topic %s: %w: %w", uuid, topic, relay.ErrBrokerUnreachable, err)
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
+	if outage(err) {
 		return fmt.Errorf("googlepubsub: publish message %s to topic %s: %w: %w", uuid, topic, relay.ErrBrokerUnreachable, err)
 	}
 	return fmt.Errorf("googlepubsub: publish message %s to topic %s: %w", uuid, topic, err)
 }
 
+// outage reports whether err, a publish's, means Pub/Sub could not be
+// reached: gRPC Unavailable or DeadlineExceeded, or PublishTimeout passed.
+func outage(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
+}
+
 // topic returns the client's publisher for topic, made on first use: with
-// message ordering on, each message sent at once rather than held up to
-// 10ms for a batch (Publish waits for each message; PublishResults sends
-// a call's messages without waiting, each in a request of its own, the
-// requests concurrent), and retried for PublishTimeout at most.
+// message ordering on, its bundling settings the client's own (messages
+// are sent when a call flushes them: Publish each one at once,
+// PublishResults a call's together), and retried for PublishTimeout at
+// most.
 func (p *Publisher) topic(topic string) (*pubsub.Publisher, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -182,7 +218,6 @@ func (p *Publisher) topic(topic string) (*pubsub.Publisher, error) {
 	if t == nil {
 		t = p.client.Publisher(topic)
 		t.EnableMessageOrdering = true
-		t.PublishSettings.CountThreshold = 1
 		// The client's own bound on a publish's retries, which goes on
 		// after Get has given up, and which Close waits for.
 		t.PublishSettings.Timeout = p.timeout
@@ -193,6 +228,8 @@ func (p *Publisher) topic(topic string) (*pubsub.Publisher, error) {
 
 // Close stops the topics' publishers, after what they are sending.
 func (p *Publisher) Close() error {
+	p.sending.Lock()
+	defer p.sending.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.closed {
