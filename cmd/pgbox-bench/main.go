@@ -42,6 +42,13 @@ func main() {
 		}
 		return
 	}
+	if broker := os.Getenv(bench.RelayChildEnv); broker != "" {
+		if err := bench.RunRelayChild(context.Background(), os.Getenv("DATABASE_URL"), os.Getenv("NATS_URL"), broker); err != nil {
+			fmt.Fprintln(os.Stderr, "pgbox-bench relay process:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "pgbox-bench:", err)
 		os.Exit(1)

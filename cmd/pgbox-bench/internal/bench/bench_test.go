@@ -22,8 +22,9 @@ import (
 // bench reads none of them.
 func init() { gometrics.UseNilMetrics = true }
 
-// TestMain makes the test binary the memory case's drainer when the case
-// starts it as its child, as pgbox-bench's main does.
+// TestMain makes the test binary the memory case's drainer, or a relay
+// process of the relay-scaling case, when the case starts it as its child,
+// as pgbox-bench's main does.
 func TestMain(m *testing.M) {
 	if n := os.Getenv(MemoryChildEnv); n != "" {
 		backlog, err := strconv.ParseInt(n, 10, 64)
@@ -32,6 +33,13 @@ func TestMain(m *testing.M) {
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "memory drainer:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if broker := os.Getenv(RelayChildEnv); broker != "" {
+		if err := RunRelayChild(context.Background(), os.Getenv("DATABASE_URL"), os.Getenv("NATS_URL"), broker); err != nil {
+			fmt.Fprintln(os.Stderr, "relay process:", err)
 			os.Exit(1)
 		}
 		os.Exit(0)

@@ -91,9 +91,9 @@ var describe = map[string]string{
 		"kept day (a seventh of the inbox), made a month old, dropped by the retention code (`partition.Drop`): the database " +
 		"work that expiring a day's messages costs, whatever their number, and the disk the kept days take per message.",
 	"relay-scaling": "The relay case's drain, through GoChannel and NATS JetStream, by the relay's workers (`Config.Workers`; " +
-		"batches of 100), and with two relays of the default 2 workers each at once, each on a pool and a publisher of its own " +
-		"(two relays in the bench's process, as two processes would run them, not two processes): messages published per " +
-		"second. **ratio** is 1 worker's figure over each.",
+		"batches of 100), and with two relay processes of the default 2 workers each at once (the bench's executable again, " +
+		"each with its own pool and publisher: a GoChannel of its own, or a NATS connection), timed from when both, ready, are " +
+		"told to start: messages published per second. **ratio** is 1 worker's figure over each.",
 	"end-to-end": "The whole path at the rate it holds: two producers write the outbox as fast as they can (`outbox.Write` of " +
 		"100 messages, a transaction each, while fewer than " + strconv.Itoa(e2eAhead) + " written wait to be handled), the relay (its defaults) publishes them to the broker, a Watermill subscriber stores them with watermillinbox " +
 		"(acking after the commit) and the dispatcher's 4 workers handle them with a no-op in-transaction handler; messages " +
@@ -155,9 +155,16 @@ func (e *env) cases() ([]benchCase, error) {
 	cs = append(cs, relayTo("Kafka (kfake, in process)", kafkaKFake, rawKafka, false))
 	cs = append(cs, sqsRelay(cfg.SQSURL, relayTo)...)
 	cs = append(cs, relayTo("Google Cloud Pub/Sub (pstest, in process)", pubsubPSTest, rawPubSub, false))
-	cs = append(cs, e.relayScaling("GoChannel", goChannel))
+	scaling := []string{"GoChannel"}
 	if cfg.NATSURL != "" {
-		cs = append(cs, e.relayScaling("NATS JetStream", natsJetStream(cfg.NATSURL)))
+		scaling = append(scaling, "NATS JetStream")
+	}
+	for _, broker := range scaling {
+		c, err := e.relayScaling(broker)
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, c)
 	}
 	cs = append(cs, e.e2eCase("watermill-sql", watermillSQL, watermillSQLSubscriber, true))
 	if cfg.NATSURL != "" {

@@ -61,67 +61,60 @@ type relayShape struct {
 	atomic bool
 	// workers is relay.Config.Workers; 0 for the default.
 	workers int
-	// relays is how many relays publish the outbox at once, each with a
-	// pool and a publisher of its own, as separate processes would; 0
-	// for one.
-	relays int
 }
 
 // relayDrain publishes a pre-written outbox of n rows through the
-// publisher newPub makes (closed after), with relays of the given shape,
+// publisher newPub makes (closed after), with a relay of the given shape,
 // and reports rows per second.
 func (e *env) relayDrain(n int, newPub newPublisher, shape relayShape) func(context.Context, scale) (Figures, error) {
 	return func(ctx context.Context, s scale) (Figures, error) {
 		n := s.n(n)
-		conns := int32(cmp.Or(shape.workers, relay.WorkersDefault) + 6)
-		r, err := e.newRig(ctx, int(conns))
+		r, err := e.loadedOutbox(ctx, n, cmp.Or(shape.workers, relay.WorkersDefault)+6)
 		if err != nil {
 			return nil, err
 		}
 		defer r.close()
-		out, err := outbox.New(r.pool, outbox.Config{Schema: pgboxSchemaName})
+		pub, closePub, err := newPub(ctx, r.pool)
 		if err != nil {
 			return nil, err
 		}
-		if err := loadOutbox(ctx, r.pool, out, "bench", n); err != nil {
+		defer closePub()
+		rel, err := relay.New(r.pool, relay.Config{AtomicPublisher: shape.atomic, Schema: pgboxSchemaName, Publisher: pub, Workers: shape.workers,
+			Logger: e.log, ListenConnConfig: e.listen, PollOnly: e.pollOnly})
+		if err != nil {
 			return nil, err
-		}
-		if err := vacuum(ctx, r.pool, pgboxSchemaName, "outbox"); err != nil {
-			return nil, err
-		}
-		var rels []*relay.Relay
-		for i := range max(shape.relays, 1) {
-			pool := r.pool
-			if i > 0 {
-				if pool, _, err = newPool(ctx, e.cfg.URL, conns); err != nil {
-					return nil, err
-				}
-				defer pool.Close()
-			}
-			pub, closePub, err := newPub(ctx, pool)
-			if err != nil {
-				return nil, err
-			}
-			defer closePub()
-			rel, err := relay.New(pool, relay.Config{AtomicPublisher: shape.atomic, Schema: pgboxSchemaName, Publisher: pub, Workers: shape.workers,
-				Logger: e.log, ListenConnConfig: e.listen, PollOnly: e.pollOnly})
-			if err != nil {
-				return nil, err
-			}
-			rels = append(rels, rel)
 		}
 		start := time.Now()
-		for _, rel := range rels {
-			if err := rel.Start(ctx); err != nil {
-				return nil, err
-			}
-			defer rel.Stop(context.WithoutCancel(ctx))
+		if err := rel.Start(ctx); err != nil {
+			return nil, err
 		}
+		defer rel.Stop(context.WithoutCancel(ctx))
 		if err := waitOutboxDone(ctx, r.pool); err != nil {
 			return nil, err
 		}
 		return Figures{"msgs/s": float64(n) / time.Since(start).Seconds()}, nil
 	}
+}
+
+// loadedOutbox makes the schema afresh, on a pool of conns connections,
+// with an outbox of n rows to the topic "bench", vacuumed.
+func (e *env) loadedOutbox(ctx context.Context, n, conns int) (*rig, error) {
+	r, err := e.newRig(ctx, conns)
+	if err != nil {
+		return nil, err
+	}
+	out, err := outbox.New(r.pool, outbox.Config{Schema: pgboxSchemaName})
+	if err == nil {
+		err = loadOutbox(ctx, r.pool, out, "bench", n)
+	}
+	if err == nil {
+		err = vacuum(ctx, r.pool, pgboxSchemaName, "outbox")
+	}
+	if err != nil {
+		r.close()
+		return nil, err
+	}
+	return r, nil
 }
 
 // goChannel is an in-process Watermill publisher with a subscriber that
