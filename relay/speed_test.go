@@ -3,8 +3,6 @@ package relay_test
 import (
 	"context"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/pgbox/pgbox/internal/proccpu"
 	"github.com/pgbox/pgbox/internal/tables"
 	"github.com/pgbox/pgbox/outbox"
 	"github.com/pgbox/pgbox/relay"
@@ -188,27 +187,10 @@ func loop(b *testing.B, tb *testBundle, batch func(context.Context, pgx.Tx) (int
 }
 
 // cpuTime returns the CPU time (user and system) used so far by every
-// PostgreSQL process on this machine, read from /proc (0 where there is
-// none), and by this process.
+// PostgreSQL process on this machine (0 where there is none), and by this
+// process.
 func cpuTime() (db, self time.Duration) {
-	const tick = 10 * time.Millisecond // USER_HZ: /proc's clock ticks
-	paths, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue // it has exited
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 || !strings.HasPrefix(s[strings.IndexByte(s, '(')+1:], "postgres") {
-			continue
-		}
-		f := strings.Fields(s[i+2:]) // from field 3, state
-		utime, _ := strconv.Atoi(f[11])
-		stime, _ := strconv.Atoi(f[12])
-		db += time.Duration(utime+stime) * tick
-	}
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return db, time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return proccpu.AllPostgres(), time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

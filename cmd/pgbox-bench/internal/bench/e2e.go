@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
-	"os"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -23,6 +20,7 @@ import (
 
 	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/proccpu"
 	"github.com/pgbox/pgbox/outbox"
 	"github.com/pgbox/pgbox/relay"
 	"github.com/pgbox/pgbox/watermillinbox"
@@ -261,7 +259,7 @@ func stageCPU(ctx context.Context, pools map[string]*pgxpool.Pool) (map[string]t
 		}
 		var t time.Duration
 		for _, pid := range pids {
-			used, local := backendCPU(pid)
+			used, local := proccpu.Postgres(int(pid))
 			if !local {
 				return cpu, nil // not on this machine: the process's CPU only
 			}
@@ -271,33 +269,6 @@ func stageCPU(ctx context.Context, pools map[string]*pgxpool.Pool) (map[string]t
 	}
 	maps.Copy(cpu, db)
 	return cpu, nil
-}
-
-// backendCPU returns the CPU time of the PostgreSQL backend pid, and false
-// when no PostgreSQL process of that pid runs on this machine.
-func backendCPU(pid int32) (time.Duration, bool) {
-	p := "/proc/" + strconv.Itoa(int(pid))
-	cmd, err := os.ReadFile(p + "/cmdline")
-	if err != nil || !strings.HasPrefix(string(cmd), "postgres") {
-		return 0, false
-	}
-	stat, err := os.ReadFile(p + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	// The fields after the command's closing parenthesis, from the 3rd:
-	// utime and stime are the 14th and 15th, in clock ticks, which Linux
-	// shows user space at 100 a second whatever its kernel's HZ.
-	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-	if len(fields) < 13 {
-		return 0, false
-	}
-	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
-	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond, true
 }
 
 // withAppName returns the database URL (a URL or key=value pairs) with its
