@@ -209,12 +209,44 @@ func runUnderLoad(t *testing.T, cl *cluster, name string, planned bool, fault fu
 	wg.Wait()
 	pauses := l.recovery(promoted)
 
-	l.waitFor(t, "the load to settle", 2*time.Minute, func() bool {
-		return l.count(`SELECT count(*) FROM /* schema */outbox WHERE status <> 'published'`) == 0 &&
-			l.count(`SELECT count(*) FROM /* schema */outbox AS o
-			         WHERE NOT EXISTS (SELECT 1 FROM /* schema */inbox AS i WHERE i.consumer = $1 AND i.message_id = o.id::text)`, consumerName) == 0 &&
-			l.count(`SELECT count(*) FROM /* schema */inbox WHERE status <> 'done'`) == 0
-	})
+	// Settled: every outbox row published, delivered to the inbox, and
+	// handled. A failure lists what is still not.
+	unsettled := []struct{ what, rows string }{
+		{"outbox rows not published", `SELECT o.id::text, o.status, o.attempts, coalesce(o.last_error, ''), o.available_at::text
+			FROM /* schema */outbox AS o WHERE o.status <> 'published'`},
+		{"outbox rows not in the inbox", `SELECT o.id::text, o.status, o.attempts, coalesce(o.last_error, ''), coalesce(o.published_at::text, '')
+			FROM /* schema */outbox AS o
+			WHERE NOT EXISTS (SELECT 1 FROM /* schema */inbox AS i WHERE i.consumer = '` + consumerName + `' AND i.message_id = o.id::text)`},
+		{"inbox rows not done", `SELECT i.message_id, i.status, i.attempts, coalesce(i.last_error, ''), i.available_at::text
+			FROM /* schema */inbox AS i WHERE i.status <> 'done'`},
+	}
+	require.Eventually(t, func() bool {
+		for _, u := range unsettled {
+			if l.count(`SELECT count(*) FROM (`+u.rows+`) AS u`) != 0 {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Minute, 50*time.Millisecond, failure(func() string {
+		msg := "timed out waiting for the load to settle:"
+		for _, u := range unsettled {
+			msg += fmt.Sprintf("\n%d %s", l.count(`SELECT count(*) FROM (`+u.rows+`) AS u`), u.what)
+			rows, err := l.pool.Query(context.Background(), l.sql(u.rows+` LIMIT 10`))
+			if err != nil {
+				msg += ": " + err.Error()
+				continue
+			}
+			for rows.Next() {
+				var id, status, lastError, at string
+				var attempts int
+				if rows.Scan(&id, &status, &attempts, &lastError, &at) == nil {
+					msg += fmt.Sprintf("\n  %s %s, %d attempts, %s, last error %q", id, status, attempts, at, lastError)
+				}
+			}
+			rows.Close()
+		}
+		return msg
+	}))
 	phase("settled")
 	l.check(t, name, planned, promoted, pauses)
 }
