@@ -45,7 +45,7 @@ func loadOutbox(ctx context.Context, pool *pgxpool.Pool, out *outbox.Outbox, top
 
 // waitOutboxDone waits until every outbox row is published.
 func waitOutboxDone(ctx context.Context, pool *pgxpool.Pool) error {
-	return waitNone(ctx, pool, "outbox", "published_at IS NULL")
+	return waitNone(ctx, pool, "outbox", "status IN ('pending', 'running')")
 }
 
 // newPublisher makes the publisher a relay case publishes through, on the
