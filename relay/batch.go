@@ -64,6 +64,13 @@ type outcome struct {
 // same transaction. It returns how many rows the claim took. While the
 // broker is unreachable, or in doubt, it first waits for its turn to probe
 // it (outage).
+//
+// The claim record is sent before the rows are published and its answer
+// read after: once sent, the server runs and commits it whatever becomes
+// of the relay, so a relay killed while it publishes still leaves its
+// attempt to be counted, and the batch does not wait a round trip for it.
+// After a record fails, the next batch waits for its record's answer
+// before it publishes, until one succeeds.
 func (r *Relay) runBatch() (int, error) {
 	epoch, ok := r.outage.await(r.loop.StopSignal())
 	if !ok {
@@ -76,16 +83,29 @@ func (r *Relay) runBatch() (int, error) {
 		return 0, err
 	}
 	defer b.rollback()
+	if b.stale {
+		// Lost attempts are still to be counted, and their rows may be in
+		// this batch: count them first, and claim again.
+		b.rollback()
+		r.reconcile()
+		r.outage.idle(epoch)
+		return len(b.rows), nil
+	}
 	// Held before its record exists, so that no other worker of this
 	// process, reading the list later, can see the record without it.
 	r.held.Add(b.xid)
 	defer r.held.Drop(b.xid) // committed, or taken back, by then
-	if ok, err := r.recordClaim(b); !ok {
+	rec, err := r.sendClaimRecord(b)
+	if err != nil {
 		r.outage.idle(epoch)
-		if err != nil {
-			return 0, err
+		return 0, err
+	}
+	defer rec.answer() // read on every path, its connection given back
+	if r.recordFirst.Load() {
+		if err := r.recorded(rec); err != nil {
+			r.outage.idle(epoch)
+			return len(b.rows), err
 		}
-		return len(b.rows), nil
 	}
 	rd := &round{
 		epoch:    epoch,
@@ -97,6 +117,9 @@ func (r *Relay) runBatch() (int, error) {
 		r.publishGroup(rd, group)
 	}
 	outcomes, charge := r.settle(rd)
+	// A record that failed leaves the outcomes to be recorded all the
+	// same: the batch transaction's row locks fence them (completeSQL).
+	recErr := r.recorded(rec)
 	if r.complete(b, outcomes) {
 		r.loop.Progress(finished(outcomes))
 	}
@@ -106,15 +129,16 @@ func (r *Relay) runBatch() (int, error) {
 	if created, ok := firstKeyed(b.rows); ok { // their keys' next rows may be behind the frontier
 		r.frontier.Rewind(created)
 	}
-	return len(b.rows), nil
+	return len(b.rows), recErr
 }
 
 // batch is what one claim took, and the connection whose transaction
 // holds it.
 type batch struct {
-	conn *pgxpool.Conn // in the batch transaction; nil once it has ended
-	xid  string        // the transaction's id
-	rows []*row
+	conn  *pgxpool.Conn // in the batch transaction; nil once it has ended
+	xid   string        // the transaction's id
+	rows  []*row
+	stale bool // lost attempts wait to be counted (staleClaimsSQL)
 }
 
 // rollback ends b's transaction, if it is still open, without writing,
@@ -462,27 +486,15 @@ func (r *Relay) claim() (*batch, error) {
 	}
 	if len(b.rows) == 0 {
 		b.rollback()
-		r.reconcileIdle(ctx)
+		if b.stale {
+			r.reconcile()
+		}
 	}
 	return b, nil
 }
 
-// reconcileIdle counts the lost attempts that wait to be (see
-// idleStaleSQL), for a claim that found nothing to publish. A failure is
-// only logged: the next idle claim looks again.
-func (r *Relay) reconcileIdle(ctx context.Context) {
-	var stale bool
-	if err := r.pool.QueryRow(ctx, r.q.idleStale, r.held.List()).Scan(&stale); err != nil {
-		r.cfg.Logger.Warn("relay: could not look for lost attempts to count; will look again", slog.String("error", err.Error()))
-		return
-	}
-	if stale {
-		r.reconcile()
-	}
-}
-
 // readClaim begins b's transaction, runs the claim in it and reads its
-// rows into b.
+// rows into b, and whether lost attempts wait to be counted.
 func (r *Relay) readClaim(ctx context.Context, b *batch, from *time.Time) (err error) {
 	var q pgx.Batch
 	for _, begin := range r.q.begin {
@@ -490,6 +502,7 @@ func (r *Relay) readClaim(ctx context.Context, b *batch, from *time.Time) (err e
 	}
 	q.Queue(r.q.claim, r.cfg.BatchSize, from)
 	q.Queue(xidSQL)
+	q.Queue(r.q.staleClaims, r.held.List())
 	results := b.conn.SendBatch(ctx, &q)
 	defer func() {
 		if cerr := results.Close(); err == nil && cerr != nil {
@@ -513,6 +526,9 @@ func (r *Relay) readClaim(ctx context.Context, b *batch, from *time.Time) (err e
 	}
 	if xid != nil {
 		b.xid = *xid
+	}
+	if err := results.QueryRow().Scan(&b.stale); err != nil {
+		return fmt.Errorf("claim: look for lost attempts: %w", err)
 	}
 	return nil
 }
@@ -558,32 +574,69 @@ func (r *Relay) readRows(b *batch, results pgx.BatchResults, from *time.Time) er
 	return nil
 }
 
-// recordClaim records b's claim from another session before its rows are
-// published (see recordClaimSQL), and reports whether they may be, and why
-// not if the record failed. When they may not, nothing has been published
-// and b's transaction is to be rolled back: its rows are claimed again.
-func (r *Relay) recordClaim(b *batch) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
-	defer cancel()
+// claimRecord is a batch's claim record (recordClaimSQL), sent from a
+// session of the records pool, and its answer once read.
+type claimRecord struct {
+	conn    *pgxpool.Conn // nil once the answer is read
+	results pgx.BatchResults
+	cancel  context.CancelFunc
+	err     error
+}
+
+// sendClaimRecord sends b's claim record and returns without waiting for
+// its answer (claimRecord.answer), or returns an error if the record was
+// not sent whole: then b is not to be published.
+func (r *Relay) sendClaimRecord(b *batch) (*claimRecord, error) {
+	// The answer is read once the rows are published: a lease at most.
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Lease+bookkeepingTimeout)
+	conn, err := r.records.Acquire(ctx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("claim: record it: %w", err)
+	}
 	ids := make([]string, len(b.rows))
 	for i, rw := range b.rows {
 		ids[i] = rw.idText
 	}
-	var recorded, stale bool
-	if err := r.records.QueryRow(ctx, r.q.recordClaim, b.xid, ids, r.held.List()).Scan(&recorded, &stale); err != nil {
-		return false, fmt.Errorf("claim: record it: %w", err)
+	var q pgx.Batch
+	q.Queue(r.q.recordClaim, b.xid, ids)
+	rec := &claimRecord{conn: conn, results: conn.SendBatch(ctx, &q), cancel: cancel}
+	// Sent whole, it leaves its connection busy until its answer is read.
+	// Otherwise (a failed prepare, a failed write) its answer, an error, is
+	// already there.
+	if !conn.Conn().PgConn().IsBusy() {
+		if err := rec.answer(); err != nil {
+			return nil, err
+		}
 	}
-	switch {
-	case stale:
-		// Lost attempts are still to be counted, and their rows may be
-		// in this batch: count them first.
-		b.rollback()
-		r.reconcile()
-	case !recorded:
-		r.cfg.Logger.Warn("relay: the batch transaction ended before its rows were published (stalled past the lease, or cut off); they will be claimed again",
-			slog.Int("rows", len(b.rows)))
+	return rec, nil
+}
+
+// answer reads the record's answer, once, gives its connection back, and
+// returns its error.
+func (c *claimRecord) answer() error {
+	if c.conn == nil {
+		return c.err
 	}
-	return recorded, nil
+	_, err := c.results.Exec()
+	if cerr := c.results.Close(); err == nil {
+		err = cerr
+	}
+	c.conn.Release()
+	c.conn = nil
+	c.cancel()
+	if err != nil {
+		c.err = fmt.Errorf("claim: record it: %w", err)
+	}
+	return c.err
+}
+
+// recorded reads rec's answer and returns its error. While records fail,
+// each batch waits for its record's answer before it publishes (runBatch).
+func (r *Relay) recorded(rec *claimRecord) error {
+	err := rec.answer()
+	r.recordFirst.Store(err != nil)
+	return err
 }
 
 // reconcile counts the lost attempts (see reconcileSQL), but for the

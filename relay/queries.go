@@ -16,8 +16,8 @@ import "github.com/pgbox/pgbox/internal/tables"
 //
 // What must outlive such a death is the attempt, so that a row that kills
 // its relay each time ends dead instead of crash-looping: recordClaimSQL
-// records the batch from another session before it is published, one row
-// per batch in outbox_claims, and reconcileSQL turns the rows of
+// records the batch from another session, sent before it is published,
+// one row per batch in outbox_claims, and reconcileSQL turns the rows of
 // transactions that aborted into counted, recorded, lost attempts.
 
 // beginBatch begins a batch transaction, one statement each as a pipeline
@@ -82,18 +82,14 @@ FOR UPDATE SKIP LOCKED`
 const xidSQL = `SELECT pg_current_xact_id_if_assigned()::text`
 
 // recordClaimSQL records that batch transaction $1 claimed rows $2 and is
-// about to publish them. It runs in a session of its own, committing
-// before anything is published, and returns whether it recorded the claim
-// and whether lost attempts are waiting to be counted.
-//
-// It refuses, recording nothing, when a claim whose transaction aborted has
-// not been reconciled yet (but for the claims of $3, the batches this
-// process holds and settles itself, see claimrec.Held), or a row an older
-// relay marked running has an expired lease: their rows may be in this
-// very batch, pending again with their lost attempt uncounted. It refuses
-// too when $1 is no longer running: the batch's transaction was ended
-// under the worker (by the server after a stall, say), and its rows must
-// not be published on its behalf.
+// about to publish them. It runs in a session of its own. The worker sends
+// it before it publishes, and reads its answer after (runBatch): once
+// sent, it is the server's to run and commit, whatever becomes of the
+// relay, and it records the claim even if the batch transaction has ended
+// meanwhile (the relay was killed as it published, and its transaction
+// aborted): that is the attempt to count. Lost attempts that wait to be
+// counted, whose rows may be in the batch, are looked for in the claim's
+// round trip instead (staleClaimsSQL).
 //
 // On the way it sweeps away the claims of batches that committed without
 // deleting theirs (a transaction too old for its status to be known did
@@ -103,9 +99,8 @@ const xidSQL = `SELECT pg_current_xact_id_if_assigned()::text`
 // The record commits asynchronously: it is visible to every session at
 // once and survives the death of this process; only a server crash can
 // lose it, and that aborts the batch transaction too.
-var recordClaimSQL = `
-WITH stale AS (` + staleSQL("$3") + `),
-finished AS (
+const recordClaimSQL = `
+WITH finished AS (
     DELETE FROM /* schema */outbox_claims
     WHERE ctid IN (SELECT ctid FROM /* schema */outbox_claims
                    WHERE coalesce(pg_xact_status(xid), 'committed') = 'committed'
@@ -113,37 +108,33 @@ finished AS (
 ),
 async AS (
     SELECT set_config('synchronous_commit', 'off', true)
-),
-recorded AS (
-    INSERT INTO /* schema */outbox_claims (xid, ids)
-    SELECT $1::text::xid8, $2::text[]::uuid[]
-    FROM async
-    WHERE NOT EXISTS (SELECT 1 FROM stale) AND pg_xact_status($1::text::xid8) = 'in progress'
-    RETURNING 1
 )
-SELECT EXISTS (SELECT 1 FROM recorded), EXISTS (SELECT 1 FROM stale)`
+INSERT INTO /* schema */outbox_claims (xid, ids)
+SELECT $1::text::xid8, $2::text[]::uuid[]
+FROM async`
 
-// staleSQL returns a row if lost attempts wait to be counted (see
-// reconcileSQL): a claim whose transaction aborted, but for the batches
-// held (the parameter that names them), which this process settles
-// itself (see claimrec.Held), or a row an older relay marked running whose
-// lease expired.
-func staleSQL(held string) string {
-	return `
+// staleClaimsSQL says whether lost attempts wait to be counted (see
+// reconcileSQL): a claim whose transaction aborted, but for the batches of
+// $1, which this process settles itself (see claimrec.Held), or a row an
+// older relay marked running whose lease expired.
+//
+// It runs in the claim's round trip, after the claim: the rows of lost
+// attempts may be in the batch, pending again with their attempt
+// uncounted, and are then counted first and claimed again, so that a row
+// that kills its relay each time ends dead. A claimed row was locked only
+// once the batch that held it before had ended, and an aborted
+// transaction is known aborted (pg_xact_status) before its locks go; its
+// claim record was sent before it published. A claim that takes nothing
+// looks too: the rows of lost attempts may be all there is (a row an older
+// relay left running is never claimed).
+const staleClaimsSQL = `
+SELECT EXISTS (
     SELECT 1 FROM /* schema */outbox_claims
-    WHERE pg_xact_status(xid) = 'aborted' AND xid <> ALL (` + held + `::text[]::xid8[])
+    WHERE pg_xact_status(xid) = 'aborted' AND xid <> ALL ($1::text[]::xid8[])
     UNION ALL
     SELECT 1 FROM /* schema */outbox AS o
     WHERE o.status = ` + tables.OutboxRunning + ` AND o.available_at <= now()
-    LIMIT 1`
-}
-
-// idleStaleSQL says whether lost attempts wait to be counted, but for the
-// batches of $1, for a claim that found nothing to publish: their rows may
-// be all there is (a row an older relay left running is never claimed),
-// and only a claim that takes rows records itself, and looks on the way
-// (recordClaimSQL).
-var idleStaleSQL = `SELECT EXISTS (` + staleSQL("$1") + `)`
+    LIMIT 1)`
 
 // reconcileSQL counts lost attempts: those of the claims recorded by
 // transactions that aborted, but for those of $1 (the batches this process
@@ -211,9 +202,13 @@ SELECT * FROM expired`
 // again in a transaction of its own once the database is back. Its
 // fences make the second run record nothing twice and nothing taken over:
 // a row is recorded only as it was claimed (the same row version and seq,
-// pending, with the attempts of $4), and only while the batch's claim
-// record is still there; another relay that found the batch lost has
-// deleted the record and counted the attempts itself.
+// pending, with the attempts of $4), and, outside the batch transaction,
+// only while the batch's claim record is still there; another relay that
+// found the batch lost has deleted the record and counted the attempts
+// itself. In the batch transaction (its id is $1) the row locks are fence
+// enough: no relay takes over a batch whose transaction runs, so a claim
+// record that failed does not keep the published rows from being
+// recorded.
 const completeSQL = `
 WITH mine AS (
     DELETE FROM /* schema */outbox_claims WHERE xid = $1::text::xid8
@@ -237,7 +232,7 @@ recorded AS (
       AND (o.bucket BETWEEN $5 AND $6 OR o.bucket BETWEEN $7 AND $8)
       AND o.ctid = r.ctid AND o.seq = r.seq
       AND o.status = ` + tables.OutboxPending + ` AND o.attempts = r.attempts
-      AND EXISTS (SELECT 1 FROM mine)
+      AND (pg_current_xact_id_if_assigned() = $1::text::xid8 OR EXISTS (SELECT 1 FROM mine))
     RETURNING o.status, o.topic
 )
 ` + recordedSQL

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -302,12 +303,15 @@ type Relay struct {
 	// worker records its claim while its batch transaction holds a
 	// connection of the pool, which may have no other free.
 	records *pgxpool.Pool
-	tel     *telemetry.Relay
+	// recordFirst is set while claim records fail: a batch then waits for
+	// its record's answer before it publishes (runBatch).
+	recordFirst atomic.Bool
+	tel         *telemetry.Relay
 }
 
 type queries struct {
-	begin                                                           []string
-	charge, claim, complete, due, idleStale, reconcile, recordClaim string
+	begin                                                             []string
+	charge, claim, complete, due, reconcile, recordClaim, staleClaims string
 }
 
 // New returns a Relay. It checks the configuration but does not touch the
@@ -330,9 +334,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 			claim:       ident.Render(claimSQL, cfg.Schema),
 			complete:    ident.Render(completeSQL, cfg.Schema),
 			due:         ident.Render(dueSQL, cfg.Schema),
-			idleStale:   ident.Render(idleStaleSQL, cfg.Schema),
 			reconcile:   ident.Render(reconcileSQL, cfg.Schema),
 			recordClaim: ident.Render(recordClaimSQL, cfg.Schema),
+			staleClaims: ident.Render(staleClaimsSQL, cfg.Schema),
 		},
 		tel: telemetry.NewRelay(cfg.MeterProvider, cfg.TracerProvider, cfg.Propagator),
 	}

@@ -105,14 +105,21 @@ func TestAnOutageThatLastsIsAStall(t *testing.T) {
 }
 
 // Claims that fail, the database refusing to record them, are a stall,
-// and the report gives the claim's error.
+// and the report gives the claim's error. A claim record is answered after
+// the batch is published: the first batch to find its record refused has
+// published its rows and records them all the same, and the batches after
+// it wait for their record before they publish.
 func TestClaimsThatFailAreAStall(t *testing.T) {
 	t.Parallel()
-	b := startStalling(t, relay.Config{Publisher: &recorder{}}, func(b *testBundle) {
+	pub := &recorder{}
+	b := startStalling(t, relay.Config{Publisher: pub}, func(b *testBundle) {
 		refuseWhile(t, b, "claims refused", "BEFORE INSERT ON /* schema */outbox_claims", "true")
 	})
 	b.write(t, outbox.Message{Topic: "t", EventType: "E"})
+	b.waitPublished(t)
+	b.write(t, outbox.Message{Topic: "t", EventType: "E"})
 	b.requireStalled(t, "1 rows wait, the oldest claimable due for", "the last claim failed", "test: claims refused")
+	require.Len(t, pub.published(), 1, "no batch is published while its record is refused")
 	b.stopRefusing(t)
 	b.requireMovingAgain(t)
 }

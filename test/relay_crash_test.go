@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +25,9 @@ import (
 // killed relay's rows come back quickly.
 const childLease = time.Second
 
+// dieMaxAttempts is the relay's Config.MaxAttempts in "relay-die" children.
+const dieMaxAttempts = 3
+
 // TestChildProcess is not a test: it is the body of the relay processes
 // the tests below start and kill (pgtest.StartChild).
 //
@@ -34,7 +38,9 @@ const childLease = time.Second
 //     (freeze: SIGSTOP) before recording it, to be killed. It freezes
 //     rather than sleeps in Publish: the relay would give up a publish
 //     that does not return and record its rows. Its statements on the
-//     outbox go to stderr as they start and end (outboxTrace).
+//     outbox go to stderr as they start and end (outboxTrace);
+//   - "relay-die": a relay whose first publish SIGKILLs its own process,
+//     with MaxAttempts dieMaxAttempts.
 //
 // Its sessions carry the application_name in PGBOX_CHILD_APP, for the
 // parent to find them in pg_stat_activity.
@@ -56,8 +62,13 @@ func TestChildProcess(t *testing.T) {
 	b := sqlBroker(t, pool, os.Getenv("PGBOX_BROKER_SCHEMA"))
 	var once sync.Once
 	pub := publishFunc(func(topic string, msgs ...*message.Message) error {
-		if role == "relay" {
+		switch role {
+		case "relay":
 			once.Do(func() { fmt.Println("publishing") })
+		case "relay-die":
+			// The row kills its relay, as soon as it is published.
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
 		}
 		if err := b.publisher.Publish(topic, msgs...); err != nil {
 			return err
@@ -73,9 +84,12 @@ func TestChildProcess(t *testing.T) {
 		}
 		return nil
 	})
-	workers := 2
-	if role == "relay-pause" {
+	workers, maxAttempts := 2, 0
+	switch role {
+	case "relay-pause":
 		workers = 1 // exactly one batch is published and left unrecorded
+	case "relay-die":
+		workers, maxAttempts = 1, dieMaxAttempts
 	}
 	r, err := relay.New(pool, relay.Config{
 		// watermill-sql takes a batch in one INSERT: one call publishes
@@ -83,6 +97,7 @@ func TestChildProcess(t *testing.T) {
 		AtomicPublisher: true,
 		BatchSize:       10,
 		Lease:           childLease,
+		MaxAttempts:     maxAttempts,
 		Logger:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		PollInterval:    20 * time.Millisecond,
 		Publisher:       pub,
@@ -235,6 +250,46 @@ func TestRelayKilledBetweenPublishAndMarkCausesNoDoubleEffect(t *testing.T) {
 	for i := range 30 {
 		require.Equal(t, 1, payments[orderID(i)], orderID(i))
 	}
+}
+
+// A row whose publish kills its relay, every time, ends dead after
+// MaxAttempts relays died on it, instead of crash-looping: each relay,
+// SIGKILLed as it publishes, has sent its claim record before and never
+// reads the answer, and the next relay counts the lost attempt before it
+// publishes the row again.
+func TestARowThatKillsItsRelayEndsDead(t *testing.T) {
+	t.Parallel()
+	p := newProducer(t, "orders")
+	id := p.place(t, order{ID: orderID(0), Cents: 1}, "", true)
+	status := func() (status string, attempts int, errs int) {
+		require.NoError(t, p.pool.QueryRow(context.Background(), ident.Render(
+			`SELECT status, attempts, jsonb_array_length(errors) FROM /* schema */outbox WHERE id = $1`, p.schema), id).Scan(&status, &attempts, &errs))
+		return status, attempts, errs
+	}
+	dead := func() bool { s, _, _ := status(); return s == "dead" }
+	died := 0
+	for !dead() {
+		// A record counted late (still on its way when the next relay
+		// looked) costs a life more, never the count.
+		require.Less(t, died, 2*dieMaxAttempts, "the row still kills its relays after %d died publishing it:\n%s", died, sceneOf(t, p))
+		child := pgtest.StartChild(t, "TestChildProcess", "relay-die", "PGBOX_TEST_SCHEMA="+p.schema, "PGBOX_BROKER_SCHEMA="+p.schema,
+			"PGBOX_CHILD_APP="+childApp(p))
+		// It dies publishing the row, or finds it dead and lives on.
+		require.Eventually(t, func() bool { return child.Exited() || dead() }, time.Minute, 5*time.Millisecond,
+			"the relay neither published the row nor counted it dead:\n%s\nIts stderr:\n%s", sceneOf(t, p), child.Stderr())
+		if child.Exited() {
+			err := child.Wait(context.Background())
+			require.ErrorContains(t, err, "signal: killed", "the relay ended otherwise than killed publishing the row; its stderr:\n%s", child.Stderr())
+			died++
+		}
+		child.Kill()
+	}
+	s, attempts, errs := status()
+	require.Equal(t, "dead", s)
+	require.Equal(t, dieMaxAttempts, attempts, "each relay that died publishing the row counted one attempt:\n%s", sceneOf(t, p))
+	require.Equal(t, dieMaxAttempts, errs, "each lost attempt is in the row's history")
+	require.GreaterOrEqual(t, died, dieMaxAttempts)
+	t.Logf("%d relays died publishing the row", died)
 }
 
 // Three relay processes publish rows of many ordering keys, written by

@@ -116,6 +116,16 @@ func (c *Child) Wait(ctx context.Context) error {
 	}
 }
 
+// Exited reports whether the child has exited.
+func (c *Child) Exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Stderr returns what the child wrote on stderr so far.
 func (c *Child) Stderr() string {
 	c.mu.Lock()
