@@ -3,6 +3,8 @@ package bench
 import (
 	"cmp"
 	"context"
+	"errors"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -19,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/proccpu"
 	"github.com/pgbox/pgbox/kafka"
 	pgnatsjs "github.com/pgbox/pgbox/natsjs"
 	"github.com/pgbox/pgbox/outbox"
@@ -43,9 +46,30 @@ func loadOutbox(ctx context.Context, pool *pgxpool.Pool, out *outbox.Outbox, top
 	return nil
 }
 
-// waitOutboxDone waits until every outbox row is published.
+// waitOutboxDone waits until every outbox row is published: no row
+// pending (or running, as relays before schema version 12 marked them).
+//
+// The relay publishes rows in the pending index's order, so each look
+// starts at the row the last one found: read from the index's start, it
+// would pass the dead entries of every row published so far, at each
+// look, CPU the raw systems (which count their own rows) never spend. A
+// last look from the start makes sure.
 func waitOutboxDone(ctx context.Context, pool *pgxpool.Pool) error {
-	return waitNone(ctx, pool, "outbox", "status IN ('pending', 'running')")
+	next := `SELECT available_at, seq FROM bench_pgbox.outbox
+WHERE status = 'pending' AND (available_at, seq) >= ($1, $2) ORDER BY available_at, seq LIMIT 1`
+	at, seq := time.Time{}, int64(0)
+	for {
+		err := pool.QueryRow(ctx, next, at, seq).Scan(&at, &seq)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return waitNone(ctx, pool, "outbox", "status IN ('pending', 'running')")
+		}
+		if err != nil {
+			return err
+		}
+		if err := sleep(ctx, 2*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // newPublisher makes the publisher a relay case publishes through, on the
@@ -84,6 +108,7 @@ func (e *env) relayDrain(n int, newPub newPublisher, shape relayShape) func(cont
 		if err != nil {
 			return nil, err
 		}
+		cpu0 := readCPU()
 		start := time.Now()
 		if err := rel.Start(ctx); err != nil {
 			return nil, err
@@ -92,8 +117,30 @@ func (e *env) relayDrain(n int, newPub newPublisher, shape relayShape) func(cont
 		if err := waitOutboxDone(ctx, r.pool); err != nil {
 			return nil, err
 		}
-		return Figures{"msgs/s": float64(n) / time.Since(start).Seconds()}, nil
+		return cpu0.perMessage(Figures{"msgs/s": float64(n) / time.Since(start).Seconds()}, n), nil
 	}
+}
+
+// cpuSample is the CPU time used so far by the bench's process (the
+// relay's Go side, the broker's client, and an in-process broker) and by
+// every PostgreSQL process on this machine (0 if the server runs
+// elsewhere).
+type cpuSample struct{ process, postgres time.Duration }
+
+func readCPU() cpuSample {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return cpuSample{process: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), postgres: proccpu.AllPostgres()}
+}
+
+// perMessage adds to f the CPU time used since s per message, of n.
+func (s cpuSample) perMessage(f Figures, n int) Figures {
+	now := readCPU()
+	f["process CPU µs/msg"] = float64((now.process - s.process).Microseconds()) / float64(n)
+	if now.postgres > 0 {
+		f["PostgreSQL CPU µs/msg"] = float64((now.postgres - s.postgres).Microseconds()) / float64(n)
+	}
+	return f
 }
 
 // loadedOutbox makes the schema afresh, on a pool of conns connections,

@@ -88,6 +88,7 @@ func (e *env) rawRelay(n int, newRaw newRawPublisher) runFunc {
 		}
 		defer closePub()
 		var published atomic.Int64
+		cpu0 := readCPU()
 		start := time.Now()
 		g, gctx := errgroup.WithContext(ctx)
 		for range relay.WorkersDefault {
@@ -96,7 +97,7 @@ func (e *env) rawRelay(n int, newRaw newRawPublisher) runFunc {
 		if err := g.Wait(); err != nil {
 			return nil, err
 		}
-		return Figures{"msgs/s": float64(n) / time.Since(start).Seconds()}, nil
+		return cpu0.perMessage(Figures{"msgs/s": float64(n) / time.Since(start).Seconds()}, n), nil
 	}
 }
 
