@@ -144,7 +144,7 @@ func (b *testBundle) waitFor(t testing.TB, q string, args ...any) {
 	}, 30*time.Second, 10*time.Millisecond, "waiting for: %s", q)
 }
 
-func (b *testBundle) waitPublished(t *testing.T) {
+func (b *testBundle) waitPublished(t testing.TB) {
 	t.Helper()
 	b.waitFor(t, "SELECT NOT EXISTS (SELECT 1 FROM /* schema */outbox WHERE status IN ('pending', 'running'))")
 }
