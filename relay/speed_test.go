@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"strings"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/pgbox/pgbox/internal/outboxdrain"
 	"github.com/pgbox/pgbox/internal/proccpu"
 	"github.com/pgbox/pgbox/internal/tables"
 	"github.com/pgbox/pgbox/outbox"
@@ -69,7 +69,9 @@ func BenchmarkDrain(b *testing.B) {
 	}{
 		{"relay", func(b *testing.B, tb *testBundle, pub message.Publisher) {
 			tb.start(b, relay.Config{Publisher: pub})
-			waitDrained(b, tb)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			require.NoError(b, outboxdrain.Wait(ctx, tb.pool, tb.schema), "the relay did not publish every row")
 		}},
 		{"raw", func(b *testing.B, tb *testBundle, _ message.Publisher) {
 			q := tb.sql(rawPublishSQL)
@@ -149,27 +151,6 @@ func BenchmarkDrain(b *testing.B) {
 			b.Logf("load average: %s", strings.Join(strings.Fields(string(load))[:3], " "))
 		})
 	}
-}
-
-// waitDrained waits until the relay has published every row. The relay
-// publishes rows in the pending index's order, so each look starts at the
-// row the last one found: read from the index's start, every look would
-// pass the dead entries of every row published so far, CPU the plain
-// loops, which count their own rows, never spend. A last look from the
-// start makes sure.
-func waitDrained(b *testing.B, tb *testBundle) {
-	next := tb.sql(`SELECT available_at, seq FROM /* schema */outbox
-WHERE status = 'pending' AND (available_at, seq) >= ($1, $2) ORDER BY available_at, seq LIMIT 1`)
-	at, seq := time.Time{}, int64(0)
-	require.Eventually(b, func() bool {
-		err := tb.pool.QueryRow(context.Background(), next, at, seq).Scan(&at, &seq)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return true
-		}
-		require.NoError(b, err)
-		return false
-	}, time.Minute, 2*time.Millisecond, "the relay did not publish every row")
-	tb.waitPublished(b)
 }
 
 // goChannel returns a GoChannel publisher whose subscriber to "bench"

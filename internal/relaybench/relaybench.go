@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/outboxdrain"
 	"github.com/pgbox/pgbox/internal/pgtest"
-	"github.com/pgbox/pgbox/internal/tables"
 	"github.com/pgbox/pgbox/outbox"
 	"github.com/pgbox/pgbox/relay"
 )
@@ -48,11 +48,9 @@ func Run(b *testing.B, rows int, topic func(b *testing.B) string, systems ...Sys
 				b.StartTimer()
 				start := time.Now()
 				require.NoError(b, r.Start(context.Background()))
-				require.Eventually(b, func() bool {
-					var waiting bool
-					require.NoError(b, pool.QueryRow(context.Background(), ident.Render("SELECT EXISTS (SELECT 1 FROM /* schema */outbox WHERE status IN ("+tables.OutboxPending+", "+tables.OutboxRunning+"))", schema)).Scan(&waiting))
-					return !waiting
-				}, 5*time.Minute, 10*time.Millisecond)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				require.NoError(b, outboxdrain.Wait(ctx, pool, schema), "the relay did not publish every row")
+				cancel()
 				b.ReportMetric(float64(rows)/time.Since(start).Seconds(), "msgs/s")
 				require.NoError(b, r.Stop(context.Background()))
 			}

@@ -3,7 +3,6 @@ package bench
 import (
 	"cmp"
 	"context"
-	"errors"
 	"syscall"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/outboxdrain"
 	"github.com/pgbox/pgbox/internal/proccpu"
 	"github.com/pgbox/pgbox/kafka"
 	pgnatsjs "github.com/pgbox/pgbox/natsjs"
@@ -46,30 +46,10 @@ func loadOutbox(ctx context.Context, pool *pgxpool.Pool, out *outbox.Outbox, top
 	return nil
 }
 
-// waitOutboxDone waits until every outbox row is published: no row
-// pending (or running, as relays before schema version 12 marked them).
-//
-// The relay publishes rows in the pending index's order, so each look
-// starts at the row the last one found: read from the index's start, it
-// would pass the dead entries of every row published so far, at each
-// look, CPU the raw systems (which count their own rows) never spend. A
-// last look from the start makes sure.
+// waitOutboxDone waits until every outbox row is published
+// (outboxdrain.Wait).
 func waitOutboxDone(ctx context.Context, pool *pgxpool.Pool) error {
-	next := `SELECT available_at, seq FROM bench_pgbox.outbox
-WHERE status = 'pending' AND (available_at, seq) >= ($1, $2) ORDER BY available_at, seq LIMIT 1`
-	at, seq := time.Time{}, int64(0)
-	for {
-		err := pool.QueryRow(ctx, next, at, seq).Scan(&at, &seq)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return waitNone(ctx, pool, "outbox", "status IN ('pending', 'running')")
-		}
-		if err != nil {
-			return err
-		}
-		if err := sleep(ctx, 2*time.Millisecond); err != nil {
-			return err
-		}
-	}
+	return outboxdrain.Wait(ctx, pool, pgboxSchemaName)
 }
 
 // newPublisher makes the publisher a relay case publishes through, on the
