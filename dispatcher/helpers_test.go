@@ -14,6 +14,7 @@ import (
 	"github.com/pgbox/pgbox/dispatcher"
 	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/logtest"
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
 
@@ -99,7 +100,7 @@ func (b *testBundle) config(t *testing.T, cfg dispatcher.Config) dispatcher.Conf
 		cfg.RetryBackoffFunc = func(int) time.Duration { return 10 * time.Millisecond }
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cfg.Logger = slog.New(slog.NewTextHandler(logtest.Output(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	return cfg
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgbox/pgbox/idempotency"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/logtest"
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
 
@@ -47,7 +48,7 @@ func (b *testBundle) middleware(t *testing.T, cfg idempotency.Config) *idempoten
 	t.Helper()
 	cfg.Schema = b.schema
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cfg.Logger = slog.New(slog.NewTextHandler(logtest.Output(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	m, err := idempotency.New(b.pool, cfg)
 	require.NoError(t, err)

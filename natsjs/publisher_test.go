@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/logtest"
 	"github.com/pgbox/pgbox/internal/natstest"
 	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/natsjs"
@@ -139,7 +140,7 @@ func TestRelayRecordsEachRowsOutcome(t *testing.T) {
 	}))
 
 	r, err := relay.New(pool, relay.Config{Publisher: newPublisher(t, nc), Schema: schema, MaxAttempts: 1,
-		PollOnly: true, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		PollOnly: true, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logtest.Output(t), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, r.Stop(ctx)) })

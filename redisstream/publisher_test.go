@@ -17,6 +17,7 @@ import (
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/brokertest"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/logtest"
 	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/outbox"
 	"github.com/pgbox/pgbox/redisstream"
@@ -231,7 +232,7 @@ func TestRelayPublishesEachRowOnceInKeyOrder(t *testing.T) {
 	}
 
 	r, err := relay.New(pool, relay.Config{Publisher: newPublisher(t, rdb, redisstream.PublisherConfig{}), Schema: schema,
-		PollOnly: true, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		PollOnly: true, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logtest.Output(t), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, r.Stop(ctx)) })

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/logtest"
 	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/internal/telemetry/telemetrytest"
 	"github.com/pgbox/pgbox/outbox"
@@ -123,7 +124,7 @@ func (b *testBundle) newRelay(t testing.TB, cfg relay.Config) *relay.Relay {
 		cfg.RetryBackoffFunc = func(int) time.Duration { return 10 * time.Millisecond }
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cfg.Logger = slog.New(slog.NewTextHandler(logtest.Output(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	r, err := relay.New(b.pool, cfg)
 	require.NoError(t, err)

@@ -4,6 +4,7 @@ package scripts_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,12 +50,24 @@ func TestPgShMovesTheClusterWhereThePostgresUserReaches(t *testing.T) {
 	}
 	pgsh := func(t *testing.T, arg string) (stdout, stderr string) {
 		t.Helper()
-		cmd := exec.Command(filepath.Join(clone, "scripts", "pg.sh"), arg)
-		cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PGBOX_PG_DIR=") })
 		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		require.NoError(t, cmd.Run(), "pg.sh %s: %s", arg, errOut.String())
-		return out.String(), errOut.String()
+		// The copy was just written: a process another test forked
+		// meanwhile may hold it open for writing until it execs, and
+		// exec then fails with ETXTBSY (golang/go#22315). That ends, so
+		// start again until it has, for a while.
+		for busySince := time.Now(); ; {
+			cmd := exec.Command(filepath.Join(clone, "scripts", "pg.sh"), arg)
+			cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PGBOX_PG_DIR=") })
+			out.Reset()
+			errOut.Reset()
+			cmd.Stdout, cmd.Stderr = &out, &errOut
+			err := cmd.Run()
+			if errors.Is(err, syscall.ETXTBSY) && time.Since(busySince) < 10*time.Second {
+				continue
+			}
+			require.NoError(t, err, "pg.sh %s: %s", arg, errOut.String())
+			return out.String(), errOut.String()
+		}
 	}
 	t.Cleanup(func() { pgsh(t, "down") })
 

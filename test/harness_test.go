@@ -31,6 +31,7 @@ import (
 	"github.com/pgbox/pgbox/dispatcher"
 	"github.com/pgbox/pgbox/inbox"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/logtest"
 	"github.com/pgbox/pgbox/internal/natstest"
 	"github.com/pgbox/pgbox/internal/pgtest"
 	"github.com/pgbox/pgbox/outbox"
@@ -53,7 +54,7 @@ type broker struct {
 }
 
 func watermillLogger(t testing.TB) watermill.LoggerAdapter {
-	return watermill.NewSlogLogger(slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	return watermill.NewSlogLogger(slog.New(slog.NewTextHandler(logtest.Output(t), &slog.HandlerOptions{Level: slog.LevelWarn})))
 }
 
 // sqlBroker is Watermill's PostgreSQL Pub/Sub (watermill-sql) in schema:
@@ -185,7 +186,7 @@ func (p *producer) place(t testing.TB, o order, key string, commit bool) uuid.UU
 func (p *producer) startRelay(t testing.TB, pub message.Publisher) {
 	t.Helper()
 	p.startRelayWith(t, relay.Config{
-		Logger:    slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:    slog.New(slog.NewTextHandler(logtest.Output(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Publisher: pub,
 	})
 }
@@ -256,7 +257,7 @@ func startConsumer(t testing.TB, b broker) *consumer {
 		Inbox:            c.inbox,
 		ListenConnConfig: pgtest.ListenConnConfig(t),
 		PollInterval:     20 * time.Millisecond,
-		Logger:           slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:           slog.New(slog.NewTextHandler(logtest.Output(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Handlers: map[string]dispatcher.Handler{
 			"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
 				var o order

@@ -46,7 +46,7 @@ func TestKafka(t *testing.T) {
 	p := newProducer(t, topic)
 	c := startConsumer(t, kb)
 
-	quiet := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	quiet := slog.New(slog.NewTextHandler(logtest.Output(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	customer := func(i int) string { return fmt.Sprintf("customer-%02d", i%customers) }
 	first := p.startRelayWith(t, relay.Config{Logger: quiet, Publisher: pub})
 	for i := range orders / 2 {
@@ -156,7 +156,7 @@ func TestKafkaRepublishIsDedupedByOutboxID(t *testing.T) {
 	for i := 0; i < orders; i += 3 {
 		pub.lose[ids[i]], again[ids[i]] = true, true
 	}
-	quiet := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
+	quiet := slog.New(slog.NewTextHandler(logtest.Output(t), &slog.HandlerOptions{Level: slog.LevelError}))
 	p.startRelayWith(t, relay.Config{Logger: quiet, Publisher: pub})
 	waitPublished(t, p)
 	c.waitSettled(t, 2*int64(orders+len(again)), orders) // each delivery twice (Duplicator)

@@ -46,7 +46,7 @@ func sqsBroker(t *testing.T, url, queue string, visibility time.Duration, cfg sq
 	pub, err := sqs.NewPublisher(sqs.PublisherConfig{Client: client})
 	require.NoError(t, err)
 	cfg.Client = client
-	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Logger = slog.New(slog.NewTextHandler(logtest.Output(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	sub, err := sqs.NewSubscriber(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close(); _ = sub.Close() })
@@ -71,7 +71,7 @@ func runSQSRepublish(t *testing.T, url string) {
 		pub.lose[ids[i]] = true
 		again++
 	}
-	quiet := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
+	quiet := slog.New(slog.NewTextHandler(logtest.Output(t), &slog.HandlerOptions{Level: slog.LevelError}))
 	p.startRelayWith(t, relay.Config{Logger: quiet, Publisher: pub})
 	waitPublished(t, p)
 	client := sqstest.Client(url)

@@ -5,9 +5,11 @@ package logtest
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
+	"testing"
 )
 
 // Recorder is a slog.Handler that keeps every record. The zero value is
@@ -59,4 +61,38 @@ func (l *Recorder) Records(level slog.Level, s string) []slog.Record {
 		}
 	}
 	return out
+}
+
+// Output returns the test's output (t.Output()) for the logger of a
+// component whose goroutines may outlive the test, as a Watermill
+// subscriber's reads go on for a moment after Close: what is written once
+// the test's cleanup has run is dropped. Written to a test that has ended,
+// it would race with the testing package's own bookkeeping, which the race
+// detector reports as a failure of whatever test runs then. Call it before
+// making the component, so that its Close, a cleanup registered later,
+// runs first.
+func Output(t testing.TB) io.Writer {
+	o := &output{w: t.Output()}
+	t.Cleanup(func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.ended = true
+	})
+	return o
+}
+
+// output is Output's writer.
+type output struct {
+	mu    sync.Mutex
+	w     io.Writer
+	ended bool
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ended {
+		return len(p), nil
+	}
+	return o.w.Write(p)
 }
