@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,6 +79,8 @@ func TestRowsBeingPublishedHoldNoLease(t *testing.T) {
 			return nil
 		}},
 	})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) }) // before the relay's Stop, should the test fail
 	ids := b.write(t, outbox.Message{Topic: "t", EventType: "E", Payload: []byte("1")},
 		outbox.Message{Topic: "t", EventType: "E", Payload: []byte("2")})
 	<-publishing
@@ -87,12 +90,16 @@ func TestRowsBeingPublishedHoldNoLease(t *testing.T) {
 	require.Zero(t, p.Leases)
 	var pending int
 	var claimed []string
-	require.NoError(t, b.pool.QueryRow(context.Background(), b.sql(`
-		SELECT (SELECT count(*) FROM /* schema */outbox WHERE status = 'pending'),
-		       (SELECT array_agg(id::text ORDER BY id) FROM /* schema */outbox_claims, unnest(ids) AS id)`)).Scan(&pending, &claimed))
+	// The record was sent before the publish; its answer is read after.
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.pool.QueryRow(context.Background(), b.sql(`
+			SELECT (SELECT count(*) FROM /* schema */outbox WHERE status = 'pending'),
+			       (SELECT array_agg(id::text ORDER BY id) FROM /* schema */outbox_claims, unnest(ids) AS id)`)).Scan(&pending, &claimed))
+		return len(claimed) > 0
+	}, 10*time.Second, time.Millisecond, "the batch being published has no claim record")
 	require.Equal(t, 2, pending, "both rows are pending while they are published")
-	require.Equal(t, strs(ids), claimed, "both rows were claimed in one batch, recorded before they were published")
-	close(release)
+	require.Equal(t, strs(ids), claimed, "both rows were claimed in one batch, and its record names them while they are published")
+	releaseOnce.Do(func() { close(release) })
 	b.waitPublished(t)
 	b.waitFor(t, "SELECT NOT EXISTS (SELECT 1 FROM /* schema */outbox_claims)")
 }
