@@ -203,7 +203,8 @@ type Config struct {
 
 	// Workers is how many batches are published at once. Each holds a
 	// connection of the pool for its length, and records its claim through
-	// a small pool the relay opens for that (at most Workers connections).
+	// a small pool the relay opens for that (at most Workers connections,
+	// each held while its batch is published).
 	// Defaults to WorkersDefault (2).
 	Workers int
 }
