@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgbox/pgbox"
+	"github.com/pgbox/pgbox/internal/frontier"
 )
 
 // leaseExpiredError is recorded for a leased attempt whose worker never
@@ -26,20 +27,26 @@ const lostBatchError = "the attempt's batch transaction never committed: the wor
 // skip alone. Messages the claim marked dead (their lease expired on their
 // last attempt) are only logged.
 func (d *Dispatcher) claim(ctx context.Context, tx pgx.Tx, token int64, mayRescue bool, skip []string) (*batch, error) {
-	// The claim and, in the same round trip, the end of claimPlanning.
+	// The claim and, in the same round trip, the oldest transaction open
+	// as it begins (for the frontier) and the end of claimPlanning.
 	from := d.frontier.Next(time.Now())
 	var q pgx.Batch
+	q.Queue(frontier.OpenSinceSQL)
 	q.Queue(d.q.claim, d.consumer, token, d.leasedTypes, d.cfg.Lease.Milliseconds(), mayRescue, leaseExpiredError, skip, from)
 	for _, reset := range claimPlanned {
 		q.Queue(reset)
 	}
 	results := tx.SendBatch(ctx, &q)
 	defer results.Close()
+	var openSince *time.Time
+	if err := results.QueryRow().Scan(&openSince); err != nil {
+		return nil, fmt.Errorf("claim: look for open transactions: %w", err)
+	}
 	b, err := d.readClaim(ctx, results)
 	if err != nil {
 		return nil, err
 	}
-	d.frontier.Took(from, b.oldest)
+	d.frontier.Took(from, b.oldest, openSince)
 	b.token = token
 	for range claimPlanned {
 		if _, err := results.Exec(); err != nil {

@@ -18,3 +18,7 @@ func SetAfterClaimHook(d *Dispatcher, fn func(ids []string)) { d.hooks.afterClai
 func SetFrontier(d *Dispatcher, margin, fullEvery time.Duration) {
 	d.frontier = frontier.New(margin, fullEvery)
 }
+
+// NextClaimFrom returns where d's next claim would start in the pending
+// index (see package frontier): nil for its start. It spends a rewind.
+func NextClaimFrom(d *Dispatcher) *time.Time { return d.frontier.Next(time.Now()) }

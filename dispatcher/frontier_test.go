@@ -49,6 +49,51 @@ func TestALateMessageIsClaimedByAFullClaim(t *testing.T) {
 	require.Equal(t, map[string]int{"early-1": 1, "early-2": 1, "late": 1}, b.effects(t))
 }
 
+// The claims' frontier stays behind a transaction still open, so that its
+// message, older than the ones handled meanwhile, is handled once
+// committed without waiting for a full claim (none comes within the hour
+// here); and once no transaction that old is open, the frontier moves up
+// to the messages claimed, however wide the margin allowed (an hour).
+func TestTheFrontierWaitsForOpenTransactionsOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	d := b.newDispatcher(t, dispatcher.Config{
+		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(b.recordEffect)},
+	})
+	dispatcher.SetFrontier(d, time.Hour, time.Hour)
+	require.NoError(t, d.Start(ctx))
+	handled := func(id string) {
+		b.waitFor(t, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM /* schema */effects WHERE message_id = '%s')", id))
+	}
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = b.inbox.ReceiveTx(ctx, tx, inbox.Message{ID: "late", EventType: "OrderPlaced", Payload: []byte("late")})
+	require.NoError(t, err)
+	var late time.Time
+	require.NoError(t, tx.QueryRow(ctx, "SELECT now()").Scan(&late))
+	b.receive(t, "early")
+	handled("early")
+	from := dispatcher.NextClaimFrom(d)
+	require.NotNil(t, from)
+	require.False(t, from.After(late), "the frontier (%s) is behind the transaction still open (%s)", from, late)
+	require.NoError(t, tx.Commit(ctx))
+	handled("late")
+
+	b.receive(t, "last")
+	handled("last")
+	var last time.Time
+	b.scalar(t, &last, "SELECT available_at FROM /* schema */inbox WHERE message_id = 'last'")
+	from = dispatcher.NextClaimFrom(d)
+	require.NotNil(t, from)
+	require.False(t, from.After(last), "the frontier (%s) is not past the message claimed (%s)", from, last)
+	// Other tests' transactions in the database may hold it back, but not
+	// for anything like the margin.
+	require.True(t, from.After(last.Add(-10*time.Minute)), "the frontier (%s) stays the margin behind the message claimed (%s)", from, last)
+}
+
 // An ordering key's backlog, older than the frontier, is not held back by
 // it: each of the key's messages becomes claimable only when the one
 // before it is done, by which time the claims of other messages have moved

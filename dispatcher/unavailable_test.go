@@ -214,9 +214,11 @@ func TestADependencyDownForeverKeepsProbing(t *testing.T) {
 	require.NoError(t, err)
 	var calls atomic.Int64
 	// Probes come further apart than the stall timeout once the backoff is
-	// capped, so that the watchdog looks between them.
-	const stallTimeout, capped = 300 * time.Millisecond, 600 * time.Millisecond
-	probes := &probeLog{wait: func(probe int) time.Duration { return min(time.Duration(probe)*100*time.Millisecond, capped) }}
+	// capped, so that the watchdog looks between them. The window is well
+	// above a probe's time on a loaded machine: a probe that takes the
+	// whole window is a stall, rightly, but not this one.
+	const stallTimeout, capped = time.Second, 1500 * time.Millisecond
+	probes := &probeLog{wait: func(probe int) time.Duration { return min(time.Duration(probe)*capped/6, capped) }}
 	looks, traceLooks := statements(dueMarker)
 	logs := &logtest.Recorder{}
 	d, err := dispatcher.New(pgtest.TracedPool(t, b.pool, traceLooks), b.config(t, dispatcher.Config{

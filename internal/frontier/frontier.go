@@ -11,10 +11,21 @@
 //
 // A row can still turn pending behind it: written in a transaction that
 // began before the frontier (its available_at is the transaction's start)
-// and committed after; or left pending by a claim that rolled back. The
-// first claim after the full-claim interval reads the index from its
-// start, takes such rows, and sets the frontier anew; so they wait that
-// long more at most, or until the next poll when the claimer is idle.
+// and committed after; or left pending by a claim that rolled back. So
+// the frontier is the later of the oldest row taken less Margin, and the
+// start of the oldest transaction open as the claim began
+// (OpenSinceSQL) less Slack, but never past the oldest row taken: a row
+// of a transaction open at the claim is found by the next one. Where the
+// open transactions cannot all be seen, the frontier stays the whole
+// margin behind. Any other late row (of a transaction open longer than
+// the margin, or one that took its start time more than Slack before the
+// server showed it open, or left by a rollback, or dated in the past by
+// hand) is found by the first claim after the full-claim interval, which
+// reads the index from its start and sets the frontier anew; so such
+// rows wait that long more at most, or until the next poll when the
+// claimer is idle. A fixed margin alone would make every claim step over
+// a margin's worth of rows already claimed: over a backlog, tens of
+// thousands of index entries a claim (docs/design.md).
 //
 // A row with an ordering key can be claimed only once the row before it
 // on its key is done; meanwhile the claims of other rows move the frontier
@@ -37,10 +48,36 @@ import (
 	"time"
 )
 
+// OpenSinceSQL returns when the oldest transaction open in the database
+// began, among its sessions that run as a role (clients and background
+// workers, the claimer's own included; not autovacuum, nor walsenders);
+// NULL if a transaction there may be older than any it can see: a session
+// it cannot see (another role's, to a role without pg_read_all_stats), a
+// session that does not report its transactions (track_activities off),
+// or a prepared transaction; and NULL in a transaction above READ
+// COMMITTED, whose snapshot is taken before the sessions are read. Run it
+// in the claim's transaction, before the claim: a transaction whose rows
+// the claim cannot see is then open as the sessions are read (or began
+// after), the server reading them once a transaction.
+const OpenSinceSQL = `
+SELECT CASE WHEN bool_and(a.backend_type IS NOT NULL AND a.state IS DISTINCT FROM 'disabled')
+             AND NOT EXISTS (SELECT 1 FROM pg_prepared_xacts WHERE database = current_database())
+             AND current_setting('transaction_isolation') = 'read committed'
+       THEN min(a.xact_start) END
+FROM pg_stat_get_activity(NULL) AS a
+WHERE a.datid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND a.usesysid IS NOT NULL
+  AND a.backend_type IS DISTINCT FROM 'walsender'`
+
 const (
-	// Margin is how far behind the oldest row claimed the frontier stays,
-	// for rows written in transactions that began a little before it.
+	// Margin is how far behind the oldest row claimed the frontier stays
+	// at most, for rows written in transactions that began before it; all
+	// of it where the open transactions cannot be seen.
 	Margin = time.Second
+	// Slack is how far behind the start of the oldest transaction open
+	// at a claim the frontier stays: a transaction takes its start time a
+	// moment before the server shows it open.
+	Slack = 50 * time.Millisecond
 	// FullEvery is how often at least one claim reads the index from its
 	// start.
 	FullEvery = time.Second
@@ -84,13 +121,23 @@ func (f *Frontier) Next(now time.Time) *time.Time {
 }
 
 // Took records the oldest available_at among the fresh rows a claim that
-// started at start (Next's) took, nil if it took none. A full claim saw
-// every pending row, so it sets the frontier; any other only moves it on.
-func (f *Frontier) Took(start, oldest *time.Time) {
+// started at start (Next's) took, nil if it took none, and when the
+// oldest transaction open as it began had begun (OpenSinceSQL), nil if
+// that could not be seen. A full claim saw every pending row, so it sets
+// the frontier; any other only moves it on.
+func (f *Frontier) Took(start, oldest, openSince *time.Time) {
 	if oldest == nil {
 		return
 	}
 	from := oldest.Add(-f.margin)
+	if openSince != nil { // as far back as the oldest open transaction, within the margin
+		if late := openSince.Add(-Slack); late.After(from) {
+			from = late
+		}
+		if oldest.Before(from) {
+			from = *oldest
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if start == nil || from.After(f.from) {

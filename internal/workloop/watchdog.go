@@ -42,7 +42,7 @@ type watchdog struct {
 	claims    int               // claims made since progress
 	rows      int               // rows they took
 	claimedAt time.Time         // when the first of them that took rows ran; zero if none
-	claimErr  error             // the last claim's error since progress, if it failed
+	claimErr  error             // since progress, the error of the last claim that failed or took rows; nil if that one succeeded
 	busy      map[int]time.Time // when each worker inside a Batch entered it
 	stalled   error             // why the loop is stalled; nil if it is not
 	since     time.Time         // when it was found stalled
@@ -84,7 +84,12 @@ func (s *Service) batchEnded(i, claimed int, err error) {
 	}
 	w.claims++
 	w.rows += claimed
-	w.claimErr = err
+	// A claim that took nothing and did not fail says nothing of the
+	// rows waiting (another worker's claim may hold them): it keeps the
+	// cause a failed claim gave.
+	if err != nil || claimed > 0 {
+		w.claimErr = err
+	}
 	if claimed > 0 && w.claimedAt.IsZero() {
 		w.claimedAt = start
 	}
