@@ -108,6 +108,7 @@ func (r *Relay) runBatch() (int, error) {
 		}
 	}
 	rd := &round{
+		conn:     b.conn,
 		epoch:    epoch,
 		deadline: claimed.Add(r.cfg.Lease * 3 / 4),
 		held:     map[string]bool{},
@@ -117,6 +118,11 @@ func (r *Relay) runBatch() (int, error) {
 		r.publishGroup(rd, group)
 	}
 	outcomes, charge := r.settle(rd)
+	if rd.txLost {
+		// Nothing of it can be recorded (see complete): end it now rather
+		// than try.
+		b.rollback()
+	}
 	// A record that failed leaves the outcomes to be recorded all the
 	// same: the batch transaction's row locks fence them (completeSQL).
 	recErr := r.recorded(rec)
@@ -135,10 +141,13 @@ func (r *Relay) runBatch() (int, error) {
 // batch is what one claim took, and the connection whose transaction
 // holds it.
 type batch struct {
-	conn  *pgxpool.Conn // in the batch transaction; nil once it has ended
-	xid   string        // the transaction's id
-	rows  []*row
-	stale bool // lost attempts wait to be counted (staleClaimsSQL)
+	conn *pgxpool.Conn // in the batch transaction; nil once it has ended
+	xid  string        // the transaction's id
+	rows []*row
+	// statementTimeout is the session's statement_timeout, restored by
+	// the completion (completePlanning).
+	statementTimeout string
+	stale            bool // lost attempts wait to be counted (staleClaimsSQL)
 }
 
 // rollback ends b's transaction, if it is still open, without writing,
@@ -190,6 +199,8 @@ type round struct {
 	// lets another relay publish the rows again: no call starts unless its
 	// PublishTimeout ends by then.
 	deadline time.Time
+	conn     *pgxpool.Conn   // in the batch transaction: a TxPublisher's
+	txLost   bool            // a TxPublisher's statement left the batch transaction unusable: publish no more
 	epoch    int             // the outage tracker's, when the round began
 	down     error           // a publish found the broker unreachable: publish no more
 	held     map[string]bool // ordering keys with a row not published this round
@@ -237,13 +248,18 @@ func (rd *round) hold(rw *row) {
 // group then goes in one call, and only a call refused for a reason of the
 // messages' own is made again row by row, so that the row the broker
 // refuses fails alone. A ResultPublisher, which reports each message's
-// result, gets the group in one call instead (publishResults).
+// result, gets the group in one call instead (publishResults); a
+// TxPublisher's statement runs in the batch transaction (publishInTx).
 //
 // Per-key order: the claim takes only the head of each key, so a batch
 // holds at most one row per key. Should it hold more, a row whose key has
 // an earlier row not published this round is handed back unpublished,
 // never sent after it.
 func (r *Relay) publishGroup(rd *round, group []*row) {
+	if tp, ok := r.cfg.Publisher.(TxPublisher); ok {
+		r.publishInTx(rd, tp, group)
+		return
+	}
 	if rp, ok := r.cfg.Publisher.(ResultPublisher); ok {
 		r.publishResults(rd, rp, group)
 		return
@@ -497,29 +513,37 @@ func (r *Relay) claim() (*batch, error) {
 // rows into b, and whether lost attempts wait to be counted.
 func (r *Relay) readClaim(ctx context.Context, b *batch, from *time.Time) (err error) {
 	var q pgx.Batch
-	for _, begin := range r.q.begin {
-		q.Queue(begin)
-	}
+	q.Queue("BEGIN")
+	q.Queue(r.q.openSince)
 	q.Queue(r.q.claim, r.cfg.BatchSize, from)
-	q.Queue(xidSQL)
 	q.Queue(r.q.staleClaims, r.held.List())
+	_, inTx := r.cfg.Publisher.(TxPublisher)
+	if inTx {
+		q.Queue(publishTimeoutSQL, fmt.Sprint(max(1, r.cfg.PublishTimeout.Milliseconds())))
+		q.Queue("SAVEPOINT " + publishSavepoint) // the first statement's (execPublish)
+	}
 	results := b.conn.SendBatch(ctx, &q)
 	defer func() {
 		if cerr := results.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("claim: %w", cerr)
 		}
 	}()
-	for range r.q.begin {
-		if _, err := results.Exec(); err != nil {
-			return fmt.Errorf("claim: begin: %w", err)
-		}
+	if _, err := results.Exec(); err != nil {
+		return fmt.Errorf("claim: begin: %w", err)
 	}
-	if err := r.readRows(b, results, from); err != nil {
+	var (
+		openSince *time.Time
+		timeout   string
+	)
+	if err := results.QueryRow().Scan(&openSince, &timeout, &b.statementTimeout); err != nil {
+		return fmt.Errorf("claim: look for open transactions: %w", err)
+	}
+	if err := r.readRows(b, results, from, openSince); err != nil {
 		return err
 	}
 	var xid *string
-	if err := results.QueryRow().Scan(&xid); err != nil {
-		return fmt.Errorf("claim: %w", err)
+	if err := results.QueryRow().Scan(&xid, &b.stale); err != nil {
+		return fmt.Errorf("claim: look for lost attempts: %w", err)
 	}
 	if len(b.rows) > 0 && xid == nil {
 		return fmt.Errorf("claim: the batch transaction has no id, having locked %d rows", len(b.rows))
@@ -527,15 +551,20 @@ func (r *Relay) readClaim(ctx context.Context, b *batch, from *time.Time) (err e
 	if xid != nil {
 		b.xid = *xid
 	}
-	if err := results.QueryRow().Scan(&b.stale); err != nil {
-		return fmt.Errorf("claim: look for lost attempts: %w", err)
+	if inTx {
+		for range 2 {
+			if _, err := results.Exec(); err != nil {
+				return fmt.Errorf("claim: bound the publish's statements and make its savepoint: %w", err)
+			}
+		}
 	}
 	return nil
 }
 
 // readRows reads the claim's rows into b, and moves the frontier on past
-// them.
-func (r *Relay) readRows(b *batch, results pgx.BatchResults, from *time.Time) error {
+// them, as far as the oldest transaction open as the claim began allows
+// (openSince).
+func (r *Relay) readRows(b *batch, results pgx.BatchResults, from, openSince *time.Time) error {
 	rows, err := results.Query()
 	if err != nil {
 		return fmt.Errorf("claim: %w", err)
@@ -570,7 +599,7 @@ func (r *Relay) readRows(b *batch, results pgx.BatchResults, from *time.Time) er
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("claim: %w", err)
 	}
-	r.frontier.Took(from, oldest)
+	r.frontier.Took(from, oldest, openSince)
 	return nil
 }
 
@@ -816,7 +845,9 @@ func newCompletionArgs(outcomes []outcome, claimed func(uuid.UUID) *row) complet
 // recording anything twice, or over another relay's). Only Stop's
 // deadline makes it give up; the batch is then lost, its rows published
 // again, which consumers dedupe, and its attempt counted by the relay
-// that reconciles it.
+// that reconciles it. A TxPublisher's messages end with the batch
+// transaction: once it is cut, nothing of the batch is recorded, and it
+// is lost the same way.
 func (r *Relay) complete(b *batch, outcomes []outcome) bool {
 	claimed := make(map[uuid.UUID]*row, len(b.rows))
 	for _, rw := range b.rows {
@@ -824,10 +855,22 @@ func (r *Relay) complete(b *batch, outcomes []outcome) bool {
 	}
 	a := newCompletionArgs(outcomes, func(id uuid.UUID) *row { return claimed[id] })
 	var recorded int
+	_, inTx := r.cfg.Publisher.(TxPublisher)
+	lost := false
 	err := r.loop.Record("publish outcomes", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
 		defer cancel()
 		var q pgx.Batch
+		if b.conn == nil && inTx {
+			// The messages were written in the batch transaction, and went
+			// with it: nothing was published. Let go of the batch before
+			// claiming resumes, so that the next claim finds its attempt
+			// lost and counts it (reconcile) before the rows are
+			// published again.
+			r.held.Drop(b.xid)
+			lost = true
+			return nil
+		}
 		if b.conn == nil { // the batch transaction was cut: a transaction of its own
 			conn, err := r.pool.Acquire(ctx)
 			if err != nil {
@@ -838,9 +881,7 @@ func (r *Relay) complete(b *batch, outcomes []outcome) bool {
 				q.Queue(begin)
 			}
 		}
-		for _, set := range completePlanning {
-			q.Queue(set)
-		}
+		q.Queue(completePlanning, b.statementTimeout)
 		q.Queue("SAVEPOINT complete")
 		q.Queue(r.q.complete, b.xid, a.seqs, a.ctids, a.attempts, a.datedLo, a.datedHi, a.undatedLo, a.undatedHi,
 			a.xSeqs, a.xStatuses, a.xDelays, a.xRefunds, a.xErrs)
@@ -865,6 +906,11 @@ func (r *Relay) complete(b *batch, outcomes []outcome) bool {
 		r.deadRows(dead)
 		return nil
 	})
+	if lost {
+		r.cfg.Logger.Warn("relay: the batch transaction was cut before its commit was confirmed; if it did not commit, the messages written in it went with it, and its rows are published again, this attempt counted",
+			slog.Int("rows", len(outcomes)))
+		return false
+	}
 	if err == nil && recorded < len(outcomes) {
 		r.cfg.Logger.Warn("relay: some outcomes were not recorded because another relay had counted the batch as lost (its transaction was cut before it committed)",
 			slog.Int("rows", len(outcomes)), slog.Int("recorded", recorded))

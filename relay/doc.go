@@ -1,6 +1,7 @@
 // Package relay publishes committed outbox rows through any Watermill
-// publisher: watermill-sql on the same PostgreSQL (nothing else to run),
-// NATS JetStream, RabbitMQ (package rabbitmq), Kafka (package kafka).
+// publisher: watermill-sql on the same PostgreSQL (nothing else to run;
+// package watermillsql writes in the relay's own transaction), NATS
+// JetStream, RabbitMQ (package rabbitmq), Kafka (package kafka).
 //
 //	r, _ := relay.New(pool, relay.Config{Publisher: publisher})
 //	_ = r.Start(ctx)
@@ -10,8 +11,10 @@
 // transaction held open while they publish them topic by topic, one
 // message per Publish call (a topic's rows in one call with
 // Config.AtomicPublisher, or through a ResultPublisher, such as package
-// natsjs's or redisstream's, which reports each message's result), and
-// record each row's outcome in the same transaction: one write per row.
+// natsjs's or redisstream's, which reports each message's result, or in
+// one statement in the transaction itself through a TxPublisher, package
+// watermillsql's), and record each row's outcome in the same transaction:
+// one write per row.
 // The row locks keep other relays off the rows meanwhile. Several relays,
 // in one process or many, may run at once.
 //
@@ -56,6 +59,10 @@
 //     back uncharged and the next round probes at once: an outage if it
 //     reaches nothing, and the rows' own failure, charged, if the broker
 //     answers.
+//   - Through a TxPublisher (package watermillsql), a message is written
+//     in the transaction that records its row published: it is in its
+//     table once, even when the relay dies, and never without its row
+//     recorded.
 //   - A relay that has publishable rows and publishes none of them for
 //     Config.StallTimeout says so, whatever the cause: an error log naming
 //     what it waits on, StallErr, the pgbox.stalled gauge and a failing

@@ -20,3 +20,7 @@ func SetOutageRemindEvery(r *Relay, d time.Duration) {
 func SetFrontier(r *Relay, margin, fullEvery time.Duration) {
 	r.frontier = frontier.New(margin, fullEvery)
 }
+
+// NextClaimFrom returns where r's next claim would start in the pending
+// index (see package frontier): nil for its start. It spends a rewind.
+func NextClaimFrom(r *Relay) *time.Time { return r.frontier.Next(time.Now()) }

@@ -21,6 +21,12 @@ import (
 // fmt.Errorf("...: %w", relay.ErrBrokerUnreachable).
 var ErrBrokerUnreachable = errors.New("broker unreachable")
 
+// ErrPublisherClosed is the error pgbox's publishers return once closed.
+// It wraps ErrBrokerUnreachable: a relay left running on a closed
+// publisher holds its rows, uncharged, and reports an outage, rather than
+// spending their attempts.
+var ErrPublisherClosed = fmt.Errorf("the publisher is closed (stop the relay before closing its publisher): %w", ErrBrokerUnreachable)
+
 // IsUnreachable is the default Config.UnreachableFunc. It reports whether
 // err says the broker could not be reached, rather than that it refused the
 // messages: ErrBrokerUnreachable, an error with an Unreachable() bool

@@ -1,6 +1,9 @@
 package relay
 
-import "github.com/pgbox/pgbox/internal/tables"
+import (
+	"github.com/pgbox/pgbox/internal/frontier"
+	"github.com/pgbox/pgbox/internal/tables"
+)
 
 // The relay's SQL. "/* schema */" is replaced by the quoted schema name
 // when a Relay is created (ident.Render).
@@ -28,8 +31,17 @@ import "github.com/pgbox/pgbox/internal/tables"
 // ends three quarters into the lease (round.deadline).
 var beginBatch = []string{"BEGIN", "SET LOCAL idle_in_transaction_session_timeout = %d"}
 
+// openSinceSQL follows BEGIN in a claim's round trip: frontier.OpenSinceSQL
+// and beginBatch's idle timeout (%d, in milliseconds) in one statement,
+// where a pipeline takes one each; and the session's statement timeout,
+// which a TxPublisher's publishing shortens (publishTimeoutSQL) and the
+// completion restores (completePlanning).
+const openSinceSQL = `SELECT (` + frontier.OpenSinceSQL + `), set_config('idle_in_transaction_session_timeout', '%d', true),
+    current_setting('statement_timeout')`
+
 // completePlanning is how completeSQL is planned: set in its transaction,
-// in the same round trip, one statement each as a pipeline needs. With no
+// in the same round trip, in one statement (seven SET LOCALs would cost
+// the server seven: a pipeline takes one each). With no
 // scan left but TID probes, its plan reads the outbox by its rows' ctids
 // only, however small the planner thinks a partition; a plan left to
 // choose, made while today's partition was small, read it whole (its
@@ -39,12 +51,19 @@ var beginBatch = []string{"BEGIN", "SET LOCAL idle_in_transaction_session_timeou
 // outbox_claims (a few rows, no index) is costed as disabled, which would
 // put the plan past jit_above_cost: JIT compiling it took some 400 ms a
 // completion, hence jit off. The batch transaction runs nothing after it.
-var completePlanning = []string{
-	"SET LOCAL enable_seqscan = off", "SET LOCAL enable_bitmapscan = off",
-	"SET LOCAL enable_indexscan = off", "SET LOCAL enable_indexonlyscan = off",
-	"SET LOCAL enable_nestloop = off", "SET LOCAL enable_mergejoin = off",
-	"SET LOCAL jit = off",
-}
+// It also restores the session's statement timeout ($1), which a
+// TxPublisher's publishing shortens (publishTimeoutSQL).
+const completePlanning = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+    set_config('enable_indexscan', 'off', true), set_config('enable_indexonlyscan', 'off', true),
+    set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true),
+    set_config('jit', 'off', true), set_config('statement_timeout', $1, true)`
+
+// publishTimeoutSQL bounds each statement of a TxPublisher's publishing,
+// the batch transaction's from the claim on, by PublishTimeout ($1, in
+// milliseconds), until completePlanning restores the session's: a
+// statement that waits on a lock, as it runs or as pgx prepares it, is
+// ended by the server (execPublish).
+const publishTimeoutSQL = `SELECT set_config('statement_timeout', $1, true)`
 
 // claimSQL locks up to $1 outbox rows to publish, in the batch
 // transaction, and returns them. Rows are
@@ -65,7 +84,8 @@ var completePlanning = []string{
 // to once a keyed row is published. Each row's attempt is the one being
 // made: attempts + 1. Each comes with where it is (ctid, and bucket: its
 // partition), for completeSQL to find it again: a row locked by the
-// transaction cannot move. The transaction's id comes after, from xidSQL.
+// transaction cannot move. The transaction's id comes after, from
+// staleClaimsSQL.
 const claimSQL = `
 SELECT o.ctid::text, o.bucket, o.id, o.topic, o.event_type, coalesce(o.ordering_key, ''), o.payload, o.metadata, o.attempts + 1, o.seq, o.created_at, o.available_at
 FROM /* schema */outbox AS o
@@ -75,11 +95,6 @@ WHERE o.status = ` + tables.OutboxPending + `
 ORDER BY o.available_at, o.seq
 LIMIT $1
 FOR UPDATE SKIP LOCKED`
-
-// xidSQL returns the batch transaction's id, after the claim: NULL if the
-// claim took no row (and so wrote nothing: an idle claim takes no
-// transaction id).
-const xidSQL = `SELECT pg_current_xact_id_if_assigned()::text`
 
 // recordClaimSQL records that batch transaction $1 claimed rows $2 and is
 // about to publish them. It runs in a session of its own. The worker sends
@@ -113,7 +128,9 @@ INSERT INTO /* schema */outbox_claims (xid, ids)
 SELECT $1::text::xid8, $2::text[]::uuid[]
 FROM async`
 
-// staleClaimsSQL says whether lost attempts wait to be counted (see
+// staleClaimsSQL returns the batch transaction's id, NULL if the claim
+// took no row (and so wrote nothing: an idle claim takes no transaction
+// id), and whether lost attempts wait to be counted (see
 // reconcileSQL): a claim whose transaction aborted, but for the batches of
 // $1, which this process settles itself (see claimrec.Held), or a row an
 // older relay marked running whose lease expired.
@@ -128,7 +145,7 @@ FROM async`
 // looks too: the rows of lost attempts may be all there is (a row an older
 // relay left running is never claimed).
 const staleClaimsSQL = `
-SELECT EXISTS (
+SELECT pg_current_xact_id_if_assigned()::text, EXISTS (
     SELECT 1 FROM /* schema */outbox_claims
     WHERE pg_xact_status(xid) = 'aborted' AND xid <> ALL ($1::text[]::xid8[])
     UNION ALL

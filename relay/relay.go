@@ -52,7 +52,8 @@ type Config struct {
 	// with the earlier messages sent. Set wrongly, a failed call's
 	// messages that did go out are published again, which consumers
 	// dedupe. It does not apply to a ResultPublisher, whose calls carry a
-	// topic's rows of a batch anyway. Defaults to false.
+	// topic's rows of a batch anyway, nor to a TxPublisher. Defaults to
+	// false.
 	AtomicPublisher bool
 
 	// BatchSize is the most rows a worker claims and publishes at once.
@@ -150,7 +151,8 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 
 	// Publisher is where rows are published: any Watermill publisher
-	// (watermill-sql, with AtomicPublisher; NATS JetStream, through
+	// (watermill-sql, through package watermillsql, a TxPublisher, or
+	// watermill-sql's own with AtomicPublisher; NATS JetStream, through
 	// package natsjs, a ResultPublisher, for a batch per call; RabbitMQ
 	// through package rabbitmq; Redis Streams through package redisstream;
 	// Kafka with package kafka's marshaler).
@@ -311,8 +313,8 @@ type Relay struct {
 }
 
 type queries struct {
-	begin                                                             []string
-	charge, claim, complete, due, reconcile, recordClaim, staleClaims string
+	begin                                                                        []string
+	charge, claim, complete, due, openSince, reconcile, recordClaim, staleClaims string
 }
 
 // New returns a Relay. It checks the configuration but does not touch the
@@ -335,6 +337,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 			claim:       ident.Render(claimSQL, cfg.Schema),
 			complete:    ident.Render(completeSQL, cfg.Schema),
 			due:         ident.Render(dueSQL, cfg.Schema),
+			openSince:   fmt.Sprintf(openSinceSQL, cfg.Lease.Milliseconds()),
 			reconcile:   ident.Render(reconcileSQL, cfg.Schema),
 			recordClaim: ident.Render(recordClaimSQL, cfg.Schema),
 			staleClaims: ident.Render(staleClaimsSQL, cfg.Schema),

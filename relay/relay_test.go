@@ -296,6 +296,54 @@ func TestALateRowIsClaimedByAFullClaim(t *testing.T) {
 	require.Equal(t, append(strs(early), late.String()), pub.published())
 }
 
+// The claims' frontier stays behind a transaction still open, so that its
+// row, older than the rows published meanwhile, is published once
+// committed without waiting for a full claim (none comes within the hour
+// here); and once no transaction that old is open, the frontier moves up
+// to the rows claimed, however wide the margin allowed (an hour here): a
+// claim does not step over an hour of rows already published.
+func TestTheFrontierWaitsForOpenTransactionsOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	pub := &recorder{}
+	r := b.newRelay(t, relay.Config{Publisher: pub})
+	relay.SetFrontier(r, time.Hour, time.Hour)
+	require.NoError(t, r.Start(ctx))
+	availableAt := func(id uuid.UUID) (at time.Time) {
+		require.NoError(t, b.pool.QueryRow(ctx, b.sql("SELECT available_at FROM /* schema */outbox WHERE id = $1"), id).Scan(&at))
+		return at
+	}
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	late := uuid.Must(uuid.NewV7())
+	_, err = b.outbox.Write(ctx, tx, outbox.Message{ID: late, Topic: "t"})
+	require.NoError(t, err)
+	var lateAt time.Time
+	require.NoError(t, tx.QueryRow(ctx, "SELECT now()").Scan(&lateAt))
+	early := b.write(t, outbox.Message{ID: uuid.Must(uuid.NewV7()), Topic: "t"})
+	b.waitPublished(t)
+	require.True(t, lateAt.Before(availableAt(early[0])))
+	from := relay.NextClaimFrom(r)
+	require.NotNil(t, from)
+	require.False(t, from.After(lateAt), "the frontier (%s) is behind the transaction still open (%s)", from, lateAt)
+	require.NoError(t, tx.Commit(ctx))
+	b.waitPublished(t)
+	require.Equal(t, append(strs(early), late.String()), pub.published())
+
+	last := b.write(t, outbox.Message{ID: uuid.Must(uuid.NewV7()), Topic: "t"})
+	b.waitPublished(t)
+	lastAt := availableAt(last[0])
+	from = relay.NextClaimFrom(r)
+	require.NotNil(t, from)
+	require.False(t, from.After(lastAt), "the frontier (%s) is not past the row claimed (%s)", from, lastAt)
+	// Other tests' transactions in the database may hold it back, but not
+	// for anything like the margin.
+	require.True(t, from.After(lastAt.Add(-10*time.Minute)), "the frontier (%s) stays the margin behind the row claimed (%s)", from, lastAt)
+}
+
 // An ordering key's backlog, older than the frontier, is not held back by
 // it: each of the key's rows becomes claimable only when the one before it
 // is published, by which time the claims of other rows have moved the
