@@ -65,6 +65,9 @@ func TestPublisherResumesAnOrderingKeyAfterAFailure(t *testing.T) {
 	_, err = c.TopicAdminClient.CreateTopic(context.Background(), &pubsubpb.Topic{Name: "projects/pgbox/topics/late"})
 	require.NoError(t, err)
 	require.NoError(t, pub.Publish("late", keyed("customer-1")), "the key was resumed")
+
+	require.NoError(t, pub.Close())
+	require.ErrorIs(t, pub.Publish("late", keyed("customer-1")), relay.ErrPublisherClosed)
 }
 
 // While Pub/Sub cannot be reached, a publish fails within PublishTimeout

@@ -212,7 +212,7 @@ func (p *Publisher) topic(topic string) (*pubsub.Publisher, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, errors.New("googlepubsub: the publisher is closed")
+		return nil, fmt.Errorf("googlepubsub: %w", relay.ErrPublisherClosed)
 	}
 	t := p.topics[topic]
 	if t == nil {

@@ -85,3 +85,31 @@ func ExamplePublisher_PublishResults() {
 	fmt.Println(errs)
 	// Output: [<nil> <nil>]
 }
+
+// A relay given a FranzPublisher produces a batch's messages together on
+// a franz-go client and learns which ones Kafka took; here PublishResults
+// is called by hand. SaramaPartitioner keeps each key where Sarama's
+// producer put it, for a topic it wrote before. The broker is franz-go's
+// in-process kfake.
+func ExampleFranzPublisher() {
+	cluster, _ := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "orders"))
+	defer cluster.Close()
+	client, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RecordPartitioner(kafka.SaramaPartitioner()))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+	pub, err := kafka.NewFranzPublisher(kafka.FranzConfig{Client: client, Timeout: 10 * time.Second})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pub.Close()
+	// r, _ := relay.New(pool, relay.Config{Publisher: pub})
+	errs := pub.PublishResults("orders",
+		message.NewMessage("0192a8e6-7a50-7c1e-8f3e-000000000001", []byte(`{"order":1}`)),
+		message.NewMessage("0192a8e6-7a50-7c1e-8f3e-000000000002", []byte(`{"order":2}`)))
+	fmt.Println(errs)
+	// Output: [<nil> <nil>]
+}

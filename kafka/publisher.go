@@ -69,7 +69,7 @@ func (p *Publisher) PublishResults(topic string, msgs ...*message.Message) []err
 	errs := make([]error, len(msgs))
 	if p.closed.Load() {
 		for i := range errs {
-			errs[i] = errors.New("kafka: the publisher is closed")
+			errs[i] = fmt.Errorf("kafka: %w", relay.ErrPublisherClosed)
 		}
 		return errs
 	}

@@ -91,5 +91,5 @@ func TestPublishResultsPerMessage(t *testing.T) {
 	require.Equal(t, want, got)
 
 	require.NoError(t, pub.Close())
-	require.ErrorContains(t, pub.Publish(topic, message.NewMessage(uuid.NewString(), nil)), "closed")
+	require.ErrorIs(t, pub.Publish(topic, message.NewMessage(uuid.NewString(), nil)), relay.ErrPublisherClosed)
 }

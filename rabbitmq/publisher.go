@@ -346,7 +346,7 @@ func (p *Publisher) takeIdle() *channel {
 // none or the last one closed. p.mu must be held.
 func (p *Publisher) connection() (*amqp091.Connection, error) {
 	if p.closed {
-		return nil, errors.New("rabbitmq: the publisher is closed")
+		return nil, fmt.Errorf("rabbitmq: %w", relay.ErrPublisherClosed)
 	}
 	if p.conn != nil && !p.conn.IsClosed() {
 		return p.conn, nil
@@ -426,7 +426,7 @@ func (p *Publisher) failed(conn *amqp091.Connection, err error) error {
 	closed := p.closed
 	p.mu.Unlock()
 	if closed {
-		return fmt.Errorf("rabbitmq: the publisher is closed: %w", err)
+		return fmt.Errorf("rabbitmq: %w: %w", relay.ErrPublisherClosed, err)
 	}
 	if conn.IsClosed() && !relay.IsUnreachable(err) {
 		return fmt.Errorf("%w: %w", relay.ErrBrokerUnreachable, err)

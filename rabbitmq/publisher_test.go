@@ -128,7 +128,7 @@ func TestPublisherOutlivesOutages(t *testing.T) {
 	t.Logf("%s; %d messages queued", progress(), q.Messages)
 	require.GreaterOrEqual(t, int64(q.Messages), confirmed.Load(), "every confirmed message is kept")
 	require.NoError(t, pub.Close())
-	require.ErrorContains(t, pub.Publish(topic, message.NewMessage(uuid.NewString(), nil)), "closed")
+	require.ErrorIs(t, pub.Publish(topic, message.NewMessage(uuid.NewString(), nil)), relay.ErrPublisherClosed)
 }
 
 // later is a failure message made when it is printed.

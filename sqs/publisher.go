@@ -104,7 +104,7 @@ func (p *Publisher) PublishResults(topic string, msgs ...*message.Message) []err
 // closed). With no message it returns "".
 func (p *Publisher) queue(topic string, msgs []*message.Message) (string, error) {
 	if p.closed.Load() {
-		return "", errors.New("sqs: the publisher is closed")
+		return "", fmt.Errorf("sqs: %w", relay.ErrPublisherClosed)
 	}
 	if len(msgs) == 0 {
 		return "", nil

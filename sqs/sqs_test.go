@@ -130,7 +130,7 @@ func TestPublishErrors(t *testing.T) {
 	require.True(t, relay.IsUnreachable(err), "%v", err)
 
 	require.NoError(t, pub.Close())
-	require.ErrorContains(t, pub.Publish("orders", message.NewMessage(uuid.NewString(), []byte("{}"))), "closed")
+	require.ErrorIs(t, pub.Publish("orders", message.NewMessage(uuid.NewString(), []byte("{}"))), relay.ErrPublisherClosed)
 }
 
 // To a FIFO queue the publisher sends the outbox id as the

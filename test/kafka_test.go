@@ -32,17 +32,38 @@ import (
 // the leak check after the tests would report: the tests keep none.
 func init() { gometrics.UseNilMetrics = true }
 
-// Orders flow outbox → relay → Kafka → inbox → dispatcher through
-// watermill-kafka (sarama) against kfake, franz-go's in-process
-// Kafka-protocol broker, on a topic of 4 partitions, with the relay
-// replaced halfway: every order is paid once, each customer's orders are
-// paid in the order they were placed, each customer's records are on one
-// partition, and the customers spread over several.
+// Orders flow outbox → relay → Kafka → inbox → dispatcher against kfake,
+// franz-go's in-process Kafka-protocol broker, on a topic of 4
+// partitions, with the relay replaced halfway, published by
+// watermill-kafka's publisher (sarama) or by kafka.FranzPublisher, and
+// read by watermill-kafka's subscriber: every order is paid once, each
+// customer's orders are paid in the order they were placed, each
+// customer's records are on one partition, and the customers spread over
+// several.
 func TestKafka(t *testing.T) {
 	t.Parallel()
+	for name, publisher := range map[string]func(t *testing.T, kb broker, brokers []string) message.Publisher{
+		"watermill-kafka": func(_ *testing.T, kb broker, _ []string) message.Publisher { return kb.publisher },
+		"FranzPublisher": func(t *testing.T, _ broker, brokers []string) message.Publisher {
+			client, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+			require.NoError(t, err)
+			t.Cleanup(client.Close)
+			pub, err := kafka.NewFranzPublisher(kafka.FranzConfig{Client: client})
+			require.NoError(t, err)
+			return pub
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testKafkaOrders(t, publisher)
+		})
+	}
+}
+
+func testKafkaOrders(t *testing.T, publisher func(t *testing.T, kb broker, brokers []string) message.Publisher) {
 	const topic, partitions, customers, orders = "orders", 4, 12, 360
 	kb, brokers := kafkaBroker(t, topic, partitions)
-	pub := kb.publisher
+	pub := publisher(t, kb, brokers)
 	p := newProducer(t, topic)
 	c := startConsumer(t, kb)
 
