@@ -65,7 +65,7 @@ FUZZTIME ?= 4000x
 # waiting on timers rather than CPU.
 QUERY_MODES := exec simple_protocol describe_exec
 QUERY_MODE_PKGS := ./migrations ./inbox ./internal/partition ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance \
-	./health ./pgboxtest ./watermillinbox ./internal/liveness ./internal/notify ./internal/telemetry
+	./health ./pgboxtest ./watermillinbox ./watermillsql ./internal/liveness ./internal/notify ./internal/telemetry
 
 # make test also runs the packages that talk to PostgreSQL through a
 # transaction-pooling PgBouncer (scripts/pgbouncer.sh, Debian's pgbouncer,
@@ -87,7 +87,7 @@ QUERY_MODE_PKGS := ./migrations ./inbox ./internal/partition ./dispatcher ./outb
 # (ThreeDotsLabs/watermill#693).
 POOLER_MODE := cache_describe
 POOLER_PKGS := ./migrations ./inbox ./internal/partition ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance ./internal/liveness \
-	./health ./pgboxtest ./watermillinbox ./test ./examples/quickstart
+	./health ./pgboxtest ./watermillinbox ./watermillsql ./test ./examples/quickstart
 
 .PHONY: test chaos bench demo demo-pooler demo-quickstart inboxctl pg-up pg-down nats-up nats-down pgbouncer-up pgbouncer-down rabbitmq-up rabbitmq-down redis-up redis-down goaws-up goaws-down down
 
