@@ -167,6 +167,13 @@ func PayloadID(field string) func(*message.Message) (string, error) {
 //     inbox.ErrInvalidMessage (nack; it is redelivered for ever, never
 //     silently dropped), logged once per cause (see Config.Logger).
 //
+// Calls of the handler at once (several subscriptions, a subscriber that
+// delivers many messages at a time) store their messages together: the
+// messages that arrive while a store is in flight go in the next one, one
+// statement and one commit for all (inbox.ReceiveBatch). Each call still
+// returns its own message's outcome, once that is committed. A
+// subscription that delivers one message at a time stores each alone.
+//
 // Handler panics if cfg.Inbox is nil, or if only one of PoisonPublisher
 // and PoisonTopic is set: those are programming errors.
 func Handler(cfg Config) message.NoPublishHandlerFunc {
@@ -189,8 +196,9 @@ func Handler(cfg Config) message.NoPublishHandlerFunc {
 		cfg.OrderingKeyFunc = func(m *message.Message) string { return m.Metadata.Get(pgbox.MetadataOrderingKey) }
 	}
 	stuck := &stuckCauses{last: map[string]time.Time{}}
+	g := &group{in: cfg.Inbox}
 	return func(m *message.Message) error {
-		id, err := store(cfg, m)
+		id, err := store(cfg, g, m)
 		if err == nil || !errors.Is(err, inbox.ErrInvalidMessage) {
 			return err
 		}
@@ -216,9 +224,10 @@ func watermillUUID(m *message.Message) (string, error) {
 // errNoKey marks the errors of a message Config.IDFunc gives no dedupe key.
 var errNoKey = errors.New("no dedupe key")
 
-// store receives m into the inbox, and returns the dedupe key it used; see
-// Handler for the error it returns.
-func store(cfg Config, m *message.Message) (id string, err error) {
+// store receives m into the inbox, with the messages of concurrent calls
+// (g), and returns the dedupe key it used; see Handler for the error it
+// returns.
+func store(cfg Config, g *group, m *message.Message) (id string, err error) {
 	id, err = cfg.IDFunc(m)
 	if err == nil && id == "" {
 		err = errors.New("Config.IDFunc returned an empty key")
@@ -230,14 +239,14 @@ func store(cfg Config, m *message.Message) (id string, err error) {
 	if cfg.IDTimeFunc != nil {
 		idTime = cfg.IDTimeFunc(m)
 	}
-	_, err = cfg.Inbox.Receive(m.Context(), inbox.Message{
+	err = g.receive(m.Context(), inbox.Message{
 		EventType:   cfg.EventTypeFunc(m),
 		ID:          id,
 		IDTime:      idTime,
 		Metadata:    m.Metadata,
 		OrderingKey: cfg.OrderingKeyFunc(m),
 		Payload:     m.Payload,
-	})
+	}).Err
 	if errors.Is(err, inbox.ErrPayloadConflict) {
 		cfg.Logger.ErrorContext(m.Context(), "watermillinbox: conflicting redelivery acknowledged and recorded, not applied",
 			slog.String("consumer", cfg.Inbox.Consumer()), slog.String("message_id", id), slog.String("error", err.Error()))

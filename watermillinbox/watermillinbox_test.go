@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/inbox"
@@ -329,4 +330,31 @@ func TestIDTimeFuncDatesTheKey(t *testing.T) {
 	require.Contains(t, where("sqs-2"), "inbox_g0")
 	require.Contains(t, where(relayed.UUID), "inbox_d"+day(now), "a UUIDv7 is dated by its own time")
 	require.Equal(t, 3, b.count(t, "SELECT count(*) FROM /* schema */inbox"))
+}
+
+// Many calls at once, each message delivered twice by different callers,
+// as concurrent subscriptions would: every call acknowledges, and each
+// message is stored once.
+func TestConcurrentCallsStoreEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	handle := watermillinbox.Handler(watermillinbox.Config{Inbox: b.inbox})
+	const callers, each = 16, 50
+	msgs := make([]*message.Message, callers*each/2)
+	for i := range msgs {
+		msgs[i] = newMessage(fmt.Sprintf(`{"n":%d}`, i))
+	}
+	var g errgroup.Group
+	for c := range callers {
+		g.Go(func() error {
+			for i := range each {
+				if err := handle(msgs[(c/2*each+i)%len(msgs)].Copy()); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	require.NoError(t, g.Wait())
+	require.Equal(t, len(msgs), b.count(t, "SELECT count(*) FROM /* schema */inbox"))
 }
