@@ -35,7 +35,9 @@ var describe = map[string]string{
 	"relay": "Publishing a pre-written outbox backlog through the relay until every row is marked published. pgbox: the relay " +
 		"with its defaults (2 workers, batches of 100): a topic's rows of a batch in one call to a publisher that reports " +
 		"each message's result (`relay.ResultPublisher`: pgbox's natsjs, rabbitmq, kafka, redisstream, sqs and googlepubsub " +
-		"publishers), or to one that takes a call all or none (watermill-sql with AtomicPublisher); one message per Publish " +
+		"publishers; for Kafka, `kafka.FranzPublisher` on a franz-go client with its defaults, and in the case marked " +
+		"Sarama `kafka.Publisher`), or to one that takes a call all or none (watermill-sql with AtomicPublisher), or in one " +
+		"statement in the relay's batch transaction (`relay.TxPublisher`: pgbox's watermillsql); one message per Publish " +
 		"call to any other (GoChannel, watermill-sql without it). " +
 		"**raw** is the ceiling a hand-written relay reaches on the same outbox and broker: 2 loops, each a transaction that " +
 		"claims the oldest 100 pending rows (`SELECT … ORDER BY available_at, seq … FOR UPDATE SKIP LOCKED`, the relay's " +
@@ -95,8 +97,9 @@ var describe = map[string]string{
 		"each with its own pool and publisher: a GoChannel of its own, or a NATS connection), timed from when both, ready, are " +
 		"told to start: messages published per second. **ratio** is 1 worker's figure over each.",
 	"end-to-end": "The whole path at the rate it holds: two producers write the outbox as fast as they can (`outbox.Write` of " +
-		"100 messages, a transaction each, while fewer than " + strconv.Itoa(e2eAhead) + " written wait to be handled), the relay (its defaults) publishes them to the broker, a Watermill subscriber stores them with watermillinbox " +
-		"(acking after the commit) and the dispatcher's 4 workers handle them with a no-op in-transaction handler; messages " +
+		"100 messages, a transaction each, while fewer than " + strconv.Itoa(e2eAhead) + " written wait to be handled), the relay (its defaults) publishes them to the broker through the publisher pgbox recommends for it (package " +
+		"watermillsql, in the relay's transaction; package natsjs), a Watermill subscriber stores them with watermillinbox " +
+		"(acking after the commit; concurrent deliveries stored together) and the dispatcher's 4 workers handle them with a no-op in-transaction handler; messages " +
 		"handled a second over the case's duration, after the pipeline filled. watermill-sql: one subscription of one " +
 		"consumer group (its subscriptions take turns on the group's offset row), polling every 10 ms. NATS JetStream: 16 " +
 		"subscriptions to one durable consumer. *CPU µs/msg* is the CPU used per message written, over the whole run until " +
@@ -138,11 +141,14 @@ func (e *env) cases() ([]benchCase, error) {
 		return benchCase{scenario: "relay", setting: fmt.Sprintf("%d rows → %s", cfg.Backlog/4, broker), main: "msgs/s", higherBetter: true,
 			systems: []system{{"pgbox", e.relayDrain(cfg.Backlog/4, pub, relayShape{atomic: atomic})}, {"raw", e.rawRelay(cfg.Backlog/4, raw)}}}
 	}
-	// watermill-sql twice: one message per Publish call, the relay's
-	// default, and a batch per call, as AtomicPublisher lets it publish
-	// through a publisher that takes a call all or none.
+	// watermill-sql three times: through pgbox's watermillsql, in the
+	// batch transaction; and through its own publisher (otherWirings),
+	// one message per Publish call, the relay's default, and a batch per
+	// call, as AtomicPublisher lets it publish through a publisher that
+	// takes a call all or none.
 	cs = append(cs, relayTo("GoChannel", goChannel, rawWatermill(goChannel), false), relayTo("watermill-sql", watermillSQL, rawWatermillSQL, false),
-		relayTo("watermill-sql, AtomicPublisher", watermillSQL, rawWatermillSQL, true))
+		relayTo("watermill-sql, AtomicPublisher", watermillSQL, rawWatermillSQL, true),
+		relayTo("watermill-sql, pgbox's watermillsql", watermillSQLInTx, rawWatermillSQL, false))
 	if cfg.NATSURL != "" {
 		cs = append(cs, relayTo("NATS JetStream", natsJetStream(cfg.NATSURL), rawNATS(cfg.NATSURL), false))
 	}
@@ -152,7 +158,8 @@ func (e *env) cases() ([]benchCase, error) {
 	if cfg.RedisURL != "" {
 		cs = append(cs, relayTo("Redis Streams", redisStreams(cfg.RedisURL), rawRedis(cfg.RedisURL), false))
 	}
-	cs = append(cs, relayTo("Kafka (kfake, in process)", kafkaKFake, rawKafka, false))
+	cs = append(cs, relayTo("Kafka (kfake, in process)", kafkaFranz, rawKafka, false),
+		relayTo("Kafka (kfake, in process), Sarama", kafkaSarama, rawKafka, false))
 	cs = append(cs, sqsRelay(cfg.SQSURL, relayTo)...)
 	cs = append(cs, relayTo("Google Cloud Pub/Sub (pstest, in process)", pubsubPSTest, rawPubSub, false))
 	scaling := []string{"GoChannel"}
@@ -166,7 +173,7 @@ func (e *env) cases() ([]benchCase, error) {
 		}
 		cs = append(cs, c)
 	}
-	cs = append(cs, e.e2eCase("watermill-sql", watermillSQL, watermillSQLSubscriber, true))
+	cs = append(cs, e.e2eCase("watermill-sql", watermillSQLInTx, watermillSQLSubscriber, true))
 	if cfg.NATSURL != "" {
 		cs = append(cs, e.e2eCase("NATS JetStream", natsJetStream(cfg.NATSURL), natsSubscriber(cfg.NATSURL), false))
 	}

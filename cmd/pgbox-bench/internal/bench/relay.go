@@ -18,6 +18,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/internal/outboxdrain"
@@ -27,6 +28,7 @@ import (
 	"github.com/pgbox/pgbox/outbox"
 	"github.com/pgbox/pgbox/rabbitmq"
 	"github.com/pgbox/pgbox/relay"
+	"github.com/pgbox/pgbox/watermillsql"
 )
 
 // loadOutbox writes n outbox rows to topic, 1000 per transaction.
@@ -222,6 +224,16 @@ func watermillSQL(_ context.Context, pool *pgxpool.Pool) (message.Publisher, fun
 	return pub, func() { _ = pub.Close(); _ = db.Close() }, nil
 }
 
+// watermillSQLInTx publishes to the same tables through pgbox's
+// watermillsql publisher: in the relay's batch transaction.
+func watermillSQLInTx(_ context.Context, pool *pgxpool.Pool) (message.Publisher, func(), error) {
+	pub, err := watermillsql.NewPublisher(pool, watermillsql.Config{Schema: watermillSQLSchema, InitializeSchema: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	return pub, func() { _ = pub.Close() }, nil
+}
+
 // watermillSQLSchema keeps watermill-sql's messages of a topic in table
 // watermill_<topic> of the bench schema, payloads as bytes.
 var watermillSQLSchema = wmsql.DefaultPostgreSQLSchema{
@@ -255,11 +267,28 @@ func deleteRabbitBench(url string) {
 	}
 }
 
-// kafkaKFake publishes through package kafka's publisher (sarama, a
-// batch's messages sent together) to franz-go's in-process kfake broker, a topic of 4
-// partitions keyed by kafka.Marshaler: no real Kafka's disk or network,
-// so it measures the relay and the client, not a cluster.
-func kafkaKFake(context.Context, *pgxpool.Pool) (message.Publisher, func(), error) {
+// kafkaFranz publishes through package kafka's FranzPublisher (franz-go,
+// a batch's records produced together, acks from all in-sync replicas,
+// idempotent: the raw system's client with its defaults) to franz-go's
+// in-process kfake broker, a topic of 4 partitions keyed by kafka.Key: no
+// real Kafka's disk or network, so it measures the relay and the client,
+// not a cluster.
+func kafkaFranz(context.Context, *pgxpool.Pool) (message.Publisher, func(), error) {
+	client, closeClient, err := kfakeClient()
+	if err != nil {
+		return nil, nil, err
+	}
+	pub, err := kafka.NewFranzPublisher(kafka.FranzConfig{Client: client})
+	if err != nil {
+		closeClient()
+		return nil, nil, err
+	}
+	return pub, func() { _ = pub.Close(); closeClient() }, nil
+}
+
+// kafkaSarama publishes through package kafka's Publisher (Sarama, a
+// batch's messages sent together) to the same in-process kfake.
+func kafkaSarama(context.Context, *pgxpool.Pool) (message.Publisher, func(), error) {
 	cluster, err := kfakeCluster()
 	if err != nil {
 		return nil, nil, err
@@ -270,6 +299,21 @@ func kafkaKFake(context.Context, *pgxpool.Pool) (message.Publisher, func(), erro
 		return nil, nil, err
 	}
 	return pub, func() { _ = pub.Close(); cluster.Close() }, nil
+}
+
+// kfakeClient starts the in-process Kafka (kfakeCluster) and returns a
+// franz-go client of it, with its defaults, and what closes both.
+func kfakeClient() (*kgo.Client, func(), error) {
+	cluster, err := kfakeCluster()
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		cluster.Close()
+		return nil, nil, err
+	}
+	return client, func() { client.Close(); cluster.Close() }, nil
 }
 
 // kfakeCluster starts the in-process Kafka the Kafka relay cases publish

@@ -118,13 +118,8 @@ func declareRabbitBench(ch *amqp091.Channel) error {
 // franz-go (acks from all in-sync replicas, idempotent), and waits for
 // every record's ack (ProduceSync).
 func rawKafka(context.Context, *pgxpool.Pool) (rawPublish, func(), error) {
-	cluster, err := kfakeCluster()
+	client, closeClient, err := kfakeClient()
 	if err != nil {
-		return nil, nil, err
-	}
-	client, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
-	if err != nil {
-		cluster.Close()
 		return nil, nil, err
 	}
 	return func(ctx context.Context, _ pgx.Tx, msgs []rawMsg) error {
@@ -133,7 +128,7 @@ func rawKafka(context.Context, *pgxpool.Pool) (rawPublish, func(), error) {
 			recs[i] = &kgo.Record{Topic: m.topic, Value: m.payload, Headers: []kgo.RecordHeader{{Key: rawIDHeader, Value: []byte(m.id)}}}
 		}
 		return client.ProduceSync(ctx, recs...).FirstErr()
-	}, func() { client.Close(); cluster.Close() }, nil
+	}, closeClient, nil
 }
 
 // rawWatermillSQL inserts a batch into watermill-sql's table for the topic,

@@ -39,21 +39,36 @@ type Update struct {
 
 // Update replaces r's results of the cases that newer measured (by
 // scenario and setting; the systems of a case always run side by side, so
-// a case is replaced whole), appends the cases r lacked, and records it.
+// a case is replaced whole), adds the cases r lacked, and records it. A
+// case added goes after the case newer measured before it, if of the same
+// scenario, or else after its scenario's last, so that a scenario's cases
+// stay under one heading; a case of a scenario r lacked goes at the end.
 // A newer sweep replaces the chart's points, all of them. Earlier updates
 // no longer name the cases measured again, and go once they name none.
 func (r *Report) Update(newer *Report) {
 	u := Update{Command: newer.Command, Started: newer.Started, Load: newer.Load}
+	prev := -1 // where newer's last case went in r.Results
 	for _, res := range newer.Results {
 		u.Cases = append(u.Cases, res.Scenario+": "+res.Setting)
 		i := slices.IndexFunc(r.Results, func(old Result) bool {
 			return old.Scenario == res.Scenario && old.Setting == res.Setting
 		})
-		if i < 0 {
-			r.Results = append(r.Results, res)
+		if i >= 0 {
+			r.Results[i], prev = res, i
 			continue
 		}
-		r.Results[i] = res
+		at := len(r.Results)
+		if prev >= 0 && r.Results[prev].Scenario == res.Scenario {
+			at = prev + 1
+		} else {
+			for j, old := range slices.Backward(r.Results) {
+				if old.Scenario == res.Scenario {
+					at = j + 1
+					break
+				}
+			}
+		}
+		r.Results, prev = slices.Insert(r.Results, at, res), at
 	}
 	if len(newer.Sweep) > 0 {
 		r.Sweep = newer.Sweep

@@ -63,6 +63,22 @@ func TestSlowestTargetJudgesTheSlowestCase(t *testing.T) {
 	require.False(t, ok, "a report without console cases does not judge the target")
 }
 
+// A case an update adds stays under its scenario's heading: after the
+// case measured before it, or its scenario's last; a scenario the report
+// lacked goes at the end.
+func TestUpdateKeepsAScenarioTogether(t *testing.T) {
+	t.Parallel()
+	result := func(scenario, setting string) Result { return Result{Scenario: scenario, Setting: setting} }
+	rep := &Report{Results: []Result{result("relay", "GoChannel"), result("relay", "Kafka"), result("relay", "SQS"), result("latency", "1000/s")}}
+	rep.Update(&Report{Results: []Result{
+		result("relay", "Kafka"), result("relay", "Kafka, Sarama"), result("latency", "500/s"), result("memory", "drain"),
+	}})
+	require.Equal(t, []Result{
+		result("relay", "GoChannel"), result("relay", "Kafka"), result("relay", "Kafka, Sarama"), result("relay", "SQS"),
+		result("latency", "1000/s"), result("latency", "500/s"), result("memory", "drain"),
+	}, rep.Results)
+}
+
 // An update replaces the cases it measured, whole, keeps the others, adds
 // what the report lacked, and the report says what was measured again.
 func TestUpdateReplacesOnlyWhatItMeasured(t *testing.T) {
@@ -79,9 +95,9 @@ func TestUpdateReplacesOnlyWhatItMeasured(t *testing.T) {
 		result("operator", "stats, 50M done", 40), result("operator", "stats --exact, 50M done", 9000),
 	}})
 	require.Equal(t, []Result{
-		result("operator", "stats, 50M done", 40), result("operator", "failures, 50M done", 90),
-		result("operator", "stats --exact, 50M done", 9000),
-	}, rep.Results)
+		result("operator", "stats, 50M done", 40), result("operator", "stats --exact, 50M done", 9000),
+		result("operator", "failures, 50M done", 90),
+	}, rep.Results, "a case added follows the one measured before it")
 	var b strings.Builder
 	require.NoError(t, rep.WriteMarkdown(&b, ""))
 	require.Contains(t, b.String(), "Measured again by `make bench -only operator/stats -update` on 0001-01-01 00:00 UTC (load average 0.52 at the start, 1.90 at the end),",

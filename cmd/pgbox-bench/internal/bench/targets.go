@@ -152,8 +152,10 @@ var targets = []target{
 	ratioTarget("Receive at 16 connections: at least 90% of the plain single-row INSERT", "ingest", "Receive, 16", "raw", 0.9),
 	lowestRatioTarget("relay to GoChannel: at least 0.8× the plain SQL loop (raw)", "relay", "raw",
 		func(setting string) bool { return strings.HasSuffix(setting, "→ GoChannel") }, 0.8),
-	lowestRatioTarget("relay to each broker: at least 0.8× the broker's own client (raw)", "relay", "raw",
-		func(setting string) bool { return !strings.HasSuffix(setting, "→ GoChannel") }, 0.8),
+	lowestRatioTarget("relay to each broker, through the publisher pgbox recommends for it: at least 0.8× the broker's own client (raw)", "relay", "raw",
+		func(setting string) bool {
+			return !strings.HasSuffix(setting, "→ GoChannel") && !otherWiring(setting)
+		}, 0.8),
 	figureTarget("duplicate storm: at most one round trip per 10 redeliveries", "duplicate-storm", "", "round trips/redelivery", 0.1),
 	latencyTarget("latency through the inbox: p99 under 25 ms", "inbox, 1000/s", 1000, 25),
 	latencyTarget("latency through outbox, relay and inbox: p99 under 50 ms", "outbox → relay → inbox, 1000/s", 1000, 50),
@@ -190,4 +192,20 @@ func (r *Report) writeTargets(b *strings.Builder) {
 		fmt.Fprintf(b, "| %s | %s | %s |\n", t.goal, figure, verdict)
 	}
 	b.WriteString("\n")
+}
+
+// otherWirings are the relay cases through a broker's other publisher
+// than the one pgbox recommends for it, measured beside it: the goals
+// read the recommended one.
+var otherWirings = []string{"watermill-sql", "watermill-sql, AtomicPublisher", "Kafka (kfake, in process), Sarama"}
+
+// otherWiring reports whether a relay case's setting is one of
+// otherWirings.
+func otherWiring(setting string) bool {
+	for _, w := range otherWirings {
+		if strings.HasSuffix(setting, "→ "+w) {
+			return true
+		}
+	}
+	return false
 }
