@@ -14,7 +14,9 @@
 #   scripts/pgaf.sh wait-primary  wait until another node is promoted and takes writes,
 #                                 and print its host:port
 #   scripts/pgaf.sh switchover    a planned switchover (pg_autoctl perform switchover):
-#                                 waits until the other node takes writes, and prints it
+#                                 waits until the other node takes writes, and prints it;
+#                                 exits 3 if the old primary committed without its
+#                                 secondary meanwhile (see switchover below)
 #   scripts/pgaf.sh down          stop the cluster and delete its files
 #
 # It lives in .pgbox/pgaf (git-ignored), or in PGBOX_PGAF_DIR, and needs
@@ -220,13 +222,28 @@ wait_primary() {
 # node ("deadlock detected"), which rolls it back whole: the request is
 # then made again, up to three times, while the formation still has its
 # old primary.
+#
+# pg_auto_failover 2.0 (Debian's) can assign the draining primary
+# wait_primary for a moment, as the secondary leaves that state to be
+# promoted (hapostgres/pg_auto_failover#774, fixed upstream by #1165): the
+# old primary then turns synchronous replication off and commits on its
+# own until it is demoted, and what it commits meanwhile is lost with its
+# timeline. switchover says so and exits with status 3 (after printing
+# the new primary, as on success): a run that counts commits cannot count
+# on that switchover's.
 switchover() {
-  local old try
+  local old try since
   for try in 1 2 3; do
     wait_healthy
     old=$(primary)
+    since=$(monitor "SELECT coalesce(max(eventid), 0) FROM pgautofailover.event")
     if server pg_autoctl perform switchover --pgdata "$dir/monitor" --formation default --wait 0 >>"$dir/monitor.log" 2>&1; then
       wait_primary "$old"
+      if [ "$(monitor "SELECT count(*) FROM pgautofailover.event
+                       WHERE eventid > $since AND nodeport = ${old#*:} AND 'wait_primary' IN (reportedstate, goalstate)")" != 0 ]; then
+        echo "pgaf.sh: the monitor put the old primary ($old) in wait_primary during the switchover (pg_auto_failover#774): it committed without its secondary until demoted, and those commits are lost" >&2
+        exit 3
+      fi
       return
     fi
     grep -q "deadlock detected" <(tail -n 20 "$dir/monitor.log") && [ "$(primary)" = "$old" ] || break

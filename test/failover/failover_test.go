@@ -27,6 +27,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,12 +67,22 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func TestFailover(t *testing.T) {
 	cl := startCluster(t)
 	t.Run("PrimaryKilled", func(t *testing.T) {
-		runUnderLoad(t, cl, "killed", false, func(t *testing.T) { cl.must(t, "kill-primary") })
+		runUnderLoad(t, cl, "killed", false, func(t *testing.T) bool { cl.must(t, "kill-primary"); return true })
 	})
-	cl.must(t, "up") // the killed node rejoins, as the secondary
-	t.Run("Switchover", func(t *testing.T) {
-		runUnderLoad(t, cl, "switchover", true, func(t *testing.T) { cl.must(t, "switchover") })
-	})
+	// A switchover in which the cluster itself lost commits (see
+	// cluster.switchover) proves nothing about pgbox: it is made again,
+	// on a new run, up to twice.
+	for try := 1; try <= 3; try++ {
+		cl.must(t, "up") // the old primary rejoins, as the secondary
+		var void bool
+		t.Run("Switchover", func(t *testing.T) {
+			void = runUnderLoad(t, cl, "switchover", true, cl.switchover)
+		})
+		if !void {
+			return
+		}
+	}
+	t.Fatal("in three switchovers in a row, pg_auto_failover's old primary committed without its secondary (pg_auto_failover#774)")
 }
 
 // The consumer's name and the event types: OrderPlaced's handler writes its
@@ -145,7 +156,12 @@ func later(a, b time.Time) time.Time {
 // load on until every component has worked on the new primary and after
 // more orders are acknowledged, lets it settle and checks it (see check:
 // planned is a switchover's stricter check).
-func runUnderLoad(t *testing.T, cl *cluster, name string, planned bool, fault func(*testing.T)) {
+//
+// fault reports whether the cluster kept every commit it acknowledged. If
+// it did not, nothing can be counted: the run only waits for the rows
+// left to settle, checks nothing lost or done twice, and reports itself
+// void.
+func runUnderLoad(t *testing.T, cl *cluster, name string, planned bool, fault func(*testing.T) (kept bool)) (void bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup // the producer and the HTTP client
 	defer wg.Wait()
@@ -176,7 +192,7 @@ func runUnderLoad(t *testing.T, cl *cluster, name string, planned bool, fault fu
 	l.mu.Lock()
 	l.faultAt = time.Now()
 	l.mu.Unlock()
-	fault(t)
+	void = !fault(t)
 	primary := cl.must(t, "wait-primary")
 	promoted := time.Now()
 	phase(fmt.Sprintf("the new primary %s took writes %s after the fault began", primary, promoted.Sub(l.faultAt).Round(10*time.Millisecond)))
@@ -220,6 +236,9 @@ func runUnderLoad(t *testing.T, cl *cluster, name string, planned bool, fault fu
 		{"inbox rows not done", `SELECT i.message_id, i.status, i.attempts, coalesce(i.last_error, ''), i.available_at::text
 			FROM /* schema */inbox AS i WHERE i.status <> 'done'`},
 	}
+	if void { // a delivery the cluster lost the inbox row of was acknowledged: it never comes again
+		unsettled = slices.Delete(unsettled, 1, 2)
+	}
 	require.Eventually(t, func() bool {
 		for _, u := range unsettled {
 			if l.count(`SELECT count(*) FROM (`+u.rows+`) AS u`) != 0 {
@@ -248,7 +267,12 @@ func runUnderLoad(t *testing.T, cl *cluster, name string, planned bool, fault fu
 		return msg
 	}))
 	phase("settled")
+	if void {
+		t.Logf("%s: void, not checked: the cluster lost commits it had acknowledged (scripts/pgaf.sh switchover says why)", name)
+		return true
+	}
 	l.check(t, name, planned, promoted, pauses)
+	return false
 }
 
 // components are what the test times, in the order reported.
