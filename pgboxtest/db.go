@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbox/pgbox/internal/ident"
@@ -42,7 +43,7 @@ func OpenDB(ctx context.Context, url, schema string) (*DB, error) {
 		return nil, fmt.Errorf("pgboxtest: %w", err)
 	}
 	db := &DB{Pool: pool, Schema: schema}
-	if err := db.drop(ctx); err != nil {
+	if err := dropSchema(ctx, db.Pool, db.Schema); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -63,14 +64,26 @@ func (db *DB) Table(table string) string {
 func (db *DB) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_ = db.drop(ctx)
+	_ = dropSchema(ctx, db.Pool, db.Schema)
 	db.Pool.Close()
 }
 
-// drop drops the schema if it exists.
-func (db *DB) drop(ctx context.Context) error {
-	if _, err := db.Pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident.Quote(db.Schema)+" CASCADE"); err != nil {
-		return fmt.Errorf("pgboxtest: drop schema %s: %w", db.Schema, err)
+// dropSchema drops schema, if it exists, with everything in it. A drop
+// that PostgreSQL chose to end to break a deadlock is made again: its
+// other party is a session still at work in the schema, such as that of
+// a process the test has just killed whose statements were already on
+// their way, and it ends soon.
+func dropSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	const deadlockDetected = "40P01"
+	for try := 1; ; try++ {
+		_, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident.Quote(schema)+" CASCADE")
+		var pgErr *pgconn.PgError
+		if try < 5 && errors.As(err, &pgErr) && pgErr.Code == deadlockDetected {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("pgboxtest: drop schema %s: %w", schema, err)
+		}
+		return nil
 	}
-	return nil
 }

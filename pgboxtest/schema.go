@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgbox/pgbox/internal/ident"
 	"github.com/pgbox/pgbox/migrations"
 )
 
@@ -42,8 +41,8 @@ func EmptySchema(tb testing.TB, pool *pgxpool.Pool) string {
 	name := schemaName(tb.Name())
 	tb.Cleanup(func() {
 		// The test's context is done by now; cleanups get their own.
-		if _, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+ident.Quote(name)+" CASCADE"); err != nil {
-			tb.Errorf("pgboxtest: drop schema %s: %v", name, err)
+		if err := dropSchema(context.Background(), pool, name); err != nil {
+			tb.Error(err)
 		}
 	})
 	return name
