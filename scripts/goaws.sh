@@ -75,9 +75,10 @@ up() {
   fi
   [ -x "$bin" ] || build
   mkdir -p "$dir"
-  local port tries
+  local port tries kept
+  kept=$(kept_port "$dir/port")
   for tries in 1 2 3; do
-    port=$(cat "$dir/port" 2>/dev/null || free_port)
+    port=${kept:-$(free_port)}
     rm -f "$dir/port"
     start "$port"
     if wait_tcp "$port" && running; then

@@ -4,6 +4,12 @@
 # die prints the calling script's name and a message, and exits 1.
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 
+# kept_port prints the port recorded in $1 by an earlier start of a
+# server, if any. A restart (after a crash, or a test's SIGKILL) takes it
+# on every try, so that clients reconnect to the URL they were given; a
+# first start takes a free port each try.
+kept_port() { cat "$1" 2>/dev/null || true; }
+
 # free_port prints a loopback port nothing listens on, below the kernel's
 # range of ephemeral ports: tests kill servers and start them again on the
 # same port, and a client that reconnects in a loop to a port inside that

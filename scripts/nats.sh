@@ -37,7 +37,8 @@ up() {
     url
     return
   fi
-  local bin port tries
+  local bin port tries kept
+  kept=$(kept_port "$dir/port")
   bin=$(server)
   if [ -z "$bin" ]; then
     install
@@ -46,7 +47,7 @@ up() {
   [ -n "$bin" ] || die "nats-server not found after installing it"
   mkdir -p "$dir"
   for tries in 1 2 3; do
-    port=$(cat "$dir/port" 2>/dev/null || free_port)
+    port=${kept:-$(free_port)}
     rm -f "$dir/port"
     setsid "$bin" --jetstream --addr 127.0.0.1 --port "$port" --store_dir "$dir/store" \
       --pid "$dir/pid" --log "$dir/server.log" </dev/null >/dev/null 2>&1 &

@@ -72,9 +72,10 @@ up() {
   [ -x "$server" ] || install
   [ -x "$server" ] || die "rabbitmq-server not found after installing it"
   mkdir -p "$dir"
-  local port dist tries
+  local port dist tries kept
+  kept=$(kept_port "$dir/port")
   for tries in 1 2 3; do
-    port=$(cat "$dir/port" 2>/dev/null || free_port)
+    port=${kept:-$(free_port)}
     dist=$(cat "$dir/dist_port" 2>/dev/null || free_port)
     rm -f "$dir/port" "$dir/dist_port"
     start "$port" "$dist"

@@ -46,7 +46,8 @@ up() {
     url
     return
   fi
-  local bin port tries
+  local bin port tries kept
+  kept=$(kept_port "$dir/port")
   bin=$(server)
   if [ -z "$bin" ]; then
     install
@@ -55,7 +56,7 @@ up() {
   [ -n "$bin" ] || die "redis-server not found after installing it"
   mkdir -p "$dir/data"
   for tries in 1 2 3; do
-    port=$(cat "$dir/port" 2>/dev/null || free_port)
+    port=${kept:-$(free_port)}
     rm -f "$dir/port" "$dir/pid"
     setsid "$bin" --bind 127.0.0.1 --port "$port" --protected-mode yes --daemonize no \
       --dir "$dir/data" --appendonly yes --appendfsync always --save '' \
