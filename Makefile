@@ -48,23 +48,25 @@ REDISURL = $${REDIS_URL:-$$($(REDIS) up)}
 FUZZ := FuzzReceive:./inbox FuzzWrite:./outbox FuzzHandler:./watermillinbox
 FUZZTIME ?= 4000x
 
-# make test runs the core packages again in three more of pgx's query
-# exec modes, which users pick with default_query_exec_mode (added to
+# make test runs the core packages again in two more of pgx's query exec
+# modes, which users pick with default_query_exec_mode (added to
 # DATABASE_URL after ? or &). exec and simple_protocol send parameters
 # without their types, as users behind PgBouncer may choose: there a Go
 # type that pgx encodes only for a known parameter type, such as
 # []uuid.UUID or a []byte for jsonb, fails, though the default mode takes
-# it. describe_exec describes every statement afresh, unnamed, before
-# running it, where the default mode (cache_statement, the first run)
-# prepares it once per connection and cache_describe (the pooled run
-# below) caches its description: so every statement runs in all five.
+# it. The default mode (cache_statement) is the first run's, and
+# cache_describe the pooled run's (below). describe_exec is not run
+# apart: it encodes every statement as cache_describe does, from the
+# statement's description, and only fetches that description afresh each
+# time instead of once per connection; a third pass cost some 4 minutes
+# of a run already past 20 on a slow 2-core machine (CI's, 2026-11-28).
 # Without -race (the first run has it), and without slow packages that
 # add nothing mode-specific: ./test (its harness and the watermill-sql
 # broker, not pgbox's code, are what fail there) and cmd/inboxctl (admin
-# underneath). About 2 minutes a mode on 2 cores, most of it
-# waiting on timers rather than CPU.
-QUERY_MODES := exec simple_protocol describe_exec
-QUERY_MODE_PKGS := ./migrations ./inbox ./internal/partition ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance \
+# underneath). 2 to 4 minutes a mode on 2 cores, the machine's CPU busy
+# throughout (PostgreSQL's, most of it migrating each test's schema).
+QUERY_MODES := exec simple_protocol
+QUERY_MODE_PKGS := ./dispatcher ./migrations ./inbox ./internal/partition ./outbox ./relay ./idempotency ./admin ./maintenance \
 	./health ./pgboxtest ./watermillinbox ./watermillsql ./internal/liveness ./internal/notify ./internal/telemetry
 
 # make test also runs the packages that talk to PostgreSQL through a
@@ -86,10 +88,19 @@ QUERY_MODE_PKGS := ./migrations ./inbox ./internal/partition ./dispatcher ./outb
 # connection state when the broker goes, in the subscriber it uses
 # (ThreeDotsLabs/watermill#693).
 POOLER_MODE := cache_describe
-POOLER_PKGS := ./migrations ./inbox ./internal/partition ./dispatcher ./outbox ./relay ./idempotency ./admin ./maintenance ./internal/liveness \
-	./health ./pgboxtest ./watermillinbox ./watermillsql ./test ./examples/quickstart
+POOLER_PKGS := ./test ./dispatcher ./migrations ./inbox ./internal/partition ./outbox ./relay ./idempotency ./admin ./maintenance \
+	./internal/liveness ./health ./pgboxtest ./watermillinbox ./watermillsql ./examples/quickstart
 
 .PHONY: test chaos bench demo demo-pooler demo-quickstart inboxctl pg-up pg-down nats-up nats-down pgbouncer-up pgbouncer-down rabbitmq-up rabbitmq-down redis-up redis-down goaws-up goaws-down down
+
+# go test runs two packages at a time (its builds among them), in the
+# order they are named: the slowest, mostly waiting on timers (outages,
+# kills), are named first, so that the rest run beside them instead of
+# leaving them alone at the end of a run. The other lists name their
+# slowest first too. test/failover stays in its place near the end, away
+# from test/chaos: both load the machine, and the failover test's
+# cluster is the more sensitive to it.
+SLOW_FIRST := ./test ./cmd/pgbox-bench/internal/bench ./test/chaos ./dispatcher ./admin ./rabbitmq ./cmd/inboxctl/internal/cli
 
 # The -race run writes data race reports to files (GORACE log_path) and
 # prints them after the run's other output when it fails: CI keeps only
@@ -99,7 +110,7 @@ test:
 	export NATS_URL="$$nats" PGBOUNCER_URL="$$pooler"; \
 	go vet ./...; \
 	races=$$(mktemp -d); \
-	DATABASE_URL="$$url" GORACE="log_path=$$races/race" go test -race -count=1 -timeout 20m ./... || { \
+	DATABASE_URL="$$url" GORACE="log_path=$$races/race" go test -race -count=1 -timeout 20m $(SLOW_FIRST) ./... || { \
 		status=$$?; for f in "$$races"/race.*; do [ -e "$$f" ] || continue; echo "data race report ($$f):"; cat "$$f"; done; exit $$status; }; \
 	rm -rf "$$races"; \
 	case "$$url" in *://*\?*) sep='&';; *://*) sep='?';; *) sep=' ';; esac; \
