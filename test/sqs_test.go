@@ -205,8 +205,8 @@ func publishOrder(t *testing.T, b broker, id string) string {
 func TestSQSOutageCostsNoAttempts(t *testing.T) {
 	t.Parallel()
 	srv := brokertest.Start(t, brokertest.GoAWS)
-	const queue, orders, maxAttempts = "outage", 200, 2
-	b := sqsBroker(t, srv.URL(), queue, 30*time.Second, sqs.SubscriberConfig{})
+	const queue, orders, maxAttempts, visibility = "outage", 200, 2, 5 * time.Second
+	b := sqsBroker(t, srv.URL(), queue, visibility, sqs.SubscriberConfig{WaitTime: 2 * time.Second})
 	p := newProducer(t, b.topic)
 	c := startConsumer(t, b)
 	logs := &logtest.Recorder{}
@@ -233,6 +233,6 @@ func TestSQSOutageCostsNoAttempts(t *testing.T) {
 	require.LessOrEqual(t, maxOutboxAttempts(t, p), 1, "an outage charges no attempt (the round under way has claimed one)")
 
 	srv.Restart(t)
-	sqstest.CreateQueue(t, sqstest.Client(srv.URL()), queue, 30*time.Second)
+	sqstest.CreateQueue(t, sqstest.Client(srv.URL()), queue, visibility)
 	requireOutageCostNothing(t, p, c, r, logs, orders)
 }
