@@ -93,7 +93,10 @@ func TestHandlersArePlannedAsTheirSessionSays(t *testing.T) {
 	b.receive(t, "m-1", "m-2")
 	settings := make(chan string, 2)
 	b.start(t, dispatcher.Config{
+		// One worker, so that the second handler runs after the first in
+		// the batch transaction: several workers' claims may split them.
 		BatchSize: 10,
+		Workers:   1,
 		Handlers: map[string]dispatcher.Handler{"OrderPlaced": dispatcher.InTx(func(ctx context.Context, tx pgx.Tx, m *dispatcher.Message) error {
 			var s string
 			err := tx.QueryRow(ctx, "SELECT current_setting('enable_seqscan') || ' ' || current_setting('enable_bitmapscan') || ' ' || current_setting('plan_cache_mode')").Scan(&s)
