@@ -14,9 +14,15 @@ import (
 	"github.com/pgbox/pgbox/internal/tables"
 )
 
+const (
+	// minLook and maxLook bound the time between two looks.
+	minLook = 2 * time.Millisecond
+	maxLook = 100 * time.Millisecond
+)
+
 // Wait waits until the outbox of schema has no row left to publish
 // (pending, or running as relays before schema version 12 marked them),
-// looking every 2 milliseconds, or until ctx ends.
+// or until ctx ends.
 //
 // A relay publishes rows in the pending index's order, so each look starts
 // at the row the last one found: read from the index's start, every look
@@ -24,13 +30,25 @@ import (
 // that grows with the drain and that the plain loops a relay is compared
 // with (which count their own rows) never spend. A last look from the
 // start makes sure.
+//
+// Each look is a query the server runs beside the relays it times, so it
+// looks as seldom as the drain allows: the next look comes when, at the
+// pace since the last one, about half of what is left should be done
+// (what is left: up to the last row pending when Wait began, by seq),
+// between 2 and 100 milliseconds later. A drain ends at most 2 ms, and
+// a pace that changes, a few more, before Wait sees it.
 func Wait(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	next := ident.Render(`SELECT available_at, seq FROM /* schema */outbox
 WHERE status = `+tables.OutboxPending+` AND (available_at, seq) >= ($1, $2) ORDER BY available_at, seq LIMIT 1`, schema)
+	last := ident.Render(`SELECT coalesce(max(seq), 0) FROM (SELECT seq FROM /* schema */outbox
+WHERE status = `+tables.OutboxPending+` ORDER BY available_at DESC, seq DESC LIMIT 1) AS l`, schema)
 	left := ident.Render(`SELECT EXISTS (SELECT 1 FROM /* schema */outbox WHERE status IN (`+tables.OutboxPending+`, `+tables.OutboxRunning+`))`, schema)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
+	var end int64
+	if err := pool.QueryRow(ctx, last).Scan(&end); err != nil {
+		return err
+	}
 	at, seq := time.Time{}, int64(0)
+	var pace paceOf
 	for {
 		err := pool.QueryRow(ctx, next, at, seq).Scan(&at, &seq)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -39,13 +57,34 @@ WHERE status = `+tables.OutboxPending+` AND (available_at, seq) >= ($1, $2) ORDE
 				return err
 			}
 			at, seq = time.Time{}, 0 // a row pending behind the last found: look from the start
+			pace = paceOf{}
 		} else if err != nil {
 			return err
 		}
+		timer := time.NewTimer(pace.next(seq, end, time.Now()))
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return ctx.Err()
-		case <-tick.C:
+		case <-timer.C:
 		}
 	}
+}
+
+// paceOf is how fast the drain went between the last two looks.
+type paceOf struct {
+	seq int64     // the row the last look found, by seq
+	at  time.Time // when; zero before the first look
+}
+
+// next returns how long to wait for the next look, now that a look found
+// the row seq pending, with end the last.
+func (p *paceOf) next(seq, end int64, now time.Time) time.Duration {
+	wait := minLook
+	if !p.at.IsZero() && seq > p.seq && end > seq {
+		perRow := now.Sub(p.at) / time.Duration(seq-p.seq)
+		wait = min(max(perRow*time.Duration(end-seq)/2, minLook), maxLook)
+	}
+	p.seq, p.at = seq, now
+	return wait
 }
