@@ -42,14 +42,15 @@ const (
 type Config struct {
 	// AtomicPublisher declares that Publisher takes all the messages of a
 	// Publish call or none of them, as watermill-sql's does (one INSERT
-	// statement): the relay then publishes each topic's rows of a batch in
-	// one call, and after a call the broker refused it publishes them
-	// again one per call, so that the message refused fails alone. Leave it
-	// false for any other publisher: the relay then publishes one message
-	// per call, the only way to learn which messages went out when a call
-	// fails, since publishers that send message by message (NATS
-	// JetStream, RabbitMQ, Kafka, GoChannel) stop at the first failure
-	// with the earlier messages sent. Set wrongly, a failed call's
+	// statement), and Watermill's GoChannel (its Publish fails only once
+	// it is closed, before it sends anything): the relay then publishes
+	// each topic's rows of a batch in one call, and after a call the broker
+	// refused it publishes them again one per call, so that the message
+	// refused fails alone. Leave it false for any other publisher: the
+	// relay then publishes one message per call, the only way to learn
+	// which messages went out when a call fails, since publishers that
+	// send message by message (NATS JetStream, RabbitMQ, Kafka) stop at
+	// the first failure with the earlier messages sent. Set wrongly, a failed call's
 	// messages that did go out are published again, which consumers
 	// dedupe. It does not apply to a ResultPublisher, whose calls carry a
 	// topic's rows of a batch anyway, nor to a TxPublisher. Defaults to

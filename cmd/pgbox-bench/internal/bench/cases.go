@@ -36,9 +36,10 @@ var describe = map[string]string{
 		"with its defaults (2 workers, batches of 100): a topic's rows of a batch in one call to a publisher that reports " +
 		"each message's result (`relay.ResultPublisher`: pgbox's natsjs, rabbitmq, kafka, redisstream, sqs and googlepubsub " +
 		"publishers; for Kafka, `kafka.FranzPublisher` on a franz-go client with its defaults, and in the case marked " +
-		"Sarama `kafka.Publisher`), or to one that takes a call all or none (watermill-sql with AtomicPublisher), or in one " +
+		"Sarama `kafka.Publisher`), or to one that takes a call all or none (`Config.AtomicPublisher`: GoChannel, whose Publish fails only once closed, " +
+		"before it sends anything; watermill-sql in the case so marked), or in one " +
 		"statement in the relay's batch transaction (`relay.TxPublisher`: pgbox's watermillsql); one message per Publish " +
-		"call to any other (GoChannel, watermill-sql without it). " +
+		"call to any other (watermill-sql without it). " +
 		"**raw** is the ceiling a hand-written relay reaches on the same outbox and broker: 2 loops, each a transaction that " +
 		"claims the oldest 100 pending rows (`SELECT … ORDER BY available_at, seq … FOR UPDATE SKIP LOCKED`, the relay's " +
 		"order on its index), publishes them, marks them published (`UPDATE … FROM unnest(ids)`) and commits; the row locks " +
@@ -146,7 +147,7 @@ func (e *env) cases() ([]benchCase, error) {
 	// one message per Publish call, the relay's default, and a batch per
 	// call, as AtomicPublisher lets it publish through a publisher that
 	// takes a call all or none.
-	cs = append(cs, relayTo("GoChannel", goChannel, rawWatermill(goChannel), false), relayTo("watermill-sql", watermillSQL, rawWatermillSQL, false),
+	cs = append(cs, relayTo("GoChannel", goChannel, rawWatermill(goChannel), true), relayTo("watermill-sql", watermillSQL, rawWatermillSQL, false),
 		relayTo("watermill-sql, AtomicPublisher", watermillSQL, rawWatermillSQL, true),
 		relayTo("watermill-sql, pgbox's watermillsql", watermillSQLInTx, rawWatermillSQL, false))
 	if cfg.NATSURL != "" {

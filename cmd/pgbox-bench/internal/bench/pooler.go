@@ -73,7 +73,7 @@ func (e *env) poolerCases() ([]benchCase, error) {
 		side("Receive, 16 conns", "msgs/s", true, func(e *env) runFunc { return e.pgboxIngest(16, 1) }),
 		side("ReceiveBatch 100", "msgs/s", true, func(e *env) runFunc { return e.pgboxIngest(4, 100) }),
 		side(fmt.Sprintf("drain %d messages", cfg.Backlog), "msgs/s", true, func(e *env) runFunc { return e.pgboxDrain(cfg.Backlog, cfg.Workers) }),
-		side(fmt.Sprintf("relay %d rows → GoChannel", cfg.Backlog/4), "msgs/s", true, func(e *env) runFunc { return e.relayDrain(cfg.Backlog/4, goChannel, relayShape{}) }),
+		side(fmt.Sprintf("relay %d rows → GoChannel", cfg.Backlog/4), "msgs/s", true, func(e *env) runFunc { return e.relayDrain(cfg.Backlog/4, goChannel, relayShape{atomic: true}) }),
 		side(fmt.Sprintf("latency, inbox, %d/s", cfg.Rate), "p99 ms", false, func(e *env) runFunc { return e.inboxLatency(cfg.Rate) }),
 		side(fmt.Sprintf("latency, outbox → relay → inbox, %d/s", cfg.Rate), "p99 ms", false, func(e *env) runFunc { return e.endToEndLatency(cfg.Rate) }),
 		polled(fmt.Sprintf("latency, inbox, %d/s", pollOnlyRate), func(e *env) runFunc { return e.inboxLatency(pollOnlyRate) }),

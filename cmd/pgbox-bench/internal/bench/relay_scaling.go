@@ -24,29 +24,30 @@ const twoRelays = "2 relay processes × 2 workers" // relay.WorkersDefault each
 const RelayChildEnv = "PGBOX_BENCH_RELAY_CHILD"
 
 // scalingPublisher returns the publisher the relay-scaling case publishes
-// to broker through: GoChannel, or NATS JetStream at natsURL.
-func scalingPublisher(broker, natsURL string) (newPublisher, error) {
+// to broker through, GoChannel or NATS JetStream at natsURL, and whether
+// it takes a call all or none (relay.Config.AtomicPublisher).
+func scalingPublisher(broker, natsURL string) (newPublisher, bool, error) {
 	switch broker {
 	case "GoChannel":
-		return goChannel, nil
+		return goChannel, true, nil
 	case "NATS JetStream":
-		return natsJetStream(natsURL), nil
+		return natsJetStream(natsURL), false, nil
 	}
-	return nil, fmt.Errorf("no relay-scaling publisher for broker %q", broker)
+	return nil, false, fmt.Errorf("no relay-scaling publisher for broker %q", broker)
 }
 
 // relayScaling is the relay-scaling case to broker (see scalingPublisher):
 // a system per worker count of the chart (Config.SweepWorkers), then two
 // relay processes of the default workers.
 func (e *env) relayScaling(broker string) (benchCase, error) {
-	newPub, err := scalingPublisher(broker, e.cfg.NATSURL)
+	newPub, atomic, err := scalingPublisher(broker, e.cfg.NATSURL)
 	if err != nil {
 		return benchCase{}, err
 	}
 	n := e.cfg.SweepBacklog
 	var systems []system
 	for _, w := range e.cfg.SweepWorkers {
-		systems = append(systems, system{workersName(w), e.relayDrain(n, newPub, relayShape{workers: w})})
+		systems = append(systems, system{workersName(w), e.relayDrain(n, newPub, relayShape{atomic: atomic, workers: w})})
 	}
 	systems = append(systems, system{twoRelays, e.relayProcesses(n, broker, 2)})
 	return benchCase{scenario: "relay-scaling", setting: fmt.Sprintf("%d rows → %s", n, broker), main: "msgs/s", higherBetter: true, systems: systems}, nil
@@ -117,7 +118,7 @@ func (e *env) relayProcesses(n int, broker string, procs int) func(context.Conte
 // (see scalingPublisher). It says "ready" on stdout once made, starts on a
 // line from stdin, and stops, and returns, once stdin ends.
 func RunRelayChild(ctx context.Context, url, natsURL, broker string) error {
-	newPub, err := scalingPublisher(broker, natsURL)
+	newPub, atomic, err := scalingPublisher(broker, natsURL)
 	if err != nil {
 		return err
 	}
@@ -131,7 +132,7 @@ func RunRelayChild(ctx context.Context, url, natsURL, broker string) error {
 		return err
 	}
 	defer closePub()
-	rel, err := relay.New(pool, relay.Config{Schema: pgboxSchemaName, Publisher: pub,
+	rel, err := relay.New(pool, relay.Config{Schema: pgboxSchemaName, Publisher: pub, AtomicPublisher: atomic,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err
