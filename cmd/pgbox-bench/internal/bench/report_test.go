@@ -103,6 +103,20 @@ func TestUpdateReplacesOnlyWhatItMeasured(t *testing.T) {
 	require.Contains(t, b.String(), "Measured again by `make bench -only operator/stats -update` on 0001-01-01 00:00 UTC (load average 0.52 at the start, 1.90 at the end),",
 		"an update says what else ran")
 	require.Contains(t, b.String(), "operator: stats, 50M done; operator: stats --exact, 50M done")
+	require.Contains(t, b.String(), ", on a machine as described below with the data made the same way", "the same machine")
+
+	// An update measured elsewhere names its machine.
+	rep.Machine = Machine{CPU: "AMD EPYC", Cores: 2}
+	other := Machine{CPU: "Intel Xeon", Cores: 2}
+	rep.Update(&Report{Command: "make bench -only operator/failures -update", Machine: other, Runs: 7, Results: []Result{result("operator", "failures, 50M done", 85)}})
+	require.Equal(t, &other, rep.Updates[len(rep.Updates)-1].Machine)
+	b.Reset()
+	require.NoError(t, rep.WriteMarkdown(&b, ""))
+	require.Contains(t, b.String(), "Measured again by `make bench -only operator/failures -update` on 0001-01-01 00:00 UTC, on another machine (Intel Xeon, 2 cores,")
+	require.Contains(t, b.String(), "each case's systems side by side again, 7 timed runs each, replacing", "an update of other runs says how many")
+	require.Contains(t, b.String(), "Machine: AMD EPYC, 2 cores,", "the report's own machine stays")
+	rep.Machine = Machine{}
+	rep.Updates = rep.Updates[:len(rep.Updates)-1]
 
 	rep.Sweep = []Point{{System: "pgbox", Workers: 1, Throughput: 10}}
 	rep.Update(&Report{Command: "make bench -only operator/failures -update", Results: []Result{result("operator", "failures, 50M done", 80)}})
