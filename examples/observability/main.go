@@ -113,7 +113,10 @@ func run(ctx context.Context, url, addr string, orders int, schema string, once 
 	if err != nil {
 		return err
 	}
-	r, err := relay.New(pool, relay.Config{Logger: logger, MeterProvider: meters, Publisher: broker, Schema: schema, TracerProvider: tracers})
+	// GoChannel takes a Publish call all or none (it fails only once
+	// closed, before it sends anything): a batch's rows go in one call.
+	r, err := relay.New(pool, relay.Config{AtomicPublisher: true, Logger: logger, MeterProvider: meters, Publisher: broker, Schema: schema,
+		TracerProvider: tracers})
 	if err != nil {
 		return err
 	}
