@@ -35,8 +35,9 @@ const (
 // looks as seldom as the drain allows: the next look comes when, at the
 // pace since the last one, about half of what is left should be done
 // (what is left: up to the last row pending when Wait began, by seq),
-// between 2 and 100 milliseconds later. A drain ends at most 2 ms, and
-// a pace that changes, a few more, before Wait sees it.
+// between 2 and 100 milliseconds later. At a steady pace Wait sees a
+// drain's end within 2 ms of it; a drain that speeds up may end a few
+// milliseconds more before Wait looks.
 func Wait(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	next := ident.Render(`SELECT available_at, seq FROM /* schema */outbox
 WHERE status = `+tables.OutboxPending+` AND (available_at, seq) >= ($1, $2) ORDER BY available_at, seq LIMIT 1`, schema)
