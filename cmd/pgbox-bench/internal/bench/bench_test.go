@@ -50,32 +50,20 @@ func TestMain(m *testing.M) {
 // Every case of `make bench` runs, at a tiny scale, so a change that breaks
 // one is found by `make test` rather than half way through a benchmark. It
 // runs in a database of its own: the bench's schemas have fixed names.
+// Under the race detector, the cases raceLeftOut selects are left out:
+// TestCasesLeftOutUnderRaceRunAtTinyScale runs them without it.
 func TestEveryCaseRunsAtTinyScale(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every bench case: not in -short")
 	}
 	ctx := context.Background()
-	dbURL := ownDatabase(t)
-	cfg := Config{
-		URL: dbURL, NATSURL: os.Getenv("NATS_URL"), Runs: 1,
-		Backlog: 400, MemoryBacklog: 4000, SweepBacklog: 200, SweepWorkers: []int{1}, OperatorRows: 14_000, OperatorDeadRows: 3000,
-		RetainedRows: []int{14_000}, RetainedRandomRows: []int{20_000}, RetainedDatedRows: []int{14_000},
-		Duration: 300 * time.Millisecond, Rate: 200, Smoke: true,
-	}
-	if pooler := os.Getenv("PGBOUNCER_URL"); pooler != "" {
-		u, err := url.Parse(pooler)
-		require.NoError(t, err)
-		u.Path = "/" + databaseOf(t, dbURL)
-		cfg.PoolerURL = u.String()
-	}
+	cfg := tinyConfig(t)
 	rep, err := Run(ctx, cfg)
 	require.NoError(t, err)
+	requireFigures(t, rep)
 	scenarios := map[string]bool{}
 	for _, r := range rep.Results {
 		scenarios[r.Scenario] = true
-		for _, s := range r.Systems {
-			require.NotEmpty(t, s.Figures[r.Unit].Runs, "%s %s, %s: no %s", r.Scenario, r.Setting, s.System, r.Unit)
-		}
 	}
 	if cfg.PoolerURL != "" {
 		polled := 0
@@ -97,6 +85,57 @@ func TestEveryCaseRunsAtTinyScale(t *testing.T) {
 		}
 		require.True(t, scenarios[s], "scenario %s measured nothing", s)
 	}
+}
+
+// The cases left out under the race detector run at a tiny scale without
+// it: make test runs this test again in a build without -race.
+func TestCasesLeftOutUnderRaceRunAtTinyScale(t *testing.T) {
+	if raceDetector {
+		t.Skip("the race detector is on: these cases race in a library (raceLeftOut); make test runs them without -race")
+	}
+	if testing.Short() {
+		t.Skip("runs bench cases: not in -short")
+	}
+	if os.Getenv("NATS_URL") == "" {
+		t.Skip("NATS_URL is unset: the cases left out under -race are NATS JetStream's (make test sets it)")
+	}
+	cfg := tinyConfig(t)
+	cfg.Only = raceLeftOut.Only
+	rep, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Len(t, rep.Results, len(raceLeftOut.Only), "one result for each case of %v", raceLeftOut.Only)
+	requireFigures(t, rep)
+}
+
+// requireFigures fails the test unless every system of every result has
+// runs of its main figure.
+func requireFigures(t *testing.T, rep *Report) {
+	t.Helper()
+	for _, r := range rep.Results {
+		for _, s := range r.Systems {
+			require.NotEmpty(t, s.Figures[r.Unit].Runs, "%s %s, %s: no %s", r.Scenario, r.Setting, s.System, r.Unit)
+		}
+	}
+}
+
+// tinyConfig is a Config for every case at a tiny scale, in a database of
+// the test's own, and through PGBOUNCER_URL's pooler when it is set.
+func tinyConfig(t *testing.T) Config {
+	t.Helper()
+	dbURL := ownDatabase(t)
+	cfg := Config{
+		URL: dbURL, NATSURL: os.Getenv("NATS_URL"), Runs: 1,
+		Backlog: 400, MemoryBacklog: 4000, SweepBacklog: 200, SweepWorkers: []int{1}, OperatorRows: 14_000, OperatorDeadRows: 3000,
+		RetainedRows: []int{14_000}, RetainedRandomRows: []int{20_000}, RetainedDatedRows: []int{14_000},
+		Duration: 300 * time.Millisecond, Rate: 200, Smoke: true,
+	}
+	if pooler := os.Getenv("PGBOUNCER_URL"); pooler != "" {
+		u, err := url.Parse(pooler)
+		require.NoError(t, err)
+		u.Path = "/" + databaseOf(t, dbURL)
+		cfg.PoolerURL = u.String()
+	}
+	return cfg
 }
 
 // -only keeps whole scenarios, or a scenario's cases by a word of their

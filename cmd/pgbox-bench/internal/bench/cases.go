@@ -175,13 +175,7 @@ func (e *env) cases() ([]benchCase, error) {
 		cs = append(cs, c)
 	}
 	cs = append(cs, e.e2eCase("watermill-sql", watermillSQLInTx, watermillSQLSubscriber, true))
-	// Not under the race detector: watermill-nats v2.1.3's subscriber
-	// closes a subscription's output channel (consumer.go, monitor) while
-	// its NATS callback may still be sending on it (message_handler.go,
-	// which says as much: "can risk 'send on closed channel'"), a race
-	// make test's -race run met as the case ended. make test runs the case
-	// again without -race.
-	if cfg.NATSURL != "" && !raceDetector {
+	if cfg.NATSURL != "" {
 		cs = append(cs, e.e2eCase("NATS JetStream", natsJetStream(cfg.NATSURL), natsSubscriber(cfg.NATSURL), false))
 	}
 	cs = append(cs,
