@@ -49,3 +49,42 @@ func TestAStaleRoundChangesNoOutage(t *testing.T) {
 	require.Equal(t, 1, logs.Count(slog.LevelError, "the broker is unreachable"))
 	require.Equal(t, 1, logs.Count(slog.LevelInfo, "the broker is reachable again"))
 }
+
+// A probe of a broker that was down which reaches it with some calls and
+// not others finds it coming back (Redis answering some connections
+// first, or refusing writes while it loads its data): the outage ends,
+// and the failed calls' rows were its victims, never charged. Kept in
+// doubt, they were charged by the next round, which reached the broker:
+// TestRedis/Outage failed so in make test (a row charged 2 attempts).
+// A row that fails so again, with the broker reachable, is in doubt and
+// charged as before.
+func TestAProbeThatFindsTheBrokerComingBackChargesNoRow(t *testing.T) {
+	logs := &logtest.Recorder{}
+	o := newOutage(func(int) time.Duration { return 0 }, slog.New(logs),
+		telemetry.NewRelay(noop.NewMeterProvider(), tracenoop.NewTracerProvider(), propagation.TraceContext{}))
+	stop := make(chan struct{})
+	loading := errors.New("LOADING Redis is loading the dataset in memory")
+	victims := []doubt{{err: loading, row: &row{}}}
+
+	first, ok := o.await(stop)
+	require.True(t, ok)
+	o.failed(first, errors.New("connection refused"))
+	probe, ok := o.await(stop)
+	require.True(t, ok)
+	require.Empty(t, o.mixed(probe, loading, victims))
+	require.NoError(t, o.Err(), "the probe reached the broker: the outage is over")
+
+	next, ok := o.await(stop)
+	require.True(t, ok)
+	require.Empty(t, o.reached(next), "the rows that failed as the broker came back are charged nothing")
+	require.Equal(t, 1, logs.Count(slog.LevelInfo, "the broker is reachable again"))
+
+	// The same failure with the broker reachable is in doubt, and charged
+	// once a probe reaches the broker.
+	mid, ok := o.await(stop)
+	require.True(t, ok)
+	require.Empty(t, o.mixed(mid, loading, victims))
+	probe, ok = o.await(stop)
+	require.True(t, ok)
+	require.Equal(t, victims, o.reached(probe))
+}

@@ -198,8 +198,11 @@ type Config struct {
 	// nothing, the broker went away mid-round: an outage, and the rows stay
 	// uncharged. If it answers, the failure was the rows' own (a message
 	// that breaks the connection, say) and they are charged an attempt, as
-	// any failure is. So an outage of any length, however it begins,
-	// charges no row, and a row that fails alone still reaches MaxAttempts.
+	// any failure is. A probe of a broker that was down which reaches it
+	// with some calls and not others ends the outage, and their rows go
+	// back uncharged, not in doubt: the broker was coming back. So an
+	// outage of any length, however it begins or ends, charges no row,
+	// and a row that fails alone still reaches MaxAttempts.
 	// Defaults to IsUnreachable; wrap a publisher's own connection errors
 	// in ErrBrokerUnreachable, or give a function that knows them.
 	UnreachableFunc func(err error) bool
