@@ -24,8 +24,7 @@ import (
 // start an outage again.
 func TestAStaleRoundChangesNoOutage(t *testing.T) {
 	logs := &logtest.Recorder{}
-	o := newOutage(func(int) time.Duration { return 0 }, slog.New(logs),
-		telemetry.NewRelay(noop.NewMeterProvider(), tracenoop.NewTracerProvider(), propagation.TraceContext{}))
+	o := testOutage(logs)
 	stop := make(chan struct{})
 	down := errors.New("connection refused")
 
@@ -60,8 +59,7 @@ func TestAStaleRoundChangesNoOutage(t *testing.T) {
 // charged as before.
 func TestAProbeThatFindsTheBrokerComingBackChargesNoRow(t *testing.T) {
 	logs := &logtest.Recorder{}
-	o := newOutage(func(int) time.Duration { return 0 }, slog.New(logs),
-		telemetry.NewRelay(noop.NewMeterProvider(), tracenoop.NewTracerProvider(), propagation.TraceContext{}))
+	o := testOutage(logs)
 	stop := make(chan struct{})
 	loading := errors.New("LOADING Redis is loading the dataset in memory")
 	victims := []doubt{{err: loading, row: &row{}}}
@@ -87,4 +85,11 @@ func TestAProbeThatFindsTheBrokerComingBackChargesNoRow(t *testing.T) {
 	probe, ok = o.await(stop)
 	require.True(t, ok)
 	require.Equal(t, victims, o.reached(probe))
+}
+
+// testOutage is an outage tracker that probes without a backoff and logs
+// to logs.
+func testOutage(logs *logtest.Recorder) *outage {
+	return newOutage(func(int) time.Duration { return 0 }, slog.New(logs),
+		telemetry.NewRelay(noop.NewMeterProvider(), tracenoop.NewTracerProvider(), propagation.TraceContext{}))
 }
