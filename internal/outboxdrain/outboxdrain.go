@@ -5,6 +5,7 @@ package outboxdrain
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,11 +19,21 @@ const (
 	// minLook and maxLook bound the time between two looks.
 	minLook = 2 * time.Millisecond
 	maxLook = 100 * time.Millisecond
+	// failedAttempts is how many failed attempts of the next row to
+	// publish make Wait give up on the drain.
+	failedAttempts = 3
 )
 
 // Wait waits until the outbox of schema has no row left to publish
 // (pending, or running as relays before schema version 12 marked them),
 // or until ctx ends.
+//
+// A drain that cannot end is an error, with the relay's: a row dead, or
+// the next row to publish failed failedAttempts times (a publisher that
+// cannot take the case's messages, such as watermill-sql's own in pgx's
+// exec mode, would otherwise have Wait wait until ctx ends, the relay's
+// retries behind it). A drain with a dead row is not done: its figure
+// would count a message never published.
 //
 // A relay publishes rows in the pending index's order, so each look starts
 // at the row the last one found: read from the index's start, every look
@@ -39,8 +50,10 @@ const (
 // drain's end within 2 ms of it; a drain that speeds up may end a few
 // milliseconds more before Wait looks.
 func Wait(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	next := ident.Render(`SELECT available_at, seq FROM /* schema */outbox
+	next := ident.Render(`SELECT available_at, seq, attempts, coalesce(last_error, '') FROM /* schema */outbox
 WHERE status = `+tables.OutboxPending+` AND (available_at, seq) >= ($1, $2) ORDER BY available_at, seq LIMIT 1`, schema)
+	dead := ident.Render(`SELECT seq, attempts, coalesce(last_error, '') FROM /* schema */outbox
+WHERE status = `+tables.OutboxDead+` ORDER BY seq LIMIT 1`, schema)
 	last := ident.Render(`SELECT coalesce(max(seq), 0) FROM (SELECT seq FROM /* schema */outbox
 WHERE status = `+tables.OutboxPending+` ORDER BY available_at DESC, seq DESC LIMIT 1) AS l`, schema)
 	left := ident.Render(`SELECT EXISTS (SELECT 1 FROM /* schema */outbox WHERE status IN (`+tables.OutboxPending+`, `+tables.OutboxRunning+`))`, schema)
@@ -51,11 +64,19 @@ WHERE status = `+tables.OutboxPending+` ORDER BY available_at DESC, seq DESC LIM
 	at, seq := time.Time{}, int64(0)
 	var pace paceOf
 	for {
-		err := pool.QueryRow(ctx, next, at, seq).Scan(&at, &seq)
+		var attempts int
+		var lastErr string
+		err := pool.QueryRow(ctx, next, at, seq).Scan(&at, &seq, &attempts, &lastErr)
+		if err == nil && attempts >= failedAttempts && lastErr != "" {
+			return fmt.Errorf("outboxdrain: the relay failed to publish outbox row %d %d times, and the drain cannot end: %s", seq, attempts, lastErr)
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			var waiting bool
-			if err := pool.QueryRow(ctx, left).Scan(&waiting); err != nil || !waiting {
+			if err := pool.QueryRow(ctx, left).Scan(&waiting); err != nil {
 				return err
+			}
+			if !waiting {
+				return deadRow(ctx, pool, dead)
 			}
 			at, seq = time.Time{}, 0 // a row pending behind the last found: look from the start
 			pace = paceOf{}
@@ -70,6 +91,22 @@ WHERE status = `+tables.OutboxPending+` ORDER BY available_at DESC, seq DESC LIM
 		case <-timer.C:
 		}
 	}
+}
+
+// deadRow returns an error naming the first dead row of the outbox, and
+// the relay's last error on it, or nil if none is dead.
+func deadRow(ctx context.Context, pool *pgxpool.Pool, dead string) error {
+	var seq int64
+	var attempts int
+	var lastErr string
+	err := pool.QueryRow(ctx, dead).Scan(&seq, &attempts, &lastErr)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("outboxdrain: outbox row %d is dead after %d attempts, never published: %s", seq, attempts, lastErr)
 }
 
 // paceOf is how fast the drain went between the last two looks.
