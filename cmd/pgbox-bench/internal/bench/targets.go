@@ -158,7 +158,7 @@ var targets = []target{
 		}, 0.8),
 	figureTarget("duplicate storm: at most one round trip per 10 redeliveries", "duplicate-storm", "", "round trips/redelivery", 0.1),
 	latencyTarget("latency through the inbox: p99 under 25 ms", "inbox, 1000/s", 1000, 25),
-	latencyTarget("latency through outbox, relay and inbox: p99 under 50 ms", "outbox → relay → inbox, 1000/s", 1000, 50),
+	latencyTarget("latency through outbox, relay and inbox: p99 under 25 ms", "outbox → relay → inbox, 1000/s", 1000, 25),
 	figureTarget("memory flat across the drain: within 10%", "memory", "", "RSS spread %", 10),
 	ratioTarget("ReceiveBatch with the largest retained inbox (UUIDv7 ids): at least 85% of an empty inbox",
 		"retained", "ReceiveBatch 100 from 4 conns, UUIDv7", "none kept", 0.85),
