@@ -87,7 +87,8 @@ type pauseSelection struct {
 // for a consumer pgbox has not seen (no message of it in the inbox, no
 // dispatcher of it registered), or for an event type the consumer has not
 // received lately: a typo far more often than an intent. Nothing was
-// changed. It matches ErrNotFound (errors.Is).
+// changed. KnownConsumer returns it too. It matches ErrNotFound
+// (errors.Is).
 type UnknownError struct {
 	// Consumer is the consumer asked for.
 	Consumer string
@@ -97,6 +98,10 @@ type UnknownError struct {
 	// Known lists what is known instead: the consumers, or the consumer's
 	// event types, by name.
 	Known []string
+
+	// forcible is set on Pause's errors, whose message says how to
+	// force the pause.
+	forcible bool
 }
 
 // knownShown is how many known names an UnknownError's message lists.
@@ -119,7 +124,10 @@ func (e *UnknownError) Error() string {
 	default:
 		fmt.Fprintf(&b, " (known %s: %s)", noun, quoteAll(e.Known))
 	}
-	b.WriteString("; nothing was changed: check the name, or force the pause (PauseOptions.Force, inboxctl pause --force) to pause it before its first message")
+	b.WriteString("; nothing was changed: check the name")
+	if e.forcible {
+		b.WriteString(", or force the pause (PauseOptions.Force, inboxctl pause --force) to pause it before its first message")
+	}
 	return b.String()
 }
 
@@ -208,24 +216,45 @@ func (a *Admin) alreadyPaused(ctx context.Context, db dbtx, consumer, eventType 
 		p.Scope(), ErrAlreadyPaused, p.PausedBy, p.PausedAt.UTC().Format(time.DateTime), p.Reason)
 }
 
-// checkKnown returns an *UnknownError when pgbox has not seen consumer (no
-// message, no registered dispatcher), or, for an eventType, when none of
-// the consumer's pending messages nor a sample of its others is of it.
+// KnownConsumer returns nil when pgbox has seen consumer (a message of it
+// in the inbox, or a dispatcher of it registered), and an *UnknownError
+// listing the consumers it has seen otherwise: for a tool that found
+// nothing of consumer to tell a misspelt name from a consumer with
+// nothing to show.
+func (a *Admin) KnownConsumer(ctx context.Context, consumer string) error {
+	return a.known(ctx, "check the consumer", consumer, "")
+}
+
+// checkKnown returns Pause's *UnknownError when pgbox has not seen
+// consumer (no message, no registered dispatcher), or, for an eventType,
+// when none of the consumer's pending messages nor a sample of its others
+// is of it.
 func (a *Admin) checkKnown(ctx context.Context, consumer, eventType string) error {
+	err := a.known(ctx, "pause", consumer, "")
+	if err == nil && eventType != "" {
+		err = a.known(ctx, "pause", consumer, eventType)
+	}
+	if unknown, ok := errors.AsType[*UnknownError](err); ok {
+		unknown.forcible = true
+	}
+	return err
+}
+
+// known returns an *UnknownError when pgbox has not seen consumer, or,
+// for an eventType, the consumer's eventType (see checkKnown); op names
+// the operation in a database error.
+func (a *Admin) known(ctx context.Context, op, consumer, eventType string) error {
 	query, arg := knownConsumersSQL, []any{}
 	if eventType != "" {
-		if err := a.checkKnown(ctx, consumer, ""); err != nil {
-			return err
-		}
 		query, arg = knownEventTypesSQL, []any{consumer, knownEventTypesSample}
 	}
 	rows, err := a.pool.Query(ctx, a.render(query), arg...)
 	if err != nil {
-		return a.dbError(ctx, "pause", err)
+		return a.dbError(ctx, op, err)
 	}
 	known, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return a.dbError(ctx, "pause", err)
+		return a.dbError(ctx, op, err)
 	}
 	if slices.Contains(known, cmp.Or(eventType, consumer)) { // the event type among the known ones, or else the consumer
 		return nil

@@ -158,6 +158,15 @@ func TestPauseUnknownIsRefusedUnlessForced(t *testing.T) {
 	require.Empty(t, unknown.EventType)
 	require.ErrorContains(t, err, `consumer "paymnts" is unknown`)
 	require.ErrorContains(t, err, `known consumers: "emails", "payments"`)
+	require.ErrorContains(t, err, "check the name, or force the pause")
+
+	// KnownConsumer tells the same apart for any tool, without the pause's hint.
+	require.NoError(t, adm.KnownConsumer(ctx, "payments"))
+	require.NoError(t, adm.KnownConsumer(ctx, "emails"), "a registered dispatcher")
+	err = adm.KnownConsumer(ctx, "paymnts")
+	require.ErrorIs(t, err, admin.ErrNotFound)
+	require.EqualError(t, err, `consumer "paymnts" is unknown: the inbox holds no message of it and no dispatcher of it is registered `+
+		`(known consumers: "emails", "payments"); nothing was changed: check the name`)
 
 	_, err = adm.Pause(ctx, admin.PauseOptions{Consumer: "payments", EventType: "ChargeCrad", Reason: "r"})
 	require.ErrorAs(t, err, &unknown)

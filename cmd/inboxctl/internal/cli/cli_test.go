@@ -122,7 +122,7 @@ func TestList(t *testing.T) {
 	matched := inboxctl(t, schema, "", "list", "--error-matches", `index out of range \[\d+\]`).ok(t).stdout
 	require.Contains(t, matched, "bad-1")
 	require.NotContains(t, matched, "order-")
-	require.Contains(t, inboxctl(t, schema, "", "list", "--consumer", "nobody").ok(t).stdout, "(no messages match)")
+	require.Contains(t, inboxctl(t, schema, "", "list", "--consumer", "shipping", "--type", "nothing").ok(t).stdout, "(no messages match)")
 }
 
 func TestShow(t *testing.T) {

@@ -16,8 +16,9 @@ const (
 	// ExitUsage: the command line was wrong; nothing was done.
 	ExitUsage = 2
 	// ExitNotFound: a message asked for by id does not exist, a failure
-	// group is unknown or another consumer's, or a consumer or event type
-	// to pause is unknown.
+	// group is unknown or another consumer's, a consumer named is one
+	// pgbox has never seen (a likely typo), or an event type to pause is
+	// unknown.
 	ExitNotFound = 3
 	// ExitSchemaBehind: migrate check found the schema at an older
 	// version than this build needs (or River's tables behind).
@@ -45,7 +46,7 @@ var exitCodes = []struct {
 	{ExitOK, "ok"},
 	{ExitFailure, "failure: database unreachable, schema not migrated, a change refused or not confirmed"},
 	{ExitUsage, "usage error: nothing was done"},
-	{ExitNotFound, "not found: a message, row or scheduled replay asked for by id; a failure group unknown, or another consumer's; a consumer or event type to pause unknown"},
+	{ExitNotFound, "not found: a message, row or scheduled replay asked for by id; a failure group unknown, or another consumer's; a consumer never seen (a likely typo), or an event type to pause unknown"},
 	{ExitSchemaBehind, "migrate check: the schema is behind this build: run inboxctl migrate up"},
 	{ExitSchemaAhead, "migrate check: the schema is ahead of this build: deploy a newer inboxctl"},
 	{ExitSchemaMissing, "migrate check: the schema has no pgbox tables: run inboxctl migrate up"},

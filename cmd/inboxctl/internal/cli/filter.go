@@ -169,6 +169,17 @@ func (a *app) checkGroup(ctx context.Context, f admin.Filter, verb, past string)
 	return &exitError{ExitNotFound, errors.New(msg)}
 }
 
+// unknownConsumer returns an error wrapping admin.ErrNotFound, naming the
+// consumers pgbox knows, when consumer, given to narrow a command that
+// found nothing, is one it has never seen: a misspelt name must not read
+// as "nothing to do". It returns nil when consumer is "" or known.
+func (a *app) unknownConsumer(ctx context.Context, consumer string) error {
+	if consumer == "" {
+		return nil
+	}
+	return a.admin.KnownConsumer(ctx, consumer)
+}
+
 // groupElsewhere returns the consumers failure group f.Fingerprint
 // belongs to when f names another consumer; nil otherwise, or when they
 // cannot be read.

@@ -324,11 +324,20 @@ func (a *app) list(ctx context.Context, f admin.Filter, limit int, output, more 
 	opts := admin.ListOptions{Filter: f, Limit: limit}
 	switch output {
 	case formatJSONL:
-		return a.admin.List(ctx, opts, func(m admin.Message) error { return writeJSONLine(a.out, m) })
+		n := 0
+		if err := a.admin.List(ctx, opts, func(m admin.Message) error { n++; return writeJSONLine(a.out, m) }); err != nil || n > 0 {
+			return err
+		}
+		return a.unknownConsumer(ctx, f.Consumer)
 	case formatJSON:
 		msgs := []admin.Message{}
 		if err := a.admin.List(ctx, opts, func(m admin.Message) error { msgs = append(msgs, m); return nil }); err != nil {
 			return err
+		}
+		if len(msgs) == 0 {
+			if err := a.unknownConsumer(ctx, f.Consumer); err != nil {
+				return err
+			}
 		}
 		return writeJSON(a.out, msgs)
 	}
@@ -347,6 +356,11 @@ func (a *app) list(ctx context.Context, f admin.Filter, limit int, output, more 
 	})
 	if err != nil {
 		return err
+	}
+	if n == 0 {
+		if err := a.unknownConsumer(ctx, f.Consumer); err != nil {
+			return err
+		}
 	}
 	if err := t.Flush(); err != nil {
 		return err
@@ -587,6 +601,11 @@ table says so; --exact reads them all, which takes seconds at a million.`,
 			groups, err := a.admin.Failures(ctx, opts)
 			if err != nil {
 				return err
+			}
+			if len(groups) == 0 {
+				if err := a.unknownConsumer(ctx, consumer); err != nil {
+					return err
+				}
 			}
 			if output != formatTable {
 				return writeList(a.out, output, groups)

@@ -99,6 +99,9 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 	report := changeReport{Action: ch.verb, DryRun: flags.dryRun, Matched: n, Selection: filter}
 	switch {
 	case n == 0:
+		if err := a.unknownConsumer(ctx, filter.Consumer); err != nil {
+			return err
+		}
 		if err := a.checkGroup(ctx, filter, ch.verb, ch.past); err != nil {
 			return err
 		}

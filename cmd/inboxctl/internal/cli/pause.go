@@ -126,7 +126,9 @@ log, with --note.
 Only the pause named is lifted: resuming the whole consumer leaves the pauses
 of its event types in place, and says so, with the command that lifts each.
 Resuming what is not paused changes nothing: it says so and exits 0, as a
-script that makes sure a consumer runs expects.
+script that makes sure a consumer runs expects; but a consumer pgbox has
+never seen (no message, no dispatcher registered) is refused as a likely
+typo, with the known names (exit 3).
 
 ` + pauseWhat,
 		Example: `  inboxctl resume payments
@@ -142,6 +144,11 @@ script that makes sure a consumer runs expects.
 			lifted, err := a.admin.Resume(ctx, admin.ResumeOptions{Actor: a.actor(), Consumer: consumer, EventType: eventType, Note: note})
 			if err != nil && !errors.Is(err, admin.ErrNotPaused) {
 				return err
+			}
+			if lifted == nil {
+				if err := a.unknownConsumer(ctx, consumer); err != nil {
+					return err
+				}
 			}
 			left, err := a.admin.Pauses(ctx, consumer)
 			if err != nil {
@@ -198,6 +205,11 @@ and why. 'inboxctl stats' shows them too.
 			list, err := a.admin.Pauses(ctx, consumer)
 			if err != nil {
 				return err
+			}
+			if len(list) == 0 {
+				if err := a.unknownConsumer(ctx, consumer); err != nil {
+					return err
+				}
 			}
 			if output != formatTable {
 				return writeList(a.out, output, list)

@@ -177,3 +177,36 @@ func TestStatsShowsPauses(t *testing.T) {
 	require.Len(t, st.Pauses, 2)
 	require.True(t, st.Check.OK)
 }
+
+// A misspelt consumer is refused, with the known ones, by every command
+// that narrows to a consumer and finds nothing, instead of reading as
+// "nothing to do"; a known consumer with nothing to show is no error.
+func TestAConsumerNeverSeenIsRefusedAsATypo(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	inboxctl(t, schema, "", "pause", "payments", "--reason", "gateway down").ok(t)
+	for _, args := range [][]string{
+		{"resume", "paymnts"},
+		{"resume", "paymnts", "-o", "json"},
+		{"pauses", "--consumer", "paymnts"},
+		{"list", "--consumer", "paymnts"},
+		{"list", "--consumer", "paymnts", "-o", "json"},
+		{"list", "--consumer", "paymnts", "-o", "jsonl"},
+		{"failures", "--consumer", "paymnts"},
+		{"failures", "--consumer", "paymnts", "-o", "json"},
+		{"replay", "--consumer", "paymnts", "--yes"},
+		{"discard", "--consumer", "paymnts", "--reason", "x", "--yes"},
+	} {
+		r := inboxctl(t, schema, "", args...)
+		require.Equal(t, ExitNotFound, r.code, "%v: stdout %q, stderr %q", args, r.stdout, r.stderr)
+		require.Equal(t, `inboxctl: consumer "paymnts" is unknown: the inbox holds no message of it and no dispatcher of it is registered `+
+			`(known consumers: "payments", "shipping"); nothing was changed: check the name`+"\n", r.stderr, "%v", args)
+		require.Empty(t, r.stdout, "%v", args)
+	}
+	require.Contains(t, inboxctl(t, schema, "", "pauses").ok(t).stdout, "gateway down", "the pause stays")
+
+	require.Equal(t, "Nothing to resume: consumer shipping is not paused.\n", inboxctl(t, schema, "", "resume", "shipping").ok(t).stdout)
+	require.Equal(t, "Nothing is paused.\n", inboxctl(t, schema, "", "pauses", "--consumer", "shipping").ok(t).stdout)
+	require.Contains(t, inboxctl(t, schema, "", "failures", "--consumer", "shipping", "--since", "1m").ok(t).stdout, "No dead or failing message")
+	require.Contains(t, inboxctl(t, schema, "", "replay", "--consumer", "shipping", "--type", "nothing", "--yes").ok(t).stdout, "Nothing to replay")
+}
