@@ -28,7 +28,7 @@ func TestAuditRecordsEveryWrite(t *testing.T) {
 
 	n, err := b.adm.Replay(ctx, admin.ReplayOptions{Actor: alice, BatchSize: 10, Filter: admin.Filter{Consumer: "payments"}, Note: "gateway fixed"})
 	require.NoError(t, err)
-	require.EqualValues(t, 34, n)
+	require.EqualValues(t, 29, n)
 	n, err = b.adm.Discard(ctx, admin.DiscardOptions{Filter: admin.Filter{Consumer: "shipping"}, Reason: "carrier gone"})
 	require.NoError(t, err)
 	require.EqualValues(t, 4, n)
@@ -62,7 +62,7 @@ func TestAuditRecordsEveryWrite(t *testing.T) {
 		{admin.AuditOutboxRetry, "alice", 0, admin.AuditFinished, ""},
 		{admin.AuditPurge, "alice", 4, admin.AuditFinished, ""},
 		{admin.AuditDiscard, me.Name, 4, admin.AuditFinished, "carrier gone"},
-		{admin.AuditReplay, "alice", 34, admin.AuditFinished, "gateway fixed"},
+		{admin.AuditReplay, "alice", 29, admin.AuditFinished, "gateway fixed"},
 	}, got, "newest first")
 	replay := records[len(records)-1]
 	require.Equal(t, alice, replay.Actor)

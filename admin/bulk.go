@@ -37,8 +37,10 @@ type ReplayOptions struct {
 
 	// Filter selects the messages. Of those, only the replayable ones
 	// (dead, discarded, or pending after a failure) are replayed, whatever
-	// the filter says. Defaults to the zero Filter: every replayable
-	// message of every consumer.
+	// the filter says; discarded ones only when the filter names them (by
+	// IDs, or with InboxDiscarded in Statuses), so that a discard is not
+	// undone by a bulk replay of its group. Defaults to the zero Filter:
+	// every dead or failing message of every consumer.
 	Filter Filter
 
 	// Note is kept in each replayed message's history, for whoever looks
@@ -50,14 +52,14 @@ type ReplayOptions struct {
 	ProgressFunc func(replayed int64)
 }
 
-// Replay puts the messages opts.Filter selects that are dead, discarded,
-// or pending after a failure back to pending, due now, with their attempts
-// zeroed; their history is kept, the replay is added to it (with
-// opts.Note, if any), and each row's replay counter goes up. Running and
-// done messages are never touched. It works in batches of opts.BatchSize,
-// each its own short statement, so a million-message replay never holds
-// one giant lock or transaction. It returns how many messages it replayed,
-// also when it fails part way.
+// Replay puts the messages opts.Filter selects that are dead, discarded
+// (when named, see ReplayOptions.Filter), or pending after a failure back
+// to pending, due now, with their attempts zeroed; their history is kept,
+// the replay is added to it (with opts.Note, if any), and each row's
+// replay counter goes up. Running and done messages are never touched. It
+// works in batches of opts.BatchSize, each its own short statement, so a
+// million-message replay never holds one giant lock or transaction. It
+// returns how many messages it replayed, also when it fails part way.
 func (a *Admin) Replay(ctx context.Context, opts ReplayOptions) (int64, error) {
 	return a.replay(ctx, a.pool, opts)
 }
@@ -77,8 +79,10 @@ func (a *Admin) replay(ctx context.Context, db dbtx, opts ReplayOptions) (int64,
 		return 0, err
 	}
 	e := auditEntry{action: AuditReplay, actor: opts.Actor, note: opts.Note, selection: opts.Filter}
+	f := opts.Filter
+	f.ReplayableOnly = true // discarded messages only when named
 	return a.audited(ctx, db, e, func(auditID int64) (int64, error) {
-		return a.inBatches(ctx, db, "replay", size, opts.ProgressFunc, a.seqBatches(a.q["replay"], replayLeftSQL, opts.Filter, opts.Note, auditID))
+		return a.inBatches(ctx, db, "replay", size, opts.ProgressFunc, a.seqBatches(a.q["replay"], replayLeftSQL, f, opts.Note, auditID))
 	})
 }
 

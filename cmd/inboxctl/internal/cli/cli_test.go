@@ -227,13 +227,17 @@ func TestReplayByFilterAsksFirst(t *testing.T) {
 	require.Equal(t, "done", status, "done messages are never replayed")
 	require.Zero(t, replays)
 
-	// --all replays every replayable message: the discarded one and the
-	// failing one that was backing off; never done or running ones.
+	// --all replays every dead or failing message (the one backing off
+	// too), never done or running ones, and leaves the discarded one until
+	// --status names it.
 	inboxctl(t, schema, "", "replay", "--all", "--yes").ok(t)
 	status, _, _ = state(t, schema, "shipping", "ship-9")
-	require.Equal(t, "pending", status)
+	require.Equal(t, "discarded", status)
 	status, _, _ = state(t, schema, "payments", "order-5/placed")
 	require.Equal(t, "running", status)
+	require.Equal(t, "Replayed 1 message.\n", inboxctl(t, schema, "", "replay", "--status", "discarded", "--yes").ok(t).stdout)
+	status, _, _ = state(t, schema, "shipping", "ship-9")
+	require.Equal(t, "pending", status)
 
 	nothing := inboxctl(t, schema, "", "replay", "--consumer", "payments", "--status", "dead", "--yes").ok(t)
 	require.Equal(t, "Nothing to replay: no eligible message matches.\n", nothing.stdout)

@@ -47,3 +47,29 @@ func TestGroupOfAnotherConsumer(t *testing.T) {
 	require.Equal(t, "Nothing to replay: no eligible message matches.\n",
 		inboxctl(t, schema, "", "replay", "--group", group, "--consumer", "payments", "--status", "dead", "--yes").ok(t).stdout)
 }
+
+// A message discarded out of a group has left it: failures no longer
+// counts it, and the group's replay, as failures hints it, leaves it
+// alone and matches that count; --status discarded still asks for it.
+func TestADiscardedMessageIsNotReplayedWithItsGroup(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	inboxctl(t, schema, "", "discard", "order-2/placed", "--consumer", "payments", "--reason", "test order, not real").ok(t)
+	failures := inboxctl(t, schema, "", "failures", "--consumer", "payments").ok(t).stdout
+	group := regexp.MustCompile(`1\s+1\s+0\s+payments\s+ChargeCard\s+([0-9a-f]{12})`).FindStringSubmatch(failures)
+	require.NotNil(t, group, "the group counts its one dead message:\n%s", failures)
+
+	require.Contains(t, inboxctl(t, schema, "", "replay", "--group", group[1], "--consumer", "payments", "--dry-run").ok(t).stdout,
+		"Would replay 1 message.")
+	require.Equal(t, "Replayed 1 message.\n", inboxctl(t, schema, "", "replay", "--group", group[1], "--consumer", "payments", "--yes").ok(t).stdout)
+	status, _, replays := state(t, schema, "payments", "order-2/placed")
+	require.Equal(t, "discarded", status)
+	require.Zero(t, replays)
+	status, _, _ = state(t, schema, "payments", "order-3/placed")
+	require.Equal(t, "pending", status)
+
+	require.Equal(t, "Replayed 1 message.\n",
+		inboxctl(t, schema, "", "replay", "--group", group[1], "--consumer", "payments", "--status", "discarded", "--yes").ok(t).stdout)
+	status, _, _ = state(t, schema, "payments", "order-2/placed")
+	require.Equal(t, "pending", status)
+}

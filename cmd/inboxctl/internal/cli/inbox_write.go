@@ -194,9 +194,12 @@ ones (their effect has happened: running them again is what the inbox exists to
 prevent). Each message's history is kept, the replay is added to it, and its
 replay counter goes up.
 
-Select messages by id (with --consumer) or by filter. A filter replay asks for
-confirmation (or --yes) and runs in batches of --batch-size, each its own short
-statement, so a million-message replay never holds one giant lock.
+Select messages by id (with --consumer) or by filter. A filter replays
+discarded messages only when --status names discarded: they were set aside on
+purpose, and a replay of their group (as failures hints) leaves them. A filter
+replay asks for confirmation (or --yes) and runs in batches of --batch-size,
+each its own short statement, so a million-message replay never holds one
+giant lock.
 
 --at schedules the replay for later instead (after a fix is deployed, when a
 partner's outage window ends): a time, or a duration from now. Nothing changes
