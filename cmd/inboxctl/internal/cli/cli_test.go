@@ -241,6 +241,17 @@ func TestReplayByFilterAsksFirst(t *testing.T) {
 
 	nothing := inboxctl(t, schema, "", "replay", "--consumer", "payments", "--status", "dead", "--yes").ok(t)
 	require.Equal(t, "Nothing to replay: no eligible message matches.\n", nothing.stdout)
+
+	// A status replay never takes is a usage error, not "nothing to replay".
+	for _, args := range [][]string{
+		{"replay", "--status", "done", "--yes"},
+		{"replay", "--consumer", "payments", "--status", "dead,running", "--yes"},
+		{"replay", "--status", "done", "--at", "2h", "--yes"},
+	} {
+		r := inboxctl(t, schema, "", args...)
+		require.Equal(t, ExitUsage, r.code, "%q: %s", args, r.stdout)
+		require.Contains(t, r.stderr, "only dead, discarded or failing messages are replayed", "%q", args)
+	}
 }
 
 func TestReplayDryRunChangesNothing(t *testing.T) {

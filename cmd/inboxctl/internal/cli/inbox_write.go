@@ -50,12 +50,26 @@ func (c *changeFlags) add(cmd *cobra.Command, withStatus bool) {
 	outputFlag(cmd, &c.output, changeOutput)
 }
 
+// replayable are the statuses replay takes, and replayableWhy says why
+// only those.
+var (
+	replayable    = []pgbox.InboxStatus{pgbox.InboxDead, pgbox.InboxDiscarded, pgbox.InboxPending}
+	replayableWhy = "only dead, discarded or failing messages are replayed: a running one is held by a worker, a done one has had its effect"
+)
+
 // selection is the filter that ids, or the flags, select, and whether it
-// is a bulk (filter) selection.
+// is a bulk (filter) selection. A --status replay never takes (replay's
+// is the only --status of a change) is a usage error, not a selection of
+// nothing.
 func (a *app) selection(flags changeFlags, ids []string) (admin.Filter, bool, error) {
 	filter, err := flags.f.filter(a.now())
 	if err != nil {
 		return filter, false, err
+	}
+	for _, s := range filter.Statuses {
+		if _, err := pgbox.ParseInboxStatus(string(s)); err == nil && !slices.Contains(replayable, s) {
+			return filter, false, usagef("--status %s: %s", s, replayableWhy)
+		}
 	}
 	if flags.batchSize < 1 {
 		return filter, false, usagef("--batch-size %d: use 1 or more", flags.batchSize)
@@ -238,8 +252,8 @@ or --as NAME; a --dry-run is not.`,
 			}
 			return a.apply(cmd.Context(), change{
 				verb: "replay", past: "replayed",
-				eligible: []pgbox.InboxStatus{pgbox.InboxDead, pgbox.InboxDiscarded, pgbox.InboxPending},
-				why:      "only dead, discarded or failing messages are replayed: a running one is held by a worker, a done one has had its effect",
+				eligible: replayable,
+				why:      replayableWhy,
 				resume: "it replays the rest; a message already replayed is pending, and replaying it again only makes it due now " +
 					"and counts one more replay: none runs again once it has succeeded",
 				filter: func(f admin.Filter) admin.Filter {
