@@ -431,8 +431,11 @@ func TestReplayAt(t *testing.T) {
 	t.Parallel()
 	schema := fixture(t)
 
-	scheduled := inboxctl(t, schema, "", "replay", "--status", "dead", "--at", "2099-01-01T00:00:00Z", "--note", "after the gateway's upgrade", "--yes").ok(t).stdout
-	require.Contains(t, scheduled, "Scheduled replay 1 for 2099-01-01 00:00:00 UTC (3 messages are replayable now)")
+	r := inboxctl(t, schema, "", "replay", "--status", "dead", "--at", "2099-01-01T00:00:00Z", "--note", "after the gateway's upgrade", "--yes").ok(t)
+	require.Contains(t, r.stdout, "Scheduled replay 1 for 2099-01-01 00:00:00 UTC (3 messages are replayable now)")
+	const noMaintainer = "inboxctl: warning: no maintainer is alive, so no scheduled or throttled replay runs until one starts"
+	require.Contains(t, r.stderr, noMaintainer, "the fixture runs no maintainer")
+	require.Contains(t, inboxctl(t, schema, "", "scheduled").ok(t).stderr, noMaintainer)
 	status, _, _ := state(t, schema, "payments", "order-2/placed")
 	require.Equal(t, "dead", status, "nothing changes before the time")
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -139,6 +140,9 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 			return err
 		}
 	}
+	if err := a.warnNoMaintainer(ctx); err != nil {
+		return err
+	}
 	when := "now"
 	if !opts.At.IsZero() {
 		when = stamp(opts.At) + " UTC"
@@ -183,6 +187,19 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 	}
 	fmt.Fprintf(a.out, "Scheduled replay %d for %s (%s). The maintenance job replays what is replayable then.\n", r.ID, when, what)
 	fmt.Fprintf(a.out, "See it: %s. Call it off: %s\n", a.hint("scheduled"), a.hint("scheduled", "cancel", strconv.FormatInt(r.ID, 10)))
+	return nil
+}
+
+// warnNoMaintainer warns, on stderr, when no maintainer is alive to run
+// scheduled and throttled replays: one accepted then waits, silently,
+// until a maintenance.Maintainer starts.
+func (a *app) warnNoMaintainer(ctx context.Context) error {
+	ps, err := a.admin.Processes(ctx)
+	if err != nil || ps.Leader != nil {
+		return err
+	}
+	fmt.Fprintf(a.errOut, "inboxctl: warning: no maintainer is alive, so no scheduled or throttled replay runs until one starts "+
+		"(a maintenance.Maintainer in a service; '%s' shows the leader)\n", a.hint("processes"))
 	return nil
 }
 
@@ -246,6 +263,13 @@ each once its time has come, by the database clock.`,
 			list, err := a.admin.ScheduledReplays(ctx, limit)
 			if err != nil {
 				return err
+			}
+			if slices.ContainsFunc(list, func(r admin.ScheduledReplay) bool {
+				return r.State == admin.ReplayScheduled || r.State == admin.ReplayRunning
+			}) {
+				if err := a.warnNoMaintainer(ctx); err != nil {
+					return err
+				}
 			}
 			if output != formatTable {
 				return writeList(a.out, output, list)
