@@ -45,6 +45,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -57,6 +58,11 @@ import (
 
 // ErrNotFound is returned when a message asked for by id does not exist.
 var ErrNotFound = errors.New("not found")
+
+// ErrInvalidPattern is wrapped by the error of a read or change whose
+// Filter.ErrorMatches PostgreSQL does not take as a regular expression.
+// Nothing was read or changed.
+var ErrInvalidPattern = errors.New("the error pattern is not a valid regular expression")
 
 const (
 	// BatchSizeDefault is the default Config.BatchSize: how many rows one
@@ -172,7 +178,7 @@ func (a *Admin) batchSize(field string, size int) (int, error) {
 func (a *Admin) dbError(ctx context.Context, op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "2201B" { // invalid_regular_expression
-		return fmt.Errorf("%s: the error pattern is not a valid regular expression: %s", op, pgErr.Message)
+		return fmt.Errorf("%s: %w: %s", op, ErrInvalidPattern, strings.TrimPrefix(pgErr.Message, "invalid regular expression: "))
 	}
 	return fmt.Errorf("%s: %w", op, schemaerr.Explain(ctx, a.pool, a.cfg.Schema, err))
 }

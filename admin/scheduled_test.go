@@ -173,6 +173,7 @@ func TestScheduledReplayWithABadFilterFails(t *testing.T) {
 	// Through the API, it is refused at once, and nothing is scheduled.
 	_, err = adm.ScheduleReplay(ctx, admin.ScheduleReplayOptions{At: time.Now().Add(-time.Minute), Filter: admin.Filter{ErrorMatches: "("}})
 	require.ErrorContains(t, err, "not a valid regular expression")
+	require.ErrorIs(t, err, admin.ErrInvalidPattern)
 	n, err := adm.CountScheduledReplays(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n)

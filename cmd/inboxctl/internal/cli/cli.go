@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch {
 	case errors.As(err, &exit):
 		return exit.code
-	case errors.As(err, &usage), strings.HasPrefix(err.Error(), "unknown command"): // cobra's own
+	case errors.As(err, &usage), errors.Is(err, admin.ErrInvalidPattern), strings.HasPrefix(err.Error(), "unknown command"): // cobra's own
 		fmt.Fprintln(stderr, "Run 'inboxctl --help' (or add --help to the command) for usage.")
 		return ExitUsage
 	case errors.Is(err, admin.ErrNotFound):

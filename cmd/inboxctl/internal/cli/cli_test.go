@@ -123,6 +123,16 @@ func TestList(t *testing.T) {
 	require.Contains(t, matched, "bad-1")
 	require.NotContains(t, matched, "order-")
 	require.Contains(t, inboxctl(t, schema, "", "list", "--consumer", "shipping", "--type", "nothing").ok(t).stdout, "(no messages match)")
+
+	// Bad input is a usage error (exit 2), named once.
+	r := inboxctl(t, schema, "", "list", "--error-matches", "([")
+	require.Equal(t, ExitUsage, r.code)
+	require.Contains(t, r.stderr, "inboxctl: list messages: the error pattern is not a valid regular expression: brackets [] not balanced\n")
+	for _, args := range [][]string{{"list", "--limit", "-1"}, {"failures", "--limit", "-5"}, {"outbox", "list", "--limit", "-1"}, {"scheduled", "--limit", "-1"}} {
+		r := inboxctl(t, schema, "", args...)
+		require.Equal(t, ExitUsage, r.code, "%q", args)
+		require.Contains(t, r.stderr, "inboxctl: --limit "+args[len(args)-1]+": use a count of 0 or more\n", "%q", args)
+	}
 }
 
 func TestShow(t *testing.T) {

@@ -312,7 +312,7 @@ func (a *app) listCommand() *cobra.Command {
 		},
 	}
 	f.add(cmd, true)
-	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many messages; 0 for all")
+	limitFlag(cmd, &limit, 50, "at most this many messages; 0 for all")
 	outputFlag(cmd, &output, listOutput)
 	return cmd
 }
@@ -614,7 +614,7 @@ table says so; --exact reads them all, which takes seconds at a million.`,
 		},
 	}
 	cmd.Flags().StringVar(&consumer, "consumer", "", "only this consumer's messages")
-	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many groups")
+	limitFlag(cmd, &limit, 50, "at most this many groups")
 	cmd.Flags().StringVar(&since, "since", "", "only groups with a failed attempt in this window (30m, 1h, 7d), with their count in it")
 	cmd.Flags().BoolVar(&trend, "trend", false, "show failed attempts per bucket of the --since window (default 1h)")
 	cmd.Flags().IntVar(&buckets, "buckets", 12, "how many buckets --trend splits the window into")

@@ -238,7 +238,7 @@ or --as NAME; a --dry-run is not.`,
   inboxctl replay --group 3f2a9c1d0b7e --note "gateway fixed"
   inboxctl replay --consumer payments --status dead --error-contains timeout --dry-run
   inboxctl replay --consumer payments --status dead --yes
-  inboxctl replay --group 3f2a9c1d0b7e --at 2026-11-23T03:00:00Z --note "after the gateway's maintenance"
+  inboxctl replay --group 3f2a9c1d0b7e --at 2099-01-01T03:00:00Z --note "after the gateway's maintenance"
   inboxctl replay --consumer payments --status dead --at 2h --yes
   inboxctl replay --group 3f2a9c1d0b7e --rate 10/s --yes
   inboxctl replay --consumer payments --status dead --over 30m --yes

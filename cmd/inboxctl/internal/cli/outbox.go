@@ -82,7 +82,7 @@ func (a *app) outboxListCommand() *cobra.Command {
 	cmd.Flags().StringSliceVar(&statusFlags, "status", nil, "only these statuses: pending, running, published, dead (comma-separated)")
 	cmd.Flags().StringVar(&topic, "topic", "", "only this topic")
 	cmd.Flags().StringVar(&key, "ordering-key", "", "only the rows of this ordering key")
-	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many rows; 0 for all")
+	limitFlag(cmd, &limit, 50, "at most this many rows; 0 for all")
 	outputFlag(cmd, &output, listOutput)
 	return cmd
 }

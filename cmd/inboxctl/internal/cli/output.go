@@ -70,6 +70,18 @@ func outputFlag(cmd *cobra.Command, target *string, kind outputKind) {
 	})
 }
 
+// limitFlag adds --limit to cmd, def by default: how many rows, groups or
+// replays to show. A negative count is a usage error, not a silent "all".
+func limitFlag(cmd *cobra.Command, target *int, def int, usage string) {
+	cmd.Flags().IntVar(target, "limit", def, usage)
+	cmd.PreRunE = chain(cmd.PreRunE, func(*cobra.Command, []string) error {
+		if *target < 0 {
+			return usagef("--limit %d: use a count of 0 or more", *target)
+		}
+		return nil
+	})
+}
+
 func chain(first, second func(*cobra.Command, []string) error) func(*cobra.Command, []string) error {
 	if first == nil {
 		return second

@@ -292,7 +292,7 @@ each once its time has come, by the database clock.`,
 		},
 	}
 	outputFlag(cmd, &output, listOutput)
-	cmd.Flags().IntVar(&limit, "limit", 50, "show at most this many")
+	limitFlag(cmd, &limit, 50, "show at most this many")
 	var note string
 	cancel := &cobra.Command{
 		Use:     "cancel ID",
