@@ -259,4 +259,5 @@ func leftBehind(out io.Writer, url, schema, quoted string) {
 	if note := inspect.PasswordNote(url); note != "" {
 		fmt.Fprintln(out, "  "+note)
 	}
+	fmt.Fprintln(out, "  "+inspect.SetupNote(url))
 }

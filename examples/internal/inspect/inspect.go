@@ -20,6 +20,19 @@ func Inboxctl(databaseURL string, args ...string) string {
 	return strings.Join(words, " ")
 }
 
+// Setup returns the shell line after which the commands inboxctl prints
+// itself (its hints, such as inboxctl show ID --consumer C --schema S)
+// paste as printed from the repository's root: inboxctl built and on PATH,
+// DATABASE_URL set to databaseURL (without its password).
+func Setup(databaseURL string) string {
+	return `make inboxctl && export PATH="$PWD/bin:$PATH" DATABASE_URL=` + Quote(withoutPassword(databaseURL))
+}
+
+// SetupNote is Setup as the examples print it, under their commands.
+func SetupNote(databaseURL string) string {
+	return "(for inboxctl's own hints to paste as printed, first: " + Setup(databaseURL) + ")"
+}
+
 // Psql returns the command line that runs query in psql on databaseURL,
 // without the parameters only pgx knows, which libpq would refuse.
 func Psql(databaseURL, query string) string {

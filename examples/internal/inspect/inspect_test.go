@@ -1,7 +1,9 @@
 package inspect
 
 import (
+	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -40,4 +42,20 @@ func TestCommandsCarryTheURLWithoutItsPassword(t *testing.T) {
 	require.Equal(t, `psql 'postgres://u@h:1/d?sslmode=disable' -c 'SELECT 1'`,
 		Psql("postgres://u:p@h:1/d?sslmode=disable&default_query_exec_mode=exec&pool_max_conns=4", "SELECT 1"),
 		"psql refuses pgx's own parameters")
+}
+
+// After Setup's line (make left out), the shell has the checkout's bin on
+// PATH and the URL, without its password, in DATABASE_URL: what the
+// commands inboxctl prints need to paste as printed.
+func TestSetupExportsWhatInboxctlsHintsNeed(t *testing.T) {
+	t.Parallel()
+	line := Setup("postgres://ops:s3cr%40t@db:5432/orders?sslmode=disable")
+	export, ok := strings.CutPrefix(line, "make inboxctl && ")
+	require.True(t, ok, line)
+	out, err := exec.Command("sh", "-c", export+`; printf '%s\n%s' "$DATABASE_URL" "${PATH%%:*}"`).Output()
+	require.NoError(t, err, line)
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	require.Equal(t, "postgres://ops@db:5432/orders?sslmode=disable\n"+wd+"/bin", string(out))
+	require.Contains(t, SetupNote("postgres://u@h/d"), "make inboxctl && export PATH=")
 }

@@ -220,6 +220,7 @@ func (r *run) printLeftBehind() {
 	if note := inspect.PasswordNote(r.cfg.DatabaseURL); note != "" {
 		fmt.Fprintln(r.out, "  "+note)
 	}
+	fmt.Fprintln(r.out, "  "+inspect.SetupNote(r.cfg.DatabaseURL))
 }
 
 func (r *run) run(ctx context.Context) (*Report, error) {

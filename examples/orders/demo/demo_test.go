@@ -12,7 +12,8 @@ import (
 
 // A run ends with the inboxctl commands that show what it left behind:
 // one per service, naming its schema, each carrying the database URL
-// without its password, and a note on how to give that.
+// without its password, a note on how to give that, and the shell set-up
+// after which inboxctl's own hints paste as printed.
 func TestPrintLeftBehind(t *testing.T) {
 	t.Parallel()
 	const url = "postgres://ops:s3cret@db.internal:5432/shop?sslmode=disable&default_query_exec_mode=cache_describe"
@@ -26,6 +27,7 @@ What it left behind, each service's inbox and outbox, from the repository's root
   `+inboxctl+`demo_payments
   `+inboxctl+`demo_notifications
   (the commands leave the URL's password out: set PGPASSWORD to it first)
+  (for inboxctl's own hints to paste as printed, first: make inboxctl && export PATH="$PWD/bin:$PATH" DATABASE_URL='postgres://ops@db.internal:5432/shop?sslmode=disable&default_query_exec_mode=cache_describe')
 `, out.String())
 
 	// Pasted into a shell, each runs inboxctl on that database and schema:
