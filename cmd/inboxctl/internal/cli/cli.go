@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -154,6 +155,26 @@ func wrapArgs(c *cobra.Command) {
 	}
 }
 
+// urlScheme matches a URL's scheme (RFC 3986).
+var urlScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
+
+// dsnForm refuses a database address of neither form pgx takes with a
+// message that says what the forms are: pgx's own, for a misspelt scheme
+// or a bare host:port, is about key=value parsing and masks part of the
+// text as if it were a password. Only the scheme is quoted back.
+func dsnForm(dsn string) error {
+	const forms = "use a URL, postgres://USER@HOST:PORT/DATABASE, or key=value settings, host=HOST port=PORT user=USER dbname=DATABASE"
+	scheme, _, isURL := strings.Cut(dsn, "://")
+	isURL = isURL && urlScheme.MatchString(scheme) // not key=value settings with "://" in a value
+	switch {
+	case isURL && scheme != "postgres" && scheme != "postgresql":
+		return usagef("--dsn (or DATABASE_URL) is a URL of scheme %q, not postgres: %s", clean(scheme), forms)
+	case !isURL && !strings.Contains(dsn, "="):
+		return usagef("--dsn (or DATABASE_URL) is neither a URL nor key=value settings: %s", forms)
+	}
+	return nil
+}
+
 // connect opens the pool, without checking the schema.
 func (a *app) connect(ctx context.Context) error {
 	if a.dsn == "" {
@@ -161,6 +182,9 @@ func (a *app) connect(ctx context.Context) error {
 	}
 	if a.dsn == "" {
 		return usagef("no database: pass --dsn or set DATABASE_URL")
+	}
+	if err := dsnForm(a.dsn); err != nil {
+		return err
 	}
 	cfg, err := pgxpool.ParseConfig(a.dsn)
 	if err != nil {

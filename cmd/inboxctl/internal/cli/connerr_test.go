@@ -91,6 +91,24 @@ func TestConnectErrorsGiveAdvicePerCause(t *testing.T) {
 	}
 }
 
+// A database address of neither form is a usage error that shows both
+// forms and quotes back nothing but a scheme; a "://" inside key=value
+// settings is no scheme.
+func TestAMisspeltDSNNamesTheForms(t *testing.T) {
+	t.Parallel()
+	for dsn, want := range map[string]string{
+		"postgress://postgres:s3cret@127.0.0.1:5432/pgbox": `--dsn (or DATABASE_URL) is a URL of scheme "postgress", not postgres: use a URL, postgres://USER@HOST:PORT/DATABASE`,
+		"127.0.0.1:5432": "--dsn (or DATABASE_URL) is neither a URL nor key=value settings: use a URL, postgres://USER@HOST:PORT/DATABASE, or key=value settings",
+		"host=127.0.0.1 password='a://b' sslmode=bogus": "invalid --dsn (or DATABASE_URL)",
+	} {
+		r := inboxctlEnv(t, nil, "", "stats", "--dsn", dsn)
+		require.Equal(t, ExitUsage, r.code, "%s: %s", dsn, r.stderr)
+		require.Contains(t, r.stderr, "inboxctl: "+want, dsn)
+		require.NotContains(t, r.stderr, "s3cret", dsn)
+		require.NotContains(t, r.stderr, "a://b", dsn)
+	}
+}
+
 // Interrupting a connection attempt is an interruption, not a connection
 // error.
 func TestInterruptWhileConnecting(t *testing.T) {
