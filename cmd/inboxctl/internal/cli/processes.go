@@ -104,9 +104,9 @@ func (a *app) printProcesses(ps *admin.Processes) error {
 	}
 	fmt.Fprintln(a.out)
 	t := newTable(a.out)
-	fmt.Fprintln(t, "KIND\tNAME\tCONSUMER\tHOST\tPID\tSTARTED (UTC)\tLAST SEEN\tSTATE\tLEASES")
+	fmt.Fprintln(t, "ID\tKIND\tNAME\tCONSUMER\tHOST\tPID\tSTARTED (UTC)\tLAST SEEN\tSTATE\tLEASES")
 	for _, p := range ps.Processes {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s\n", clean(string(p.Kind)), cell(p.Name, 40), orDash(clean(p.Consumer)), cell(p.Host, 30),
+		fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s\n", p.ID, clean(string(p.Kind)), cell(p.Name, 40), orDash(clean(p.Consumer)), cell(p.Host, 30),
 			p.PID, stamp(p.StartedAt), age(time.Duration(p.SinceSeen)), p.State, leases(p))
 	}
 	if err := t.Flush(); err != nil {
