@@ -218,7 +218,7 @@ func TestReplayByFilterAsksFirst(t *testing.T) {
 
 	declined := inboxctl(t, schema, "no\n", "replay", "--consumer", "payments", "--status", "dead")
 	require.Equal(t, ExitFailure, declined.code)
-	require.Contains(t, declined.stderr, "Replay 3 messages? Type yes to continue:")
+	require.Contains(t, declined.stderr, "Replay 3 messages (consumer=payments status=dead) in schema "+schema+"? Type yes to continue:")
 	require.Contains(t, declined.stderr, "not confirmed: nothing was replayed")
 	status, _, _ := state(t, schema, "payments", "bad-1")
 	require.Equal(t, "dead", status)

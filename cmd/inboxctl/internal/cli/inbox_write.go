@@ -124,7 +124,7 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 		return a.showDryRun(ctx, flags.output, fmt.Sprintf("Would %s %s. Nothing was changed (--dry-run).", ch.verb, plural(n, "message")),
 			report, filter, n)
 	case bulk && !flags.yes:
-		if err := a.confirm(ctx, fmt.Sprintf("%s %s?", capitalize(ch.verb), plural(n, "message")), ch.past); err != nil {
+		if err := a.confirm(ctx, fmt.Sprintf("%s %s (%s) in schema %s?", capitalize(ch.verb), plural(n, "message"), describe(filter), a.admin.Schema()), ch.past); err != nil {
 			return err
 		}
 	}

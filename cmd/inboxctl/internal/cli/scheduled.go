@@ -170,7 +170,7 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 			report, filter, n)
 	}
 	if bulk && !flags.yes {
-		if err := a.confirm(ctx, fmt.Sprintf("Schedule a replay for %s (%s)?", when, what), "scheduled"); err != nil {
+		if err := a.confirm(ctx, fmt.Sprintf("Schedule a replay of %s in schema %s for %s (%s)?", describe(filter), a.admin.Schema(), when, what), "scheduled"); err != nil {
 			return err
 		}
 	}
