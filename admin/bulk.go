@@ -35,12 +35,13 @@ type ReplayOptions struct {
 	// Config.BatchSize.
 	BatchSize int
 
-	// Filter selects the messages. Of those, only the replayable ones
-	// (dead, discarded, or pending after a failure) are replayed, whatever
-	// the filter says; discarded ones only when the filter names them (by
-	// IDs, or with InboxDiscarded in Statuses), so that a discard is not
-	// undone by a bulk replay of its group. Defaults to the zero Filter:
-	// every dead or failing message of every consumer.
+	// Filter selects the messages, read through Filter.ReplaySelection:
+	// of those, only the replayable ones (dead, discarded, or pending after
+	// a failure) are replayed, whatever the filter says, and discarded
+	// ones only when the filter names them (by IDs, or with InboxDiscarded
+	// in Statuses), so that a discard is not undone by a bulk replay of its
+	// group. Defaults to the zero Filter: every dead or failing message of
+	// every consumer.
 	Filter Filter
 
 	// Note is kept in each replayed message's history, for whoever looks
@@ -79,8 +80,7 @@ func (a *Admin) replay(ctx context.Context, db dbtx, opts ReplayOptions) (int64,
 		return 0, err
 	}
 	e := auditEntry{action: AuditReplay, actor: opts.Actor, note: opts.Note, selection: opts.Filter}
-	f := opts.Filter
-	f.ReplayableOnly = true // discarded messages only when named
+	f := opts.Filter.ReplaySelection()
 	return a.audited(ctx, db, e, func(auditID int64) (int64, error) {
 		return a.inBatches(ctx, db, "replay", size, opts.ProgressFunc, a.seqBatches(a.q["replay"], replayLeftSQL, f, opts.Note, auditID))
 	})

@@ -24,18 +24,16 @@ type Filter struct {
 	// Fingerprint keeps one failure group (see Failures): its consumer's
 	// messages that are dead, discarded, or pending after a failure, with
 	// an error of the group's pattern (Replay leaves the discarded ones
-	// unless named, see ReplayableOnly). Done messages are never in a
+	// unless named, see ReplaySelection). Done messages are never in a
 	// group, even those that failed before they succeeded.
 	Fingerprint string `json:"fingerprint,omitzero"`
 	// IDs keeps these message ids.
 	IDs []string `json:"ids,omitzero"`
 	// OrderingKey keeps the messages of one ordering key.
 	OrderingKey string `json:"ordering_key,omitzero"`
-	// ReplayableOnly keeps the messages Replay may touch: dead, or pending
-	// after a failure, and discarded ones only when the filter names them
-	// (by IDs, or with InboxDiscarded in Statuses). A discard is an
-	// operator's decision: a bulk replay of a group, a consumer or an error
-	// does not undo it behind their back.
+	// ReplayableOnly keeps the messages Replay may touch: dead, discarded,
+	// or pending after a failure (Replay itself reads its filter through
+	// ReplaySelection, which leaves discarded ones out unless named).
 	ReplayableOnly bool `json:"replayable_only,omitzero"`
 	// Since keeps messages received at or after it.
 	Since time.Time `json:"since,omitzero"`
@@ -80,11 +78,8 @@ func (f Filter) Validate() error {
 // args returns the filter as filterSQL's parameters $1 to $11.
 func (f Filter) args() []any {
 	var statuses, ids any
-	switch {
-	case len(f.Statuses) > 0:
+	if len(f.Statuses) > 0 {
 		statuses = textArray(f.Statuses)
-	case f.ReplayableOnly && len(f.IDs) == 0:
-		statuses = textArray(replayableUnlessNamed)
 	}
 	if len(f.IDs) > 0 {
 		ids = f.IDs
@@ -100,10 +95,20 @@ func (f Filter) args() []any {
 		nullable(f.ErrorContains), nullable(f.ErrorMatches), nullable(f.Fingerprint), ids, f.ReplayableOnly, nullable(f.OrderingKey)}
 }
 
-// replayableUnlessNamed are the statuses a replay selects when its filter
-// names neither statuses nor ids: not discarded (see
-// Filter.ReplayableOnly).
-var replayableUnlessNamed = []pgbox.InboxStatus{pgbox.InboxDead, pgbox.InboxPending}
+// ReplaySelection returns f as Replay and ScheduleReplay read it: only
+// what a replay may touch (ReplayableOnly), and, when f names neither
+// statuses nor ids, only dead and pending (after a failure) messages. A
+// discard is an operator's decision: a bulk replay of a group, a consumer
+// or everything leaves discarded messages alone, unless the filter names
+// them (InboxDiscarded in Statuses, or their IDs). Count it to count what
+// a replay of f would replay.
+func (f Filter) ReplaySelection() Filter {
+	f.ReplayableOnly = true
+	if len(f.Statuses) == 0 && len(f.IDs) == 0 {
+		f.Statuses = []pgbox.InboxStatus{pgbox.InboxDead, pgbox.InboxPending}
+	}
+	return f
+}
 
 // textArray returns statuses as the plain strings a text[] parameter takes.
 func textArray[S ~string](statuses []S) []string {

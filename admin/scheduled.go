@@ -174,8 +174,7 @@ func (a *Admin) scheduleReplay(ctx context.Context, tx pgx.Tx, opts ScheduleRepl
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	f := opts.Filter
-	f.ReplayableOnly = true
+	f := opts.Filter.ReplaySelection() // stored so: a later rule does not change what was scheduled
 	filter, err := json.Marshal(f)
 	if err != nil {
 		return nil, fmt.Errorf("schedule replay: %w", err)

@@ -19,9 +19,9 @@ const (
 	// minLook and maxLook bound the time between two looks.
 	minLook = 2 * time.Millisecond
 	maxLook = 100 * time.Millisecond
-	// failedAttempts is how many failed attempts of the next row to
-	// publish make Wait give up on the drain.
-	failedAttempts = 3
+	// stallAfter is how long the relay may publish nothing, with the next
+	// row to publish failing, before Wait gives up on the drain.
+	stallAfter = time.Minute
 )
 
 // Wait waits until the outbox of schema has no row left to publish
@@ -29,11 +29,12 @@ const (
 // or until ctx ends.
 //
 // A drain that cannot end is an error, with the relay's: a row dead, or
-// the next row to publish failed failedAttempts times (a publisher that
-// cannot take the case's messages, such as watermill-sql's own in pgx's
-// exec mode, would otherwise have Wait wait until ctx ends, the relay's
-// retries behind it). A drain with a dead row is not done: its figure
-// would count a message never published.
+// the next row to publish failing while nothing was published for
+// stallAfter (a publisher that cannot take the case's messages, such as
+// watermill-sql's own in pgx's exec mode, would otherwise have Wait wait
+// until ctx ends, the relay's retries behind it). A row that fails and is
+// retried while others are published is waited for. A drain with a dead
+// row is not done: its figure would count a message never published.
 //
 // A relay publishes rows in the pending index's order, so each look starts
 // at the row the last one found: read from the index's start, every look
@@ -50,15 +51,25 @@ const (
 // drain's end within 2 ms of it; a drain that speeds up may end a few
 // milliseconds more before Wait looks.
 func Wait(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	return wait(ctx, pool, schema, stallAfter)
+}
+
+// wait is Wait with the stall it gives up after.
+func wait(ctx context.Context, pool *pgxpool.Pool, schema string, stallAfter time.Duration) error {
 	next := ident.Render(`SELECT available_at, seq, attempts, coalesce(last_error, '') FROM /* schema */outbox
 WHERE status = `+tables.OutboxPending+` AND (available_at, seq) >= ($1, $2) ORDER BY available_at, seq LIMIT 1`, schema)
 	dead := ident.Render(`SELECT seq, attempts, coalesce(last_error, '') FROM /* schema */outbox
 WHERE status = `+tables.OutboxDead+` ORDER BY seq LIMIT 1`, schema)
-	last := ident.Render(`SELECT coalesce(max(seq), 0) FROM (SELECT seq FROM /* schema */outbox
+	last := ident.Render(`SELECT coalesce(max(seq), 0), now() FROM (SELECT seq FROM /* schema */outbox
 WHERE status = `+tables.OutboxPending+` ORDER BY available_at DESC, seq DESC LIMIT 1) AS l`, schema)
+	// Whether nothing was published for $2 ms, since $1 at least (the
+	// published index's last entry: one probe).
+	stalled := ident.Render(`SELECT now() - coalesce(max(published_at), $1) > $2 * interval '1 millisecond'
+FROM /* schema */outbox WHERE status = `+tables.OutboxPublished, schema)
 	left := ident.Render(`SELECT EXISTS (SELECT 1 FROM /* schema */outbox WHERE status IN (`+tables.OutboxPending+`, `+tables.OutboxRunning+`))`, schema)
 	var end int64
-	if err := pool.QueryRow(ctx, last).Scan(&end); err != nil {
+	var began time.Time
+	if err := pool.QueryRow(ctx, last).Scan(&end, &began); err != nil {
 		return err
 	}
 	at, seq := time.Time{}, int64(0)
@@ -67,8 +78,15 @@ WHERE status = `+tables.OutboxPending+` ORDER BY available_at DESC, seq DESC LIM
 		var attempts int
 		var lastErr string
 		err := pool.QueryRow(ctx, next, at, seq).Scan(&at, &seq, &attempts, &lastErr)
-		if err == nil && attempts >= failedAttempts && lastErr != "" {
-			return fmt.Errorf("outboxdrain: the relay failed to publish outbox row %d %d times, and the drain cannot end: %s", seq, attempts, lastErr)
+		if err == nil && lastErr != "" {
+			var stuck bool
+			if err := pool.QueryRow(ctx, stalled, began, stallAfter.Milliseconds()).Scan(&stuck); err != nil {
+				return err
+			}
+			if stuck {
+				return fmt.Errorf("outboxdrain: the relay has published nothing for %s, and the next outbox row, %d, failed %d times: %s",
+					stallAfter, seq, attempts, lastErr)
+			}
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			var waiting bool

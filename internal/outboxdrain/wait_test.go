@@ -16,8 +16,8 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // A drain that cannot end is an error naming the row and the relay's
-// error, not a wait until the context ends, and a drain with a dead row
-// is not done.
+// error, not a wait until the context ends; a row that fails while others
+// are published is waited for; and a drain with a dead row is not done.
 func TestWaitReportsADrainThatCannotEnd(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -25,7 +25,8 @@ func TestWaitReportsADrainThatCannotEnd(t *testing.T) {
 	out, err := outbox.New(pool, outbox.Config{Schema: schema})
 	require.NoError(t, err)
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := out.Write(ctx, tx, outbox.Message{Topic: "t", Payload: []byte("{}")}, outbox.Message{Topic: "t", Payload: []byte("{}")})
+		_, err := out.Write(ctx, tx, outbox.Message{Topic: "t", Payload: []byte("{}")}, outbox.Message{Topic: "t", Payload: []byte("{}")},
+			outbox.Message{Topic: "t", Payload: []byte("{}")})
 		return err
 	}))
 	set := func(sql string) {
@@ -33,26 +34,32 @@ func TestWaitReportsADrainThatCannotEnd(t *testing.T) {
 		_, err := pool.Exec(ctx, ident.Render(sql, schema))
 		require.NoError(t, err)
 	}
+	const stall = 200 * time.Millisecond
 	waitFor := func(d time.Duration) error {
 		ctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
-		return Wait(ctx, pool, schema)
+		return wait(ctx, pool, schema, stall)
 	}
-	wait := func() error { return waitFor(time.Minute) }
+	drained := func() error { return waitFor(time.Minute) }
 
-	set(`UPDATE /* schema */outbox SET attempts = 2, last_error = 'publish: refused'`)
-	require.ErrorIs(t, waitFor(300*time.Millisecond), context.DeadlineExceeded, "rows that failed fewer times are waited for")
+	// One row published just now (and, for the test, for the next hour):
+	// the relay makes progress, and the failing rows are waited for.
+	set(`UPDATE /* schema */outbox SET status = 'published', published_at = now() + interval '1 hour'
+WHERE seq = (SELECT max(seq) FROM /* schema */outbox)`)
+	set(`UPDATE /* schema */outbox SET attempts = 4, last_error = 'publish: refused' WHERE status = 'pending'`)
+	require.ErrorIs(t, waitFor(3*stall), context.DeadlineExceeded, "rows failing while others are published are waited for")
 
-	set(`UPDATE /* schema */outbox SET attempts = 3`)
-	require.ErrorContains(t, wait(), "failed to publish outbox row")
-	require.ErrorContains(t, wait(), "3 times, and the drain cannot end: publish: refused")
+	set(`UPDATE /* schema */outbox SET published_at = now() - interval '1 hour' WHERE status = 'published'`)
+	err = drained()
+	require.ErrorContains(t, err, "outboxdrain: the relay has published nothing for 200ms, and the next outbox row, ")
+	require.ErrorContains(t, err, "failed 4 times: publish: refused")
 
 	set(`UPDATE /* schema */outbox SET status = 'dead'
 WHERE seq = (SELECT min(seq) FROM /* schema */outbox)`)
 	set(`UPDATE /* schema */outbox SET status = 'published', published_at = now(), attempts = 0, last_error = NULL
 WHERE status = 'pending'`)
-	require.ErrorContains(t, wait(), "is dead after 3 attempts, never published: publish: refused")
+	require.ErrorContains(t, drained(), "is dead after 4 attempts, never published: publish: refused")
 
 	set(`UPDATE /* schema */outbox SET status = 'published', published_at = now() WHERE status = 'dead'`)
-	require.NoError(t, wait())
+	require.NoError(t, drained())
 }

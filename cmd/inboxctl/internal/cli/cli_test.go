@@ -482,7 +482,7 @@ func TestReplayAt(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 	list := inboxctl(t, schema, "", "scheduled").ok(t).stdout
-	require.Regexp(t, `3\s+\S+ \S+\s+done\s+-\s+2 of 2\s+group=[0-9a-f]{12}`, list)
+	require.Regexp(t, `3\s+\S+ \S+\s+done\s+-\s+2 of 2\s+status=dead,pending group=[0-9a-f]{12}`, list)
 }
 
 // failureGroup returns the fixture's two-message gateway-timeout group.

@@ -256,10 +256,7 @@ or --as NAME; a --dry-run is not.`,
 				why:      replayableWhy,
 				resume: "it replays the rest; a message already replayed is pending, and replaying it again only makes it due now " +
 					"and counts one more replay: none runs again once it has succeeded",
-				filter: func(f admin.Filter) admin.Filter {
-					f.ReplayableOnly = true
-					return f
-				},
+				filter: admin.Filter.ReplaySelection,
 				run: func(ctx context.Context, f admin.Filter, batchSize int, progress func(int64)) (int64, error) {
 					return a.admin.Replay(ctx, admin.ReplayOptions{Actor: a.actor(), BatchSize: batchSize, Filter: f, Note: note, ProgressFunc: progress})
 				},
@@ -366,6 +363,9 @@ deleted; running the same command again deletes the rest.`,
 			report := changeReport{Action: "purge", DryRun: dryRun, Matched: n, Selection: purgeSelection{
 				Consumer: consumer, OlderThan: d.Seconds(), Status: pgbox.InboxStatus(status)}}
 			if n == 0 {
+				if err := a.unknownConsumer(ctx, consumer); err != nil {
+					return err
+				}
 				return a.printReport(output, report, fmt.Sprintf("Nothing to purge: no %s message older than %s.", status, olderThan))
 			}
 			a.warnPurgeWindow(d, olderThan, pgbox.InboxStatus(status))

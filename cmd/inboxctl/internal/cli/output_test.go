@@ -116,7 +116,8 @@ func TestDryRunOutput(t *testing.T) {
 	require.True(t, report.DryRun)
 	require.EqualValues(t, 25, report.Matched)
 	require.Zero(t, report.Changed)
-	require.Equal(t, map[string]any{"consumer": "payments", "replayable_only": true}, report.Selection)
+	require.Equal(t, map[string]any{"consumer": "payments", "replayable_only": true, "statuses": []any{"dead", "pending"}}, report.Selection,
+		"what a replay by filter replays: not the discarded messages unless named")
 
 	lines := inboxctl(t, schema, "", "discard", "--consumer", "payments", "--reason", "x", "--dry-run", "-o", "jsonl").ok(t).stdout
 	require.Equal(t, 25, strings.Count(lines, "\n"))

@@ -145,14 +145,16 @@ typo, with the known names (exit 3).
 			if err != nil && !errors.Is(err, admin.ErrNotPaused) {
 				return err
 			}
-			if lifted == nil {
-				if err := a.unknownConsumer(ctx, consumer); err != nil {
-					return err
-				}
-			}
 			left, err := a.admin.Pauses(ctx, consumer)
 			if err != nil {
 				return err
+			}
+			if lifted == nil && len(left) == 0 {
+				// A consumer paused (--force) before its first message is
+				// known by its pauses.
+				if err := a.unknownConsumer(ctx, consumer); err != nil {
+					return err
+				}
 			}
 			if output == formatJSON {
 				if left == nil {

@@ -195,7 +195,9 @@ func TestAConsumerNeverSeenIsRefusedAsATypo(t *testing.T) {
 		{"failures", "--consumer", "paymnts"},
 		{"failures", "--consumer", "paymnts", "-o", "json"},
 		{"replay", "--consumer", "paymnts", "--yes"},
+		{"replay", "--consumer", "paymnts", "--at", "2h", "--yes"},
 		{"discard", "--consumer", "paymnts", "--reason", "x", "--yes"},
+		{"purge", "--consumer", "paymnts", "--older-than", "1h", "--yes"},
 	} {
 		r := inboxctl(t, schema, "", args...)
 		require.Equal(t, ExitNotFound, r.code, "%v: stdout %q, stderr %q", args, r.stdout, r.stderr)
@@ -209,4 +211,12 @@ func TestAConsumerNeverSeenIsRefusedAsATypo(t *testing.T) {
 	require.Equal(t, "Nothing is paused.\n", inboxctl(t, schema, "", "pauses", "--consumer", "shipping").ok(t).stdout)
 	require.Contains(t, inboxctl(t, schema, "", "failures", "--consumer", "shipping", "--since", "1m").ok(t).stdout, "No dead or failing message")
 	require.Contains(t, inboxctl(t, schema, "", "replay", "--consumer", "shipping", "--type", "nothing", "--yes").ok(t).stdout, "Nothing to replay")
+	require.Equal(t, "[]\n", inboxctl(t, schema, "", "scheduled", "-o", "json").ok(t).stdout, "nothing was scheduled")
+
+	// A consumer paused before its first message (--force) is known by its
+	// pauses: resuming one of them names the other, still in place.
+	inboxctl(t, schema, "", "pause", "newsvc", "--event-type", "Signup", "--reason", "not live yet", "--force").ok(t)
+	r := inboxctl(t, schema, "", "resume", "newsvc").ok(t)
+	require.Contains(t, r.stdout, "Nothing to resume: consumer newsvc is not paused.\nStill paused: event type Signup of consumer newsvc")
+	require.Contains(t, inboxctl(t, schema, "", "pauses", "--consumer", "newsvc").ok(t).stdout, "not live yet")
 }

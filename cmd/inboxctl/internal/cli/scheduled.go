@@ -128,21 +128,23 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 			return fmt.Errorf("consumer %q holds no message %s: %w; nothing was scheduled", filter.Consumer, strings.Join(missing, ", "), admin.ErrNotFound)
 		}
 	}
-	filter.ReplayableOnly = true
+	filter = filter.ReplaySelection()
 	n, err := a.admin.Count(ctx, filter)
 	if err != nil {
 		return err
 	}
 	if n == 0 {
-		// A group that is another consumer's, or no group at all, would
-		// never match: scheduling it would replay nothing, silently.
+		// A misspelt consumer, a group that is another consumer's, or no
+		// group at all would never match: scheduling it would replay
+		// nothing, silently.
+		if err := a.unknownConsumer(ctx, filter.Consumer); err != nil {
+			return err
+		}
 		if err := a.checkGroup(ctx, filter, "replay", "scheduled"); err != nil {
 			return err
 		}
 	}
-	if err := a.warnNoMaintainer(ctx); err != nil {
-		return err
-	}
+	a.warnNoMaintainer(ctx)
 	when := "now"
 	if !opts.At.IsZero() {
 		when = stamp(opts.At) + " UTC"
@@ -192,15 +194,15 @@ func (a *app) scheduleReplay(ctx context.Context, flags changeFlags, ids []strin
 
 // warnNoMaintainer warns, on stderr, when no maintainer is alive to run
 // scheduled and throttled replays: one accepted then waits, silently,
-// until a maintenance.Maintainer starts.
-func (a *app) warnNoMaintainer(ctx context.Context) error {
+// until a maintenance.Maintainer starts. It says nothing when the
+// processes cannot be read: a warning is no reason to stop.
+func (a *app) warnNoMaintainer(ctx context.Context) {
 	ps, err := a.admin.Processes(ctx)
 	if err != nil || ps.Leader != nil {
-		return err
+		return
 	}
 	fmt.Fprintf(a.errOut, "inboxctl: warning: no maintainer is alive, so no scheduled or throttled replay runs until one starts "+
 		"(a maintenance.Maintainer in a service; '%s' shows the leader)\n", a.hint("processes"))
-	return nil
 }
 
 // scheduleReport is what replay --at, --rate or --over prints for
@@ -267,9 +269,7 @@ each once its time has come, by the database clock.`,
 			if slices.ContainsFunc(list, func(r admin.ScheduledReplay) bool {
 				return r.State == admin.ReplayScheduled || r.State == admin.ReplayRunning
 			}) {
-				if err := a.warnNoMaintainer(ctx); err != nil {
-					return err
-				}
+				a.warnNoMaintainer(ctx)
 			}
 			if output != formatTable {
 				return writeList(a.out, output, list)

@@ -29,15 +29,13 @@ type bulkAction struct {
 	run func(ctx context.Context, t *Target, a admin.Actor, f admin.Filter, note string, progress func(int64)) (int64, error)
 }
 
-// replayAction replays what admin.Replay replays: the dead, discarded and
-// retrying messages (pending after a failure) of the selection.
+// replayAction replays what admin.Replay replays: the dead and retrying
+// messages (pending after a failure) of the selection, and its discarded
+// ones when it names them (admin.Filter.ReplaySelection).
 var replayAction = bulkAction{
 	verb: "replay", past: "replayed", note: "Note, kept in each message's history (optional)", schedule: true,
 	statuses: []pgbox.InboxStatus{pgbox.InboxDead, pgbox.InboxDiscarded, pgbox.InboxPending},
-	narrow: func(f admin.Filter) admin.Filter {
-		f.ReplayableOnly = true
-		return f
-	},
+	narrow:   admin.Filter.ReplaySelection,
 	run: func(ctx context.Context, t *Target, a admin.Actor, f admin.Filter, note string, progress func(int64)) (int64, error) {
 		return t.Admin.Replay(ctx, admin.ReplayOptions{Actor: a, Filter: f, Note: note, ProgressFunc: progress})
 	},

@@ -121,7 +121,7 @@ func (e *env) operatorCases() []benchCase {
 		call("list --group --status dead", list(admin.Filter{Fingerprint: "-", Statuses: dead})),
 		call("list --status dead", list(admin.Filter{Statuses: dead})),
 		call("replay --group --dry-run (count)", func(ctx context.Context, adm *admin.Admin, group string) error {
-			_, err := adm.Count(ctx, admin.Filter{Fingerprint: group, ReplayableOnly: true})
+			_, err := adm.Count(ctx, admin.Filter{Fingerprint: group}.ReplaySelection())
 			return err
 		}),
 		call("replay --group of an unknown group", func(ctx context.Context, adm *admin.Admin, _ string) error {
