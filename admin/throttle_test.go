@@ -10,6 +10,7 @@ import (
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
 	"github.com/pgbox/pgbox/internal/ident"
+	"github.com/pgbox/pgbox/internal/pgtest"
 )
 
 // progressOf reads scheduled replay id's state and count, whether the
@@ -127,7 +128,7 @@ func TestThrottledReplayResumesAfterACutBatch(t *testing.T) {
 		}
 		done <- ctx.Err()
 	}()
-	b.waitForLockWait(t)
+	pgtest.WaitBlockedBy(t, holder, nil)
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	require.NoError(t, holder.Rollback(context.Background()))
@@ -141,28 +142,6 @@ func TestThrottledReplayResumesAfterACutBatch(t *testing.T) {
 	b.runUntilDone(t, r.ID, admin.RunDueReplaysOptions{BatchSize: 10, Tick: time.Second})
 	require.Equal(t, 30, b.count(t, b.pool, "status = 'pending' AND replays = 1"), "each message replayed exactly once")
 	require.Zero(t, b.count(t, b.pool, "replays > 1"))
-}
-
-// waitForLockWait waits until a statement on the bundle's schema waits
-// for a row lock.
-func (b *testBundle) waitForLockWait(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for {
-		var waiting bool
-		err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0)`, b.schema).Scan(&waiting)
-		require.NoError(t, err)
-		if waiting {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("no statement waited for the held row")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }
 
 // Over spreads the replay evenly: its rate is what is replayable now over

@@ -179,7 +179,7 @@ func TestSecondSIGINTEndsABulkChangeAtOnce(t *testing.T) {
 	require.NoError(t, err)
 
 	p := startInboxctl(t, schema, "replay", "--consumer", "payments", "--status", "dead", "--batch-size", "10", "--yes")
-	waitForLockWait(t, p, schema)
+	pgtest.WaitBlockedBy(t, holder, p.done)
 	require.Equal(t, 10, replayed(t, schema), "the first batch committed, the second waits")
 
 	p.signal(t, syscall.SIGINT)
@@ -205,27 +205,4 @@ func TestSecondSIGINTEndsABulkChangeAtOnce(t *testing.T) {
 	require.Equal(t, syscall.SIGINT, status.Signal())
 	require.Empty(t, p.stdout.String(), "it did not wait to report")
 	require.Equal(t, 10, replayed(t, schema), "the batch under way never committed while its lock was held")
-}
-
-// waitForLockWait waits until inboxctl's statement on schema waits for a
-// row lock.
-func waitForLockWait(t *testing.T, p *process, schema string) {
-	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var waiting bool
-		require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(), `
-			SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			               WHERE wait_event_type = 'Lock' AND application_name = 'inboxctl' AND strpos(query, $1) > 0)`,
-			schema).Scan(&waiting))
-		if waiting {
-			return
-		}
-		select {
-		case <-tick.C:
-		case <-p.done:
-			t.Fatalf("inboxctl ended before it waited for the lock; stdout: %s; stderr: %s", p.stdout, p.stderr)
-		}
-	}
 }

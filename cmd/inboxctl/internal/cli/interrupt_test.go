@@ -8,7 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbox/pgbox/internal/ident"
@@ -111,7 +110,7 @@ func TestInterruptedBulkReplayPrintsExactCount(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := runAsync(t, ctx, schema, strings.NewReader(""), &stdout, &stderr,
 		"replay", "--consumer", "payments", "--status", "dead", "--batch-size", "10", "--yes")
-	waitForLockWait(t, schema)
+	pgtest.WaitBlockedBy(t, holder, nil)
 	interrupt()
 	require.NoError(t, holder.Rollback(bg)) // the batch under way finishes; no other starts
 
@@ -124,23 +123,6 @@ func TestInterruptedBulkReplayPrintsExactCount(t *testing.T) {
 
 	again := inboxctl(t, schema, "", "replay", "--consumer", "payments", "--status", "dead", "--yes").ok(t)
 	require.Equal(t, "Replayed 30 messages.\n", again.stdout)
-}
-
-// waitForLockWait waits until a statement on schema waits for a row lock.
-func waitForLockWait(t *testing.T, schema string) {
-	t.Helper()
-	pool := pgtest.Pool(t)
-	for {
-		var waiting bool
-		err := pool.QueryRow(context.Background(), `
-			SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			               WHERE wait_event_type = 'Lock' AND application_name = 'inboxctl' AND strpos(query, $1) > 0)`,
-			pgx.QueryExecModeSimpleProtocol, schema).Scan(&waiting)
-		require.NoError(t, err)
-		if waiting {
-			return
-		}
-	}
 }
 
 // Interrupting stats --watch is a normal end, reported as an
@@ -215,7 +197,7 @@ func TestInterruptDuringTheLastBatchIsComplete(t *testing.T) {
 			defer interrupt()
 			var stdout, stderr bytes.Buffer
 			code := runAsync(t, ctx, schema, strings.NewReader(""), &stdout, &stderr, append(tc.args, "--batch-size", "10", "--yes")...)
-			waitForLockWait(t, schema)
+			pgtest.WaitBlockedBy(t, holder, nil)
 			interrupt()
 			require.NoError(t, holder.Rollback(bg)) // the last batch finishes
 
