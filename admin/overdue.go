@@ -10,10 +10,11 @@ import (
 
 // Overdue is how long due work has waited for a worker: for each consumer,
 // its earliest pending message that is due (available_at passed, by the
-// database clock), and the outbox's earliest due pending row. Work that
-// waits long past its due time means nothing claims it: no dispatcher or
-// relay running, or all stuck (or, for a keyed message, its key held up
-// behind a failing one).
+// database clock), the outbox's earliest due pending row, and the
+// scheduled replays due but not started. Work that waits long past its due
+// time means nothing claims it: no dispatcher, relay or maintainer
+// running, or all stuck (or, for a keyed message, its key held up behind a
+// failing one).
 type Overdue struct {
 	// At is when it was read (database time).
 	At time.Time `json:"at"`
@@ -23,6 +24,13 @@ type Overdue struct {
 	// Outbox is how long the outbox's earliest due pending row has been
 	// due; nil when none is due.
 	Outbox *Duration `json:"outbox"`
+	// Replays counts the scheduled replays that are due (RunAt passed)
+	// and have not started: a maintenance.Maintainer starts one at its
+	// first tick after RunAt.
+	Replays int64 `json:"replays"`
+	// Replay is how long the earliest of those has been due; nil when
+	// none is.
+	Replay *Duration `json:"replay"`
 }
 
 // overdueSQL reads, for each consumer (found by skipping through the
@@ -30,13 +38,20 @@ type Overdue struct {
 // message fell due, from the front of inbox_pending_idx (consumer,
 // available_at): one index probe per consumer, whatever the backlog. The
 // outbox's earliest due row is the front of outbox_pending_idx
-// (available_at). Rows not due yet are left out.
+// (available_at), and the scheduled replays due but not started are the
+// front of scheduled_replays_due_idx (run_at). Rows not due yet are left
+// out.
 const overdueSQL = `
 WITH RECURSIVE ` + distinctConsumersSQL + `
 SELECT now(), c.consumer, extract(epoch FROM now() - d.due)::float8,
        (SELECT extract(epoch FROM now() - min(o.available_at))::float8 FROM /* schema */outbox AS o
-        WHERE o.status = ` + tables.OutboxPending + ` AND o.available_at <= now())
+        WHERE o.status = ` + tables.OutboxPending + ` AND o.available_at <= now()),
+       r.due, r.n
 FROM (SELECT NULL) AS one
+CROSS JOIN (
+    SELECT count(*) AS n, extract(epoch FROM now() - min(s.run_at))::float8 AS due FROM /* schema */scheduled_replays AS s
+    WHERE s.state = 'scheduled' AND s.run_at <= now()
+) AS r
 LEFT JOIN consumers AS c ON c.consumer IS NOT NULL
 LEFT JOIN LATERAL (
     SELECT min(i.available_at) AS due FROM /* schema */inbox AS i
@@ -53,17 +68,17 @@ func (a *Admin) Overdue(ctx context.Context) (*Overdue, error) {
 	out := &Overdue{Consumers: map[string]Duration{}}
 	for rows.Next() {
 		var (
-			consumer      *string
-			inbox, outbox *float64
+			consumer              *string
+			inbox, outbox, replay *float64
 		)
-		if err := rows.Scan(&out.At, &consumer, &inbox, &outbox); err != nil {
+		if err := rows.Scan(&out.At, &consumer, &inbox, &outbox, &replay, &out.Replays); err != nil {
 			return nil, a.dbError(ctx, "overdue work", err)
 		}
 		out.At = out.At.UTC()
 		if consumer != nil && inbox != nil {
 			out.Consumers[*consumer] = *seconds(inbox)
 		}
-		out.Outbox = seconds(outbox)
+		out.Outbox, out.Replay = seconds(outbox), seconds(replay)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, a.dbError(ctx, "overdue work", err)

@@ -11,9 +11,10 @@ import (
 	"github.com/pgbox/pgbox/internal/pgtest"
 )
 
-// Overdue says how long each consumer's earliest due pending message, and
-// the outbox's earliest due row, have waited past their due time; work not
-// due yet, or not pending, is no backlog. It reads the pending indexes,
+// Overdue says how long each consumer's earliest due pending message, the
+// outbox's earliest due row, and the earliest due scheduled replay not yet
+// started have waited past their due time; work not due yet, or not
+// pending (a replay under way or ended), is no backlog. It reads the pending indexes,
 // never the done messages.
 func TestOverdue(t *testing.T) {
 	t.Parallel()
@@ -27,6 +28,8 @@ func TestOverdue(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, empty.Consumers)
 	require.Nil(t, empty.Outbox)
+	require.Nil(t, empty.Replay)
+	require.Zero(t, empty.Replays)
 	require.WithinDuration(t, time.Now(), empty.At, time.Minute)
 
 	_, err = pool.Exec(ctx, ident.Render(`
@@ -44,6 +47,10 @@ func TestOverdue(t *testing.T) {
 		INSERT INTO /* schema */outbox (id, topic, event_type, payload, status, available_at, bucket)
 		SELECT x.id, 't', 'E', '', 'pending', now() - x.due, /* schema */outbox_bucket(x.id)
 		FROM (VALUES (gen_random_uuid(), interval '3 minutes'), (gen_random_uuid(), interval '-1 hour')) AS x(id, due);
+		INSERT INTO /* schema */scheduled_replays (run_at, filter, state)
+		SELECT now() - due, '{}', state
+		FROM (VALUES (interval '12 minutes', 'scheduled'), (interval '4 minutes', 'scheduled'), (interval '-1 hour', 'scheduled'),
+		             (interval '1 hour', 'running'), (interval '1 hour', 'done'), (interval '1 hour', 'cancelled')) AS v(due, state);
 		ANALYZE /* schema */inbox;`, schema))
 	require.NoError(t, err)
 
@@ -53,6 +60,9 @@ func TestOverdue(t *testing.T) {
 	require.InDelta(t, (10 * time.Minute).Seconds(), time.Duration(o.Consumers["payments"]).Seconds(), 5)
 	require.NotNil(t, o.Outbox)
 	require.InDelta(t, (3 * time.Minute).Seconds(), time.Duration(*o.Outbox).Seconds(), 5)
+	require.EqualValues(t, 2, o.Replays, "the two due and not started; not the one due later, nor those started or ended")
+	require.NotNil(t, o.Replay)
+	require.InDelta(t, (12 * time.Minute).Seconds(), time.Duration(*o.Replay).Seconds(), 5)
 
 	requireNoScanOfRows(t, pool, schema, pgtest.Plan(t, pool, ident.Render(overdueSQL, schema)), "overdue")
 }

@@ -30,6 +30,9 @@ const (
 	// checkOutboxStalled: a due outbox row has waited past --stall-after
 	// with no relay claiming it (stats).
 	checkOutboxStalled = "outbox_stalled"
+	// checkReplayStalled: a scheduled replay has been due for longer than
+	// --stall-after and has not started: no maintainer runs it (stats).
+	checkReplayStalled = "replay_stalled"
 	// checkDeadProcessLeases: a dead process still holds messages under
 	// lease (processes).
 	checkDeadProcessLeases = "dead_process_leases"
@@ -48,8 +51,8 @@ type problem struct {
 	// Count is how many messages, rows or processes it concerns.
 	Count int64 `json:"count"`
 	// Kind names the check that found it: dead, failing, stalled,
-	// outbox_dead, outbox_stalled, dead_process_leases, no_live_process
-	// or no_leader.
+	// outbox_dead, outbox_stalled, replay_stalled, dead_process_leases,
+	// no_live_process or no_leader.
 	Kind string `json:"kind"`
 	// Text says it for a person, with what to run; where is in front of
 	// it in the table output.
@@ -94,8 +97,9 @@ func checkErr(r checkReport) error {
 }
 
 // statsProblems is what stats --check finds wrong: dead and failing
-// messages, dead outbox rows, and due work older than stallAfter, but for
-// a consumer paused as a whole (pauses), whose work waits by design.
+// messages, dead outbox rows, and due work older than stallAfter (a
+// scheduled replay not started among it), but for a consumer paused as a
+// whole (pauses), whose work waits by design.
 func (a *app) statsProblems(st *admin.Stats, o *admin.Overdue, stallAfter time.Duration, pauses []admin.Pause) []problem {
 	var out []problem
 	paused := map[string][]string{} // consumer: its event types paused, "" for all
@@ -135,6 +139,12 @@ func (a *app) statsProblems(st *admin.Stats, o *admin.Overdue, stallAfter time.D
 		out = append(out, problem{Count: 1, Kind: checkOutboxStalled, where: "outbox",
 			Text: fmt.Sprintf("a row has waited %s since it was due, and no relay has claimed it (no relay running, all stuck, the broker "+
 				"down, or its ordering key held up behind a dead row): '%s' shows who runs.", age(time.Duration(*o.Outbox)), a.hint("processes"))})
+	}
+	if o.Replay != nil && time.Duration(*o.Replay) > stallAfter {
+		out = append(out, problem{Count: o.Replays, Kind: checkReplayStalled, where: "maintenance",
+			Text: fmt.Sprintf("%s due and not started, the earliest due %s ago: no maintainer is running them (a "+
+				"maintenance.Maintainer in a service runs scheduled replays): '%s' shows who runs, '%s' lists them.",
+				plural(o.Replays, "scheduled replay"), age(time.Duration(*o.Replay)), a.hint("processes"), a.hint("scheduled"))})
 	}
 	return out
 }
