@@ -52,7 +52,7 @@ func (k outputKind) formats() []string {
 
 // outputFlag adds -o/--output to cmd, the same way on every command that
 // prints data: table by default, json, and jsonl where the output is or
-// holds a list. Any other value is a usage error.
+// holds a list, in any case. Any other value is a usage error.
 func outputFlag(cmd *cobra.Command, target *string, kind outputKind) {
 	formats := kind.formats()
 	help := map[outputKind]string{
@@ -63,6 +63,7 @@ func outputFlag(cmd *cobra.Command, target *string, kind outputKind) {
 	}[kind]
 	cmd.Flags().StringVarP(target, "output", "o", formatTable, help)
 	cmd.PreRunE = chain(cmd.PreRunE, func(*cobra.Command, []string) error {
+		*target = strings.ToLower(*target) // -o JSON is no typo
 		if slices.Contains(formats, *target) {
 			return nil
 		}
@@ -96,24 +97,28 @@ func chain(first, second func(*cobra.Command, []string) error) func(*cobra.Comma
 
 // writeJSON writes v as indented JSON, safe for a terminal (jsonSafe).
 func writeJSON(w io.Writer, v any) error {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return err
-	}
-	_, err := w.Write(jsonSafe(b.Bytes()))
-	return err
+	return encodeJSON(w, v, "  ")
 }
 
 // writeJSONLine writes v as one line of JSON, safe for a terminal
 // (jsonSafe).
 func writeJSONLine(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
+	return encodeJSON(w, v, "")
+}
+
+// encodeJSON writes v as JSON and a newline, indented by indent ("": on
+// one line), safe for a terminal (jsonSafe). <, > and & are written as
+// they are, not as \u003c and the like: the output is for jq and people,
+// not for an HTML page, and an error text such as "<nil>" stays greppable.
+func encodeJSON(w io.Writer, v any, indent string) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", indent)
+	if err := enc.Encode(v); err != nil {
 		return err
 	}
-	_, err = w.Write(append(jsonSafe(b), '\n'))
+	_, err := w.Write(jsonSafe(b.Bytes()))
 	return err
 }
 

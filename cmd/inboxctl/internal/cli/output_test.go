@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"slices"
@@ -18,7 +19,8 @@ import (
 
 // -o means the same on every command that prints data: table by default,
 // json always, in the shape its help names (one array for a list), jsonl
-// where the output is or holds a list; anything else is a usage error.
+// where the output is or holds a list, in any case (-o JSON); anything
+// else is a usage error.
 func TestOutputFlagIsTheSameEverywhere(t *testing.T) {
 	t.Parallel()
 	schema := fixture(t)
@@ -69,6 +71,10 @@ func TestOutputFlagIsTheSameEverywhere(t *testing.T) {
 			require.True(t, json.Valid([]byte(line)), "%v -o jsonl: %q", args, line)
 		}
 	}
+	stats := inboxctl(t, schema, "", "stats", "-o", "JSON").ok(t).stdout
+	require.True(t, json.Valid([]byte(stats)), "-o JSON, the format in any case: %s", stats)
+	first, _, _ := strings.Cut(inboxctl(t, schema, "", "list", "--output", "Jsonl").ok(t).stdout, "\n")
+	require.True(t, json.Valid([]byte(first)), "--output Jsonl: %s", first)
 	require.Equal(t, "[]\n", inboxctl(t, schema, "", "scheduled", "-o", "json").ok(t).stdout, "an empty list is [], not null")
 	require.Equal(t, pgbox.SchemaVersion, strings.Count(inboxctl(t, schema, "", "migrate", "status", "-o", "jsonl").ok(t).stdout, "\n"),
 		"one line per migration")
@@ -152,4 +158,17 @@ func TestReplayAtOutput(t *testing.T) {
 	out := inboxctl(t, schema, "", "replay", "--status", "dead", "--at", "2h", "--yes", "-o", "json").ok(t).stdout
 	require.NoError(t, json.Unmarshal([]byte(out), &scheduled))
 	require.Equal(t, []any{int64(1), "scheduled"}, []any{scheduled.ID, scheduled.State})
+}
+
+// JSON output is for jq and people: an error text such as "<nil>" or
+// "a & b" reads as it is, not as \u003cnil\u003e; a control character is
+// still escaped (jsonSafe).
+func TestJSONKeepsAngleBrackets(t *testing.T) {
+	t.Parallel()
+	v := map[string]string{"last_error": "dial: <nil> & >\x1b[2J"}
+	var doc, line bytes.Buffer
+	require.NoError(t, writeJSON(&doc, v))
+	require.NoError(t, writeJSONLine(&line, v))
+	require.Equal(t, "{\n  \"last_error\": \"dial: <nil> & >\\u001b[2J\"\n}\n", doc.String())
+	require.Equal(t, "{\"last_error\":\"dial: <nil> & >\\u001b[2J\"}\n", line.String())
 }
