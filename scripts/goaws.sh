@@ -92,6 +92,7 @@ up() {
 }
 
 down() {
+  say_down "the SQS server (scripts/goaws.sh)"
   stop_pid "$dir/pid"
   if running; then kill -9 "$(cat "$dir/pid")" 2>/dev/null || true; fi
   rm -rf "$dir"

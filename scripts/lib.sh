@@ -81,6 +81,18 @@ stop_pid() {
   for _ in $(seq 50); do pid_running "$1" || return 0; sleep 0.1; done
 }
 
+# say_down says, on stderr, what down is about to do to server $1, so that
+# make down does not end in silence: stop it and delete its files, or
+# only delete what is left of them, since it is not running. Each script
+# defines running; call this first in its down.
+say_down() {
+  if running; then
+    echo "$1: stopping it and deleting its files" >&2
+  else
+    echo "$1: not running; deleting what is left of its files" >&2
+  fi
+}
+
 # give_up shows the end of log $2 and dies saying that $1 did not start.
 give_up() {
   tail -20 "$2" >&2 || true

@@ -62,6 +62,7 @@ up() {
 }
 
 down() {
+  say_down "NATS (scripts/nats.sh)"
   stop_pid "$dir/pid"
   rm -rf "$dir"
 }

@@ -129,6 +129,7 @@ crash_restart() {
 }
 
 down() {
+  say_down "PostgreSQL (scripts/pg.sh)"
   if running; then
     as_server "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null
   fi

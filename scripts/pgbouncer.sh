@@ -127,6 +127,7 @@ EOF
 }
 
 down() {
+  say_down "PgBouncer (scripts/pgbouncer.sh)"
   stop_pid "$dir/pid"
   drop_dir "$home"
 }

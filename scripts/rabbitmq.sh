@@ -92,6 +92,7 @@ up() {
 
 down() {
   local _
+  say_down "RabbitMQ (scripts/rabbitmq.sh)"
   stop_pid "$dir/pid"
   for _ in $(seq 250); do running || break; sleep 0.1; done # a graceful stop may take a while
   # It may end between the check and the kill.

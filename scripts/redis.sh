@@ -72,6 +72,7 @@ up() {
 }
 
 down() {
+  say_down "Redis (scripts/redis.sh)"
   stop_pid "$dir/pid"
   rm -rf "$dir"
 }
