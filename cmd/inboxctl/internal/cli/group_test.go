@@ -73,3 +73,23 @@ func TestADiscardedMessageIsNotReplayedWithItsGroup(t *testing.T) {
 	status, _, _ = state(t, schema, "payments", "order-2/placed")
 	require.Equal(t, "pending", status)
 }
+
+// A replay of a group whose messages were all discarded finds nothing,
+// and says why, with what replays them: it does not read as an empty
+// group.
+func TestAReplayOfADiscardedGroupSaysHowToNameThem(t *testing.T) {
+	t.Parallel()
+	schema := fixture(t)
+	failures := inboxctl(t, schema, "", "failures", "--consumer", "payments").ok(t).stdout
+	group := regexp.MustCompile(`2\s+2\s+0\s+payments\s+ChargeCard\s+([0-9a-f]{12})`).FindStringSubmatch(failures)
+	require.NotNil(t, group, "the group counts its two dead messages:\n%s", failures)
+	inboxctl(t, schema, "", "discard", "order-2/placed", "order-3/placed", "--consumer", "payments", "--reason", "test orders").ok(t)
+
+	replay := []string{"replay", "--group", group[1], "--consumer", "payments", "--yes"}
+	require.Equal(t, "Nothing to replay: no eligible message matches. 2 selected messages are discarded, which a replay leaves "+
+		"alone unless named: add --status discarded to replay them.\n", inboxctl(t, schema, "", replay...).ok(t).stdout)
+	require.Equal(t, "Replayed 2 messages.\n", inboxctl(t, schema, "", append(replay, "--status", "discarded")...).ok(t).stdout)
+	require.Equal(t, "Nothing to replay: no eligible message matches.\n",
+		inboxctl(t, schema, "", append(replay, "--status", "dead")...).ok(t).stdout,
+		"a selection naming its statuses gets no word on the discarded")
+}

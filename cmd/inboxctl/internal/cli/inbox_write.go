@@ -104,6 +104,7 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 			return err
 		}
 	}
+	selected := filter
 	filter = ch.filter(filter)
 
 	n, err := a.admin.Count(ctx, filter)
@@ -119,7 +120,15 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 		if err := a.checkGroup(ctx, filter, ch.verb, ch.past); err != nil {
 			return err
 		}
-		return a.printReport(flags.output, report, fmt.Sprintf("Nothing to %s: no eligible message matches.", ch.verb))
+		headline := fmt.Sprintf("Nothing to %s: no eligible message matches.", ch.verb)
+		if ch.verb == "replay" {
+			left, err := a.discardedLeftOut(ctx, selected)
+			if err != nil {
+				return err
+			}
+			headline += left
+		}
+		return a.printReport(flags.output, report, headline)
 	case flags.dryRun:
 		return a.showDryRun(ctx, flags.output, fmt.Sprintf("Would %s %s. Nothing was changed (--dry-run).", ch.verb, plural(n, "message")),
 			report, filter, n)
@@ -139,6 +148,24 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 	}
 	a.finishedDespite(b, ch.past)
 	return a.printReport(flags.output, report, fmt.Sprintf("%s %s.", capitalize(ch.past), plural(report.Changed, "message")))
+}
+
+// discardedLeftOut says, for a replay of f that found nothing, how many
+// discarded messages f selects, which a replay leaves alone unless named
+// (admin.Filter.ReplaySelection), and how to name them; "" when f names
+// statuses or ids, or selects no discarded message. Without it, a group
+// whose messages were all discarded would read as empty.
+func (a *app) discardedLeftOut(ctx context.Context, f admin.Filter) (string, error) {
+	if len(f.Statuses) > 0 || len(f.IDs) > 0 {
+		return "", nil
+	}
+	f.Statuses = []pgbox.InboxStatus{pgbox.InboxDiscarded}
+	n, err := a.admin.Count(ctx, f.ReplaySelection())
+	if err != nil || n == 0 {
+		return "", err
+	}
+	return fmt.Sprintf(" %s %s discarded, which a replay leaves alone unless named: add --status discarded to replay %s.",
+		plural(n, "selected message"), verb(n, "is", "are"), verb(n, "it", "them")), nil
 }
 
 // dryRunShown is how many messages a dry run's table shows.
