@@ -85,7 +85,8 @@ type pauseSelection struct {
 
 // UnknownError is returned by Pause, unless PauseOptions.Force is set,
 // for a consumer pgbox has not seen (no message of it in the inbox, no
-// dispatcher of it registered), or for an event type the consumer has not
+// dispatcher of it registered, no pause of it ever recorded in the audit
+// log), or for an event type the consumer has not
 // received lately: a typo far more often than an intent. Nothing was
 // changed. KnownConsumer returns it too. It matches ErrNotFound
 // (errors.Is).
@@ -110,7 +111,7 @@ const knownShown = 20
 func (e *UnknownError) Error() string {
 	var b strings.Builder
 	if e.EventType == "" {
-		fmt.Fprintf(&b, "consumer %q is unknown: the inbox holds no message of it and no dispatcher of it is registered", e.Consumer)
+		fmt.Fprintf(&b, "consumer %q is unknown: the inbox holds no message of it, no dispatcher of it is registered, and it was never paused", e.Consumer)
 	} else {
 		fmt.Fprintf(&b, "consumer %q has no message of event type %q among its pending messages and %d others sampled",
 			e.Consumer, e.EventType, knownEventTypesSample)
@@ -217,7 +218,8 @@ func (a *Admin) alreadyPaused(ctx context.Context, db dbtx, consumer, eventType 
 }
 
 // KnownConsumer returns nil when pgbox has seen consumer (a message of it
-// in the inbox, or a dispatcher of it registered), and an *UnknownError
+// in the inbox, a dispatcher of it registered, or a pause of it, forced
+// before its first message, in the audit log), and an *UnknownError
 // listing the consumers it has seen otherwise: for a tool that found
 // nothing of consumer to tell a misspelt name from a consumer with
 // nothing to show.
@@ -226,7 +228,8 @@ func (a *Admin) KnownConsumer(ctx context.Context, consumer string) error {
 }
 
 // checkKnown returns Pause's *UnknownError when pgbox has not seen
-// consumer (no message, no registered dispatcher), or, for an eventType,
+// consumer (no message, no registered dispatcher, never paused), or, for
+// an eventType,
 // when none of the consumer's pending messages nor a sample of its others
 // is of it.
 func (a *Admin) checkKnown(ctx context.Context, consumer, eventType string) error {

@@ -165,7 +165,7 @@ func TestPauseUnknownIsRefusedUnlessForced(t *testing.T) {
 	require.NoError(t, adm.KnownConsumer(ctx, "emails"), "a registered dispatcher")
 	err = adm.KnownConsumer(ctx, "paymnts")
 	require.ErrorIs(t, err, admin.ErrNotFound)
-	require.EqualError(t, err, `consumer "paymnts" is unknown: the inbox holds no message of it and no dispatcher of it is registered `+
+	require.EqualError(t, err, `consumer "paymnts" is unknown: the inbox holds no message of it, no dispatcher of it is registered, and it was never paused `+
 		`(known consumers: "emails", "payments"); nothing was changed: check the name`)
 
 	_, err = adm.Pause(ctx, admin.PauseOptions{Consumer: "payments", EventType: "ChargeCrad", Reason: "r"})
@@ -189,6 +189,15 @@ func TestPauseUnknownIsRefusedUnlessForced(t *testing.T) {
 	pauses, err := adm.Pauses(ctx, "")
 	require.NoError(t, err)
 	require.Len(t, pauses, 3)
+
+	// A consumer forced into a pause before its first message stays known
+	// once resumed: the audit log keeps its pause.
+	_, err = adm.Resume(ctx, admin.ResumeOptions{Consumer: "refunds"})
+	require.NoError(t, err)
+	require.NoError(t, adm.KnownConsumer(ctx, "refunds"))
+	_, err = adm.Pause(ctx, admin.PauseOptions{Consumer: "refunds", Reason: "again, no force needed"})
+	require.NoError(t, err)
+	require.ErrorIs(t, adm.KnownConsumer(ctx, "refundz"), admin.ErrNotFound)
 }
 
 // A whole-consumer pause and event-type pauses are separate: both may be

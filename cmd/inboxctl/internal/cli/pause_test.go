@@ -111,7 +111,7 @@ func TestPauseRefusals(t *testing.T) {
 
 	r = inboxctl(t, schema, "", "pause", "paymnts", "--reason", "x")
 	require.Equal(t, ExitNotFound, r.code)
-	require.Contains(t, r.stderr, `consumer "paymnts" is unknown: the inbox holds no message of it and no dispatcher of it is registered `+
+	require.Contains(t, r.stderr, `consumer "paymnts" is unknown: the inbox holds no message of it, no dispatcher of it is registered, and it was never paused `+
 		`(known consumers: "payments", "shipping"); nothing was changed: check the name, or force the pause`)
 	r = inboxctl(t, schema, "", "pause", "shipping", "--event-type", "LabelPrnted", "--reason", "x")
 	require.Equal(t, ExitNotFound, r.code)
@@ -201,7 +201,7 @@ func TestAConsumerNeverSeenIsRefusedAsATypo(t *testing.T) {
 	} {
 		r := inboxctl(t, schema, "", args...)
 		require.Equal(t, ExitNotFound, r.code, "%v: stdout %q, stderr %q", args, r.stdout, r.stderr)
-		require.Equal(t, `inboxctl: consumer "paymnts" is unknown: the inbox holds no message of it and no dispatcher of it is registered `+
+		require.Equal(t, `inboxctl: consumer "paymnts" is unknown: the inbox holds no message of it, no dispatcher of it is registered, and it was never paused `+
 			`(known consumers: "payments", "shipping"); nothing was changed: check the name`+"\n", r.stderr, "%v", args)
 		require.Empty(t, r.stdout, "%v", args)
 	}
@@ -214,9 +214,15 @@ func TestAConsumerNeverSeenIsRefusedAsATypo(t *testing.T) {
 	require.Equal(t, "[]\n", inboxctl(t, schema, "", "scheduled", "-o", "json").ok(t).stdout, "nothing was scheduled")
 
 	// A consumer paused before its first message (--force) is known by its
-	// pauses: resuming one of them names the other, still in place.
+	// pauses: resuming one of them names the other, still in place; once
+	// resumed, its pause in the audit log keeps it known, so a second
+	// resume is nothing to do, not a typo.
 	inboxctl(t, schema, "", "pause", "newsvc", "--event-type", "Signup", "--reason", "not live yet", "--force").ok(t)
 	r := inboxctl(t, schema, "", "resume", "newsvc").ok(t)
 	require.Contains(t, r.stdout, "Nothing to resume: consumer newsvc is not paused.\nStill paused: event type Signup of consumer newsvc")
 	require.Contains(t, inboxctl(t, schema, "", "pauses", "--consumer", "newsvc").ok(t).stdout, "not live yet")
+	inboxctl(t, schema, "", "resume", "newsvc", "--event-type", "Signup").ok(t)
+	require.Equal(t, "Nothing to resume: event type Signup of consumer newsvc is not paused.\n",
+		inboxctl(t, schema, "", "resume", "newsvc", "--event-type", "Signup").ok(t).stdout)
+	require.Equal(t, "Nothing is paused.\n", inboxctl(t, schema, "", "pauses", "--consumer", "newsvc").ok(t).stdout)
 }
