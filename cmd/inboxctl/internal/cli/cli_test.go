@@ -118,6 +118,10 @@ func TestList(t *testing.T) {
 	require.Contains(t, since, "order-5/placed")
 	require.NotContains(t, since, "order-2/placed")
 	require.NotContains(t, since, "bad-1")
+	// The same window as inboxctl prints times, in UTC, pasted.
+	require.Equal(t, since, inboxctl(t, schema, "", "list", "--since", "2026-01-01 10:06:00 UTC", "--until", "2026-01-01 10:09").ok(t).stdout)
+	require.Equal(t, inboxctl(t, schema, "", "list").ok(t).stdout, inboxctl(t, schema, "", "list", "--since", "2026-01-01").ok(t).stdout,
+		"a date is its midnight, UTC")
 
 	matched := inboxctl(t, schema, "", "list", "--error-matches", `index out of range \[\d+\]`).ok(t).stdout
 	require.Contains(t, matched, "bad-1")
@@ -449,7 +453,8 @@ func TestReplayAt(t *testing.T) {
 	status, _, _ := state(t, schema, "payments", "order-2/placed")
 	require.Equal(t, "dead", status, "nothing changes before the time")
 
-	byID := inboxctl(t, schema, "", "replay", "order-2/placed", "--consumer", "payments", "--at", "2099-01-02T00:00:00Z").ok(t).stdout
+	// A time as inboxctl prints it (UTC) reads the same as one with its zone.
+	byID := inboxctl(t, schema, "", "replay", "order-2/placed", "--consumer", "payments", "--at", "2099-01-02 00:00 UTC").ok(t).stdout
 	require.Contains(t, byID, "Scheduled replay 2 for 2099-01-02 00:00:00 UTC (1 message is replayable now)")
 	require.Equal(t, ExitNotFound, inboxctl(t, schema, "", "replay", "order-404", "--consumer", "payments", "--at", "1h").code)
 

@@ -33,7 +33,7 @@ func (f *filterFlags) add(cmd *cobra.Command, withStatus bool) {
 	fl.StringVar(&f.errorMatches, "error-matches", "", "only messages whose last error matches this regular expression (any case)")
 	fl.StringVar(&f.group, "group", "", "only one failure group: a fingerprint from 'inboxctl failures'")
 	fl.StringVar(&f.orderingKey, "ordering-key", "", "only the messages of this ordering key")
-	fl.StringVar(&f.since, "since", "", "only messages received since: a duration ago (90m, 2h, 7d) or a time (2026-11-22T06:00:00Z)")
+	fl.StringVar(&f.since, "since", "", "only messages received since: a duration ago (90m, 2h, 7d) or a time (2026-11-22T06:00:00Z, 2026-11-22 06:00 UTC, 2026-11-22)")
 	fl.StringVar(&f.until, "until", "", "only messages received before: a duration ago or a time")
 	if withStatus {
 		fl.StringSliceVar(&f.statuses, "status", nil, "only these statuses: pending, running, done, dead, discarded (comma-separated)")
@@ -103,10 +103,35 @@ func parseWhen(flag, s string, now time.Time) (time.Time, error) {
 	if d, err := parseDuration(s); err == nil {
 		return now.Add(-d), nil
 	}
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
+	if t, ok := parseTime(s); ok {
 		return t, nil
 	}
-	return time.Time{}, usagef("%s %q is neither a duration (90m, 2h, 7d) nor a time (2026-11-22T06:00:00Z)", flag, s)
+	return time.Time{}, usagef("%s %q is neither a duration (90m, 2h, 7d) nor a time (%s)", flag, s, timeForms)
+}
+
+// timeLayouts are the times a flag takes: RFC 3339, with its zone, or a
+// date and time in UTC as inboxctl prints them ("2026-11-22 06:00:00
+// UTC", so that a time can be pasted from its output), with or without
+// the seconds, the "T" or the " UTC", or a date alone (its midnight, UTC).
+var timeLayouts = []string{
+	time.RFC3339,
+	"2006-01-02 15:04:05 UTC", "2006-01-02 15:04 UTC",
+	"2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02T15:04:05", "2006-01-02T15:04",
+	time.DateOnly,
+}
+
+// timeForms shows the forms timeLayouts take, for a usage error.
+const timeForms = "2026-11-22T06:00:00Z, 2026-11-22 06:00 UTC, 2026-11-22"
+
+// parseTime reads s in one of timeLayouts; a time without a zone is UTC,
+// as every time inboxctl prints is.
+func parseTime(s string) (time.Time, bool) {
+	for _, layout := range timeLayouts {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // parseDuration is time.ParseDuration plus days: "7d", "1d12h".

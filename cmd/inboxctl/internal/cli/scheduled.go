@@ -14,14 +14,14 @@ import (
 	"github.com/pgbox/pgbox/admin"
 )
 
-// parseAt reads --at: an RFC 3339 time, or a duration from now.
+// parseAt reads --at: a time (parseTime), or a duration from now.
 func parseAt(s string, now time.Time) (time.Time, error) {
 	if d, err := parseDuration(s); err == nil {
 		return now.Add(d), nil
 	}
-	t, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		return time.Time{}, usagef("--at %q is neither a time (2026-11-23T03:00:00Z) nor a duration from now (90m, 2h, 1d)", s)
+	t, ok := parseTime(s)
+	if !ok {
+		return time.Time{}, usagef("--at %q is neither a time (%s) nor a duration from now (90m, 2h, 1d)", s, timeForms)
 	}
 	if t.Before(now.Add(-time.Minute)) {
 		return time.Time{}, usagef("--at %s is in the past: leave --at out to replay now", t.UTC().Format(time.RFC3339))
