@@ -36,6 +36,24 @@ func (b *testBundle) waitAudit(t *testing.T, action admin.AuditAction) admin.Aud
 // jobLink finds where an action sent the browser: its job's page.
 var jobLink = regexp.MustCompile(`^/jobs/(\d+)\?db=test$`)
 
+// The replay confirmation warns that a scheduled or throttled replay
+// would wait only when no maintainer leads; a discard, which is never
+// scheduled, does not.
+func TestReplayConfirmationWarnsOnlyWithoutALeader(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	form := url.Values{"scope": {"all"}, "consumer": {"payments"}, "status": {"dead"}}
+	const warning = "No maintenance leader: no maintainer runs on this schema"
+	_, body := b.post(t, "/discard", form)
+	require.Contains(t, body, "This would discard")
+	require.NotContains(t, body, warning)
+
+	b.exec(t, `INSERT INTO /* schema */river_leader (leader_id, elected_at, expires_at) VALUES ('river-1', now(), now() + interval '1 hour')`)
+	_, body = b.post(t, "/replay", form)
+	require.Contains(t, body, "This would replay")
+	require.NotContains(t, body, warning, "a maintainer leads")
+}
+
 // Replaying a group takes two steps: the first shows the dry-run count and
 // the newest messages, and changes nothing; the confirmation starts the
 // replay in the background and sends the browser to its progress.
@@ -50,6 +68,8 @@ func TestReplayGroupAsksThenRunsInTheBackground(t *testing.T) {
 	require.Contains(t, body, "This would replay <strong class=\"count\">3 messages</strong>")
 	require.Contains(t, body, "Nothing has been changed yet")
 	require.Contains(t, body, `name="confirmed" value="yes"`)
+	require.Contains(t, body, "No maintenance leader: no maintainer runs on this schema, so a replay scheduled for later or throttled waits",
+		"no maintainer runs in the test: the form says so before a replay is scheduled")
 	require.Equal(t, 3, b.count(t, "status = 'dead' AND consumer = 'payments'"), "the first step changes nothing")
 
 	form.Set("confirmed", "yes")

@@ -114,7 +114,8 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request, t *Target, ba bul
 		}
 		return c.render(w, r, t, http.StatusOK, "confirm", view{Title: "Confirm: " + ba.verb, Nav: "messages", Data: confirmView{
 			Action: "/" + ba.verb, Back: back, Count: n, Hidden: hiddenSelection(sel, scope), Messages: sample,
-			Noun: "message", Note: ba.note, NoteRequired: ba.noteRequired, Schedule: ba.schedule, Verb: ba.verb, What: describe(f),
+			NoLeader: ba.schedule && n > 0 && noLeader(ctx, t), Noun: "message", Note: ba.note, NoteRequired: ba.noteRequired,
+			Schedule: ba.schedule, Verb: ba.verb, What: describe(f),
 		}})
 	}
 	note := r.PostFormValue("note")

@@ -27,6 +27,9 @@ type confirmView struct {
 	Hidden []field
 	// Messages are the newest of the selected inbox messages.
 	Messages []admin.Message
+	// NoLeader says no maintainer leads, so a replay scheduled for later
+	// or throttled (Schedule) would wait until one starts.
+	NoLeader bool
 	// Noun names what Count counts: "message", "outbox row".
 	Noun string
 	// Note is the label of the note field, "" for none.

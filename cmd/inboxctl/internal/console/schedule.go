@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -96,4 +97,14 @@ func (c *Console) scheduleReplay(w http.ResponseWriter, r *http.Request, t *Targ
 	c.cfg.Logger.InfoContext(r.Context(), "console: replay scheduled", "target", t.Name, "user", opts.Actor.Name, "remote", opts.Actor.Host,
 		"scheduled_replay", sr.ID, "selected", sr.Selected)
 	return seeOther(w, r, link(t.Name, "/scheduled", "highlight", sr.ID))
+}
+
+// noLeader reports whether no maintainer leads t's schema, so that a
+// replay scheduled for later or throttled would wait, silently, until one
+// starts: the confirmation says so before the operator chooses. A failed
+// read of the processes reports a leader: a warning is no reason to fail
+// the page.
+func noLeader(ctx context.Context, t *Target) bool {
+	ps, err := t.Admin.Processes(ctx)
+	return err == nil && ps.Leader == nil
 }
