@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/pgbox/pgbox"
 	"github.com/pgbox/pgbox/admin"
@@ -110,7 +111,7 @@ where the output is a list.
 	root.PersistentFlags().StringVar(&a.dsn, "dsn", "", "PostgreSQL connection string (default: $DATABASE_URL)")
 	root.PersistentFlags().StringVar(&a.schema, "schema", pgbox.DefaultSchema, "schema holding pgbox's tables")
 	root.PersistentFlags().StringVar(&a.as, "as", "", "who you are, in the audit log (default: your OS user)")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{suggestFlag(cmd, err)} })
 	root.AddCommand(
 		a.statsCommand(), a.listCommand(), a.showCommand(), a.failuresCommand(),
 		a.replayCommand(), a.scheduledCommand(), a.discardCommand(), a.purgeCommand(),
@@ -276,4 +277,26 @@ func (a *app) redact(s string) string {
 		s = strings.ReplaceAll(s, secret, "*****")
 	}
 	return s
+}
+
+// suggestFlag adds the nearest of cmd's flags to err when err is pflag's
+// "unknown flag: --consumr", as cobra suggests a misspelt command: "did
+// you mean --consumer?". Only a flag at most two edits away is suggested,
+// so a name unlike any flag gets no guess.
+func suggestFlag(cmd *cobra.Command, err error) error {
+	typed, ok := strings.CutPrefix(err.Error(), "unknown flag: --")
+	if !ok {
+		return err
+	}
+	typed, _, _ = strings.Cut(typed, "=")
+	var names []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+	cmd.InheritedFlags().VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+	if len(names) == 0 {
+		return err
+	}
+	if guess := nearest(typed, names)[0]; distance(typed, guess) <= 2 {
+		return fmt.Errorf("%w (did you mean --%s?)", err, guess)
+	}
+	return err
 }

@@ -414,6 +414,19 @@ func TestUsageErrors(t *testing.T) {
 		require.Equal(t, ExitUsage, r.code, "%v: %s", args, r.stderr)
 		require.Contains(t, r.stderr, "inboxctl --help", "%v", args)
 	}
+	// A misspelt flag gets the nearest one, its own or inherited, as a
+	// misspelt command does; a name unlike any gets no guess.
+	for args, want := range map[string]string{
+		"list --consumr payments":   "unknown flag: --consumr (did you mean --consumer?)",
+		"replay --stauts=dead":      "unknown flag: --stauts (did you mean --status?)",
+		"stats --shcema x":          "unknown flag: --shcema (did you mean --schema?)",
+		"list --bogus":              "unknown flag: --bogus\n",
+		"failures --consumer-group": "unknown flag: --consumer-group\n",
+	} {
+		r := inboxctl(t, schema, "", strings.Fields(args)...)
+		require.Equal(t, ExitUsage, r.code, args)
+		require.Contains(t, r.stderr, want, args)
+	}
 }
 
 func TestNoDatabaseIsAUsageError(t *testing.T) {
