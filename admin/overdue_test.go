@@ -12,9 +12,9 @@ import (
 )
 
 // Overdue says how long each consumer's earliest due pending message, the
-// outbox's earliest due row, and the earliest due scheduled replay not yet
-// started have waited past their due time; work not due yet, or not
-// pending (a replay under way or ended), is no backlog. It reads the pending indexes,
+// outbox's earliest due row, and the earliest due unfinished scheduled
+// replay have waited past their due time, and whether a maintainer leads;
+// work not due yet, or not pending (a replay ended), is no backlog. It reads the pending indexes,
 // never the done messages.
 func TestOverdue(t *testing.T) {
 	t.Parallel()
@@ -30,6 +30,7 @@ func TestOverdue(t *testing.T) {
 	require.Nil(t, empty.Outbox)
 	require.Nil(t, empty.Replay)
 	require.Zero(t, empty.Replays)
+	require.False(t, empty.MaintainerLeads)
 	require.WithinDuration(t, time.Now(), empty.At, time.Minute)
 
 	_, err = pool.Exec(ctx, ident.Render(`
@@ -49,8 +50,8 @@ func TestOverdue(t *testing.T) {
 		FROM (VALUES (gen_random_uuid(), interval '3 minutes'), (gen_random_uuid(), interval '-1 hour')) AS x(id, due);
 		INSERT INTO /* schema */scheduled_replays (run_at, filter, state)
 		SELECT now() - due, '{}', state
-		FROM (VALUES (interval '12 minutes', 'scheduled'), (interval '4 minutes', 'scheduled'), (interval '-1 hour', 'scheduled'),
-		             (interval '1 hour', 'running'), (interval '1 hour', 'done'), (interval '1 hour', 'cancelled')) AS v(due, state);
+		FROM (VALUES (interval '12 minutes', 'scheduled'), (interval '4 minutes', 'running'), (interval '-1 hour', 'scheduled'),
+		             (interval '2 hours', 'done'), (interval '2 hours', 'cancelled'), (interval '2 hours', 'failed')) AS v(due, state);
 		ANALYZE /* schema */inbox;`, schema))
 	require.NoError(t, err)
 
@@ -60,9 +61,22 @@ func TestOverdue(t *testing.T) {
 	require.InDelta(t, (10 * time.Minute).Seconds(), time.Duration(o.Consumers["payments"]).Seconds(), 5)
 	require.NotNil(t, o.Outbox)
 	require.InDelta(t, (3 * time.Minute).Seconds(), time.Duration(*o.Outbox).Seconds(), 5)
-	require.EqualValues(t, 2, o.Replays, "the two due and not started; not the one due later, nor those started or ended")
+	require.EqualValues(t, 2, o.Replays, "the two due and unfinished; not the one due later, nor those ended")
 	require.NotNil(t, o.Replay)
 	require.InDelta(t, (12 * time.Minute).Seconds(), time.Duration(*o.Replay).Seconds(), 5)
+	require.False(t, o.MaintainerLeads)
+
+	_, err = pool.Exec(ctx, ident.Render(`INSERT INTO /* schema */river_leader (leader_id, elected_at, expires_at)
+		VALUES ('river-1', now(), now() + interval '1 minute')`, schema))
+	require.NoError(t, err)
+	o, err = adm.Overdue(ctx)
+	require.NoError(t, err)
+	require.True(t, o.MaintainerLeads)
+	_, err = pool.Exec(ctx, ident.Render(`UPDATE /* schema */river_leader SET expires_at = now() - interval '1 second'`, schema))
+	require.NoError(t, err)
+	o, err = adm.Overdue(ctx)
+	require.NoError(t, err)
+	require.False(t, o.MaintainerLeads, "a leadership expired is none")
 
 	requireNoScanOfRows(t, pool, schema, pgtest.Plan(t, pool, ident.Render(overdueSQL, schema)), "overdue")
 }

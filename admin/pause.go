@@ -245,7 +245,9 @@ func (a *Admin) checkKnown(ctx context.Context, consumer, eventType string) erro
 
 // known returns an *UnknownError when pgbox has not seen consumer, or,
 // for an eventType, the consumer's eventType (see checkKnown); op names
-// the operation in a database error.
+// the operation in a database error. The audit log is asked last, and
+// only about consumer: it is read only for a name the inbox and the
+// processes do not know.
 func (a *Admin) known(ctx context.Context, op, consumer, eventType string) error {
 	query, arg := knownConsumersSQL, []any{}
 	if eventType != "" {
@@ -261,6 +263,15 @@ func (a *Admin) known(ctx context.Context, op, consumer, eventType string) error
 	}
 	if slices.Contains(known, cmp.Or(eventType, consumer)) { // the event type among the known ones, or else the consumer
 		return nil
+	}
+	if eventType == "" {
+		var paused bool
+		if err := a.pool.QueryRow(ctx, a.render(pausedEverSQL), consumer, string(AuditPause)).Scan(&paused); err != nil {
+			return a.dbError(ctx, op, err)
+		}
+		if paused {
+			return nil
+		}
 	}
 	return &UnknownError{Consumer: consumer, EventType: eventType, Known: known}
 }

@@ -46,19 +46,22 @@ WHERE ($1::text IS NULL OR p.consumer = $1)
 ORDER BY p.consumer, p.event_type`
 
 // knownConsumersSQL lists the consumers pgbox knows: those with messages
-// in the inbox (one index probe each: distinctConsumersSQL), those of the
-// dispatchers registered, live or dead, and those ever paused, as the
-// audit log records it: a consumer paused with Force before its first
-// message is still known once resumed. The audit log holds operators'
-// actions, not messages, so reading its pauses whole stays cheap.
+// in the inbox (one index probe each: distinctConsumersSQL) and those of
+// the dispatchers registered, live or dead.
 const knownConsumersSQL = `
 WITH RECURSIVE ` + distinctConsumersSQL + `
 SELECT c.consumer FROM consumers AS c WHERE c.consumer IS NOT NULL
 UNION
 SELECT p.consumer FROM /* schema */processes AS p WHERE p.consumer IS NOT NULL
-UNION
-SELECT a.selection->>'consumer' FROM /* schema */audit_log AS a WHERE a.action = 'pause' AND a.selection->>'consumer' IS NOT NULL
 ORDER BY 1`
+
+// pausedEverSQL says whether the audit log records a pause ($2, AuditPause)
+// of consumer $1: a consumer paused with Force before its first message
+// is known by it once resumed. The audit log holds operators' actions,
+// not messages, and has no index to find a pause by; known asks it only
+// for a name nothing else knows, and stops at the first pause it finds.
+const pausedEverSQL = `
+SELECT EXISTS (SELECT 1 FROM /* schema */audit_log AS a WHERE a.action = $2 AND a.selection->>'consumer' = $1)`
 
 // knownEventTypesSample is how many of a consumer's messages
 // knownEventTypesSQL reads besides its pending ones.

@@ -118,17 +118,19 @@ func TestThrottledReplayResumesAfterACutBatch(t *testing.T) {
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	done, ended := make(chan error, 1), make(chan struct{})
 	go func() {
+		defer close(ended)
 		for ctx.Err() == nil { // tick until the batch that waits is cut off
 			if _, err := b.adm.RunDueReplays(ctx, admin.RunDueReplaysOptions{BatchSize: 10, Tick: time.Second}); err != nil {
+				t.Logf("RunDueReplays: %v", err)
 				done <- err
 				return
 			}
 		}
 		done <- ctx.Err()
 	}()
-	pgtest.WaitBlockedBy(t, holder, nil)
+	pgtest.WaitBlockedBy(t, holder, ended)
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	require.NoError(t, holder.Rollback(context.Background()))

@@ -82,14 +82,16 @@ stop_pid() {
 }
 
 # say_down says, on stderr, what down is about to do to server $1, so that
-# make down does not end in silence: stop it and delete its files, or
-# only delete what is left of them, since it is not running. Each script
-# defines running; call this first in its down.
+# make down does not end in silence: stop it and delete its files ($2,
+# "its files" by default), or only delete what is left of them, since it
+# is not running. Each script defines running; call this first in its
+# down.
 say_down() {
+  local files=${2:-its files}
   if running; then
-    echo "$1: stopping it and deleting its files" >&2
+    echo "$1: stopping it and deleting $files" >&2
   else
-    echo "$1: not running; deleting what is left of its files" >&2
+    echo "$1: not running; deleting what is left of $files" >&2
   fi
 }
 

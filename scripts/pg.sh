@@ -129,7 +129,7 @@ crash_restart() {
 }
 
 down() {
-  say_down "PostgreSQL (scripts/pg.sh)"
+  say_down "PostgreSQL (scripts/pg.sh)" "its data directory (every database in it)"
   if running; then
     as_server "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null
   fi

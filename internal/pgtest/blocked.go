@@ -29,8 +29,12 @@ func WaitBlockedBy(tb testing.TB, holder pgx.Tx, ended <-chan struct{}) {
 	deadline := time.After(time.Minute)
 	for {
 		var blocked bool
-		require.NoError(tb, Pool(tb).QueryRow(ctx,
-			`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))`, pid).Scan(&blocked))
+		// pg_blocking_pids takes the lock manager whole for a moment: it
+		// is asked only about backends that wait for a lock (CASE keeps
+		// it behind that test).
+		require.NoError(tb, Pool(tb).QueryRow(ctx, `
+			SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			               WHERE CASE WHEN wait_event_type = 'Lock' THEN $1::int = ANY (pg_blocking_pids(pid)) END)`, pid).Scan(&blocked))
 		if blocked {
 			return
 		}

@@ -30,8 +30,9 @@ const (
 	// checkOutboxStalled: a due outbox row has waited past --stall-after
 	// with no relay claiming it (stats).
 	checkOutboxStalled = "outbox_stalled"
-	// checkReplayStalled: a scheduled replay has been due for longer than
-	// --stall-after and has not started: no maintainer runs it (stats).
+	// checkReplayStalled: an unfinished scheduled replay has been due for
+	// longer than --stall-after, and no maintainer leads to run it
+	// (stats).
 	checkReplayStalled = "replay_stalled"
 	// checkDeadProcessLeases: a dead process still holds messages under
 	// lease (processes).
@@ -97,9 +98,10 @@ func checkErr(r checkReport) error {
 }
 
 // statsProblems is what stats --check finds wrong: dead and failing
-// messages, dead outbox rows, and due work older than stallAfter (a
-// scheduled replay not started among it), but for a consumer paused as a
-// whole (pauses), whose work waits by design.
+// messages, dead outbox rows, due work older than stallAfter, but for a
+// consumer paused as a whole (pauses), whose work waits by design, and a
+// scheduled replay due for longer than stallAfter while no maintainer
+// leads (one that leads may take long on purpose: a throttled replay).
 func (a *app) statsProblems(st *admin.Stats, o *admin.Overdue, stallAfter time.Duration, pauses []admin.Pause) []problem {
 	var out []problem
 	paused := map[string][]string{} // consumer: its event types paused, "" for all
@@ -140,9 +142,9 @@ func (a *app) statsProblems(st *admin.Stats, o *admin.Overdue, stallAfter time.D
 			Text: fmt.Sprintf("a row has waited %s since it was due, and no relay has claimed it (no relay running, all stuck, the broker "+
 				"down, or its ordering key held up behind a dead row): '%s' shows who runs.", age(time.Duration(*o.Outbox)), a.hint("processes"))})
 	}
-	if o.Replay != nil && time.Duration(*o.Replay) > stallAfter {
+	if o.Replay != nil && time.Duration(*o.Replay) > stallAfter && !o.MaintainerLeads {
 		out = append(out, problem{Count: o.Replays, Kind: checkReplayStalled, where: "maintenance",
-			Text: fmt.Sprintf("%s due and not started, the earliest due %s ago: no maintainer is running them (a "+
+			Text: fmt.Sprintf("%s due and unfinished, the earliest due %s ago, and no maintainer leads to run them (a "+
 				"maintenance.Maintainer in a service runs scheduled replays): '%s' shows who runs, '%s' lists them.",
 				plural(o.Replays, "scheduled replay"), age(time.Duration(*o.Replay)), a.hint("processes"), a.hint("scheduled"))})
 	}

@@ -279,23 +279,35 @@ func (a *app) redact(s string) string {
 	return s
 }
 
-// suggestFlag adds the nearest of cmd's flags to err when err is pflag's
-// "unknown flag: --consumr", as cobra suggests a misspelt command: "did
-// you mean --consumer?". Only a flag at most two edits away is suggested,
-// so a name unlike any flag gets no guess.
+// suggestFlag adds the flag of cmd (its own or inherited) that a
+// misspelt one most likely meant to err when err is pflag's "unknown
+// flag: --consumr", as cobra suggests a misspelt command: "did you mean
+// --consumer?". The one flag the typed name begins (--dry: --dry-run),
+// or else the nearest flag within a third of the name's length in edits.
+// A name of two letters or less, or unlike any flag, gets no guess: a
+// wrong guess (--dsn for --dry) sends the reader further astray than none.
 func suggestFlag(cmd *cobra.Command, err error) error {
 	typed, ok := strings.CutPrefix(err.Error(), "unknown flag: --")
-	if !ok {
+	if !ok || len(typed) <= 2 {
 		return err
 	}
 	typed, _, _ = strings.Cut(typed, "=")
-	var names []string
-	cmd.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
-	cmd.InheritedFlags().VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
-	if len(names) == 0 {
+	var names, extending []string
+	add := func(f *pflag.Flag) {
+		names = append(names, f.Name)
+		if strings.HasPrefix(f.Name, typed) {
+			extending = append(extending, f.Name)
+		}
+	}
+	cmd.Flags().VisitAll(add)
+	cmd.InheritedFlags().VisitAll(add)
+	switch {
+	case len(extending) == 1:
+		return fmt.Errorf("%w (did you mean --%s?)", err, extending[0])
+	case len(extending) > 1 || len(names) == 0:
 		return err
 	}
-	if guess := nearest(typed, names)[0]; distance(typed, guess) <= 2 {
+	if guess := nearest(typed, names)[0]; distance(typed, guess) <= max(1, len(typed)/3) {
 		return fmt.Errorf("%w (did you mean --%s?)", err, guess)
 	}
 	return err

@@ -118,10 +118,14 @@ func TestList(t *testing.T) {
 	require.Contains(t, since, "order-5/placed")
 	require.NotContains(t, since, "order-2/placed")
 	require.NotContains(t, since, "bad-1")
-	// The same window as inboxctl prints times, in UTC, pasted.
-	require.Equal(t, since, inboxctl(t, schema, "", "list", "--since", "2026-01-01 10:06:00 UTC", "--until", "2026-01-01 10:09").ok(t).stdout)
-	require.Equal(t, inboxctl(t, schema, "", "list").ok(t).stdout, inboxctl(t, schema, "", "list", "--since", "2026-01-01").ok(t).stdout,
-		"a date is its midnight, UTC")
+	// The same window as inboxctl prints times, in UTC, pasted; a time
+	// without its zone is refused, saying how to give it.
+	require.Equal(t, since, inboxctl(t, schema, "", "list", "--since", "2026-01-01 10:06:00 UTC", "--until", "2026-01-01 10:09 UTC").ok(t).stdout)
+	for zoneless, utc := range map[string]string{"2026-01-01": "2026-01-01 00:00 UTC", "2026-01-01T10:06": "2026-01-01 10:06 UTC"} {
+		r := inboxctl(t, schema, "", "list", "--since", zoneless)
+		require.Equal(t, ExitUsage, r.code, zoneless)
+		require.Contains(t, r.stderr, `--since "`+zoneless+`" has no time zone: add UTC, as inboxctl prints times (`+utc+`), or an offset`)
+	}
 
 	matched := inboxctl(t, schema, "", "list", "--error-matches", `index out of range \[\d+\]`).ok(t).stdout
 	require.Contains(t, matched, "bad-1")
@@ -420,8 +424,12 @@ func TestUsageErrors(t *testing.T) {
 		"list --consumr payments":   "unknown flag: --consumr (did you mean --consumer?)",
 		"replay --stauts=dead":      "unknown flag: --stauts (did you mean --status?)",
 		"stats --shcema x":          "unknown flag: --shcema (did you mean --schema?)",
+		"replay --dry":              "unknown flag: --dry (did you mean --dry-run?)",
 		"list --bogus":              "unknown flag: --bogus\n",
 		"failures --consumer-group": "unknown flag: --consumer-group\n",
+		"replay --ids":              "unknown flag: --ids\n",
+		"list --o":                  "unknown flag: --o\n",
+		"list --x":                  "unknown flag: --x\n",
 	} {
 		r := inboxctl(t, schema, "", strings.Fields(args)...)
 		require.Equal(t, ExitUsage, r.code, args)

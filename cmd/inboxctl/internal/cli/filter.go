@@ -33,7 +33,7 @@ func (f *filterFlags) add(cmd *cobra.Command, withStatus bool) {
 	fl.StringVar(&f.errorMatches, "error-matches", "", "only messages whose last error matches this regular expression (any case)")
 	fl.StringVar(&f.group, "group", "", "only one failure group: a fingerprint from 'inboxctl failures'")
 	fl.StringVar(&f.orderingKey, "ordering-key", "", "only the messages of this ordering key")
-	fl.StringVar(&f.since, "since", "", "only messages received since: a duration ago (90m, 2h, 7d) or a time (2026-11-22T06:00:00Z, 2026-11-22 06:00 UTC, 2026-11-22)")
+	fl.StringVar(&f.since, "since", "", "only messages received since: a duration ago (90m, 2h, 7d) or a time with its zone (2026-11-22T06:00:00Z, 2026-11-22 06:00 UTC)")
 	fl.StringVar(&f.until, "until", "", "only messages received before: a duration ago or a time")
 	if withStatus {
 		fl.StringSliceVar(&f.statuses, "status", nil, "only these statuses: pending, running, done, dead, discarded (comma-separated)")
@@ -103,35 +103,46 @@ func parseWhen(flag, s string, now time.Time) (time.Time, error) {
 	if d, err := parseDuration(s); err == nil {
 		return now.Add(-d), nil
 	}
-	if t, ok := parseTime(s); ok {
-		return t, nil
+	if t, ok, err := parseTime(flag, s); ok || err != nil {
+		return t, err
 	}
 	return time.Time{}, usagef("%s %q is neither a duration (90m, 2h, 7d) nor a time (%s)", flag, s, timeForms)
 }
 
-// timeLayouts are the times a flag takes: RFC 3339, with its zone, or a
-// date and time in UTC as inboxctl prints them ("2026-11-22 06:00:00
-// UTC", so that a time can be pasted from its output), with or without
-// the seconds, the "T" or the " UTC", or a date alone (its midnight, UTC).
-var timeLayouts = []string{
-	time.RFC3339,
-	"2006-01-02 15:04:05 UTC", "2006-01-02 15:04 UTC",
-	"2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02T15:04:05", "2006-01-02T15:04",
-	time.DateOnly,
-}
+// timeLayouts are the times a flag takes, each with its zone: RFC 3339,
+// or a date and time in UTC as inboxctl prints them ("2026-11-22 06:00:00
+// UTC", so that a time can be pasted from its output), with or without the
+// seconds.
+var timeLayouts = []string{time.RFC3339, "2006-01-02 15:04:05 UTC", "2006-01-02 15:04 UTC"}
+
+// zonelessLayouts are times without a zone: refused, since reading them as
+// UTC or as local time would each be wrong for someone, and a window hours
+// off selects the wrong messages to replay or discard without a word.
+var zonelessLayouts = []string{"2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02T15:04:05", "2006-01-02T15:04", time.DateOnly}
 
 // timeForms shows the forms timeLayouts take, for a usage error.
-const timeForms = "2026-11-22T06:00:00Z, 2026-11-22 06:00 UTC, 2026-11-22"
+const timeForms = "2026-11-22T06:00:00Z, 2026-11-22T07:00:00+01:00, 2026-11-22 06:00 UTC"
 
-// parseTime reads s in one of timeLayouts; a time without a zone is UTC,
-// as every time inboxctl prints is.
-func parseTime(s string) (time.Time, bool) {
+// parseTime reads s in one of timeLayouts. A time without a zone is a
+// usage error that says how to give one; any other text is not a time
+// (ok false, err nil).
+func parseTime(flag, s string) (t time.Time, ok bool, err error) {
 	for _, layout := range timeLayouts {
 		if t, err := time.Parse(layout, s); err == nil {
-			return t, true
+			return t, true, nil
 		}
 	}
-	return time.Time{}, false
+	for _, layout := range zonelessLayouts {
+		if _, err := time.Parse(layout, s); err == nil {
+			utc := strings.Replace(s, "T", " ", 1)
+			if layout == time.DateOnly {
+				utc += " 00:00"
+			}
+			return time.Time{}, false, usagef("%s %q has no time zone: add UTC, as inboxctl prints times (%s UTC), or an offset (%s)",
+				flag, s, utc, "2026-11-22T07:00:00+01:00")
+		}
+	}
+	return time.Time{}, false, nil
 }
 
 // parseDuration is time.ParseDuration plus days: "7d", "1d12h".

@@ -52,7 +52,8 @@ asks for a count, which reads every done row.
 on-call must act on, and exits ` + fmt.Sprint(ExitCheckFailed) + ` if anything: dead messages, failing
 messages (retrying after a failure), dead outbox rows, and a stall: a
 message (or outbox row) due for longer than --stall-after that no worker has
-claimed, or a scheduled replay due that long that no maintainer has started.
+claimed, or a scheduled replay due that long, unfinished, while no
+maintainer leads to run it.
 -o json adds "check": {"ok", "problems": [{"kind", "consumer",
 "count", "text"}]}.
 
@@ -144,7 +145,7 @@ is deliberate: --check reports no stall for a consumer paused as a whole.`,
 	cmd.Flags().BoolVar(&exact, "exact", false, "count done messages one by one instead of estimating them (reads every done row)")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every --interval until interrupted")
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
-	cmd.Flags().BoolVar(&check, "check", false, "exit "+fmt.Sprint(ExitCheckFailed)+" if on-call must act: dead or failing messages, dead outbox rows, a stall, a scheduled replay not started (for scripts and probes)")
+	cmd.Flags().BoolVar(&check, "check", false, "exit "+fmt.Sprint(ExitCheckFailed)+" if on-call must act: dead or failing messages, dead outbox rows, a stall, a scheduled replay no maintainer runs (for scripts and probes)")
 	cmd.Flags().DurationVar(&stallAfter, "stall-after", 5*time.Minute, "with --check: due work unclaimed for longer than this is a stall")
 	return cmd
 }

@@ -121,7 +121,7 @@ func (a *app) apply(ctx context.Context, ch change, flags changeFlags, ids []str
 			return err
 		}
 		headline := fmt.Sprintf("Nothing to %s: no eligible message matches.", ch.verb)
-		if ch.verb == "replay" {
+		if ch.verb == "replay" && flags.output == formatTable { // JSON has no headline
 			left, err := a.discardedLeftOut(ctx, selected)
 			if err != nil {
 				return err

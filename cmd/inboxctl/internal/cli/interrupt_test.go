@@ -45,15 +45,16 @@ func (w *watchedBuffer) String() string {
 }
 
 // runAsync runs inboxctl with ctx in the background and returns its exit
-// code on the channel.
-func runAsync(t *testing.T, ctx context.Context, schema string, stdin io.Reader, stdout, stderr io.Writer, args ...string) <-chan int {
+// code on the channel, and a channel closed once it has ended.
+func runAsync(t *testing.T, ctx context.Context, schema string, stdin io.Reader, stdout, stderr io.Writer, args ...string) (<-chan int, <-chan struct{}) {
 	t.Helper()
 	env := map[string]string{"DATABASE_URL": pgtest.URL(t)}
-	code := make(chan int, 1)
+	code, ended := make(chan int, 1), make(chan struct{})
 	go func() {
+		defer close(ended)
 		code <- run(ctx, append(args, "--schema", schema), stdin, stdout, stderr, func(k string) string { return env[k] })
 	}()
-	return code
+	return code, ended
 }
 
 // Ctrl-C at a confirmation prompt ends the command at once, although the
@@ -68,7 +69,7 @@ func TestInterruptAtPromptEndsAtOnce(t *testing.T) {
 	var stdout bytes.Buffer
 	stderr := newWatchedBuffer("Type yes to continue:")
 
-	code := runAsync(t, ctx, schema, stdin, &stdout, stderr, "replay", "--consumer", "payments", "--status", "dead")
+	code, _ := runAsync(t, ctx, schema, stdin, &stdout, stderr, "replay", "--consumer", "payments", "--status", "dead")
 	select {
 	case <-stderr.seen:
 	case c := <-code:
@@ -108,9 +109,9 @@ func TestInterruptedBulkReplayPrintsExactCount(t *testing.T) {
 	ctx, interrupt := context.WithCancel(bg)
 	defer interrupt()
 	var stdout, stderr bytes.Buffer
-	code := runAsync(t, ctx, schema, strings.NewReader(""), &stdout, &stderr,
+	code, ended := runAsync(t, ctx, schema, strings.NewReader(""), &stdout, &stderr,
 		"replay", "--consumer", "payments", "--status", "dead", "--batch-size", "10", "--yes")
-	pgtest.WaitBlockedBy(t, holder, nil)
+	pgtest.WaitBlockedBy(t, holder, ended)
 	interrupt()
 	require.NoError(t, holder.Rollback(bg)) // the batch under way finishes; no other starts
 
@@ -196,8 +197,8 @@ func TestInterruptDuringTheLastBatchIsComplete(t *testing.T) {
 			ctx, interrupt := context.WithCancel(bg)
 			defer interrupt()
 			var stdout, stderr bytes.Buffer
-			code := runAsync(t, ctx, schema, strings.NewReader(""), &stdout, &stderr, append(tc.args, "--batch-size", "10", "--yes")...)
-			pgtest.WaitBlockedBy(t, holder, nil)
+			code, ended := runAsync(t, ctx, schema, strings.NewReader(""), &stdout, &stderr, append(tc.args, "--batch-size", "10", "--yes")...)
+			pgtest.WaitBlockedBy(t, holder, ended)
 			interrupt()
 			require.NoError(t, holder.Rollback(bg)) // the last batch finishes
 

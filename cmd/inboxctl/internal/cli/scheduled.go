@@ -19,8 +19,11 @@ func parseAt(s string, now time.Time) (time.Time, error) {
 	if d, err := parseDuration(s); err == nil {
 		return now.Add(d), nil
 	}
-	t, ok := parseTime(s)
-	if !ok {
+	t, ok, err := parseTime("--at", s)
+	switch {
+	case err != nil:
+		return time.Time{}, err
+	case !ok:
 		return time.Time{}, usagef("--at %q is neither a time (%s) nor a duration from now (90m, 2h, 1d)", s, timeForms)
 	}
 	if t.Before(now.Add(-time.Minute)) {
@@ -36,7 +39,7 @@ type replayLater struct {
 }
 
 func (l *replayLater) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&l.at, "at", "", "replay later, at this time (2026-11-23T03:00:00Z) or after this long (90m, 2h, 1d)")
+	cmd.Flags().StringVar(&l.at, "at", "", "replay later, at this time (2026-11-23T03:00:00Z, 2026-11-23 03:00 UTC) or after this long (90m, 2h, 1d)")
 	cmd.Flags().StringVar(&l.rate, "rate", "", "replay at most this fast: 10/s, 300/m, 1000/h (a scheduled replay the maintenance job paces)")
 	cmd.Flags().StringVar(&l.over, "over", "", "spread the replay evenly over this long: 30m, 2h (instead of --rate)")
 }

@@ -37,16 +37,14 @@ func (b *testBundle) waitAudit(t *testing.T, action admin.AuditAction) admin.Aud
 var jobLink = regexp.MustCompile(`^/jobs/(\d+)\?db=test$`)
 
 // The replay confirmation warns that a scheduled or throttled replay
-// would wait only when no maintainer leads; a discard, which is never
-// scheduled, does not.
+// would wait only when no maintainer leads.
 func TestReplayConfirmationWarnsOnlyWithoutALeader(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
 	form := url.Values{"scope": {"all"}, "consumer": {"payments"}, "status": {"dead"}}
 	const warning = "No maintenance leader: no maintainer runs on this schema"
-	_, body := b.post(t, "/discard", form)
-	require.Contains(t, body, "This would discard")
-	require.NotContains(t, body, warning)
+	_, body := b.post(t, "/replay", form)
+	require.Contains(t, body, warning)
 
 	b.exec(t, `INSERT INTO /* schema */river_leader (leader_id, elected_at, expires_at) VALUES ('river-1', now(), now() + interval '1 hour')`)
 	_, body = b.post(t, "/replay", form)
