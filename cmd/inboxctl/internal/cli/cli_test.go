@@ -407,6 +407,7 @@ func TestUsageErrors(t *testing.T) {
 		{"list", "-o", "yaml"},
 		{"list", "--status", "lost"},
 		{"list", "--since", "yesterday"},
+		{"outbox", "list", "--status", "failed"},
 		{"show"},
 		{"replay"},
 		{"replay", "order-2/placed"},

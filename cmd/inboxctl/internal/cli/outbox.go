@@ -38,10 +38,13 @@ func (a *app) outboxListCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			f := admin.OutboxListOptions{Filter: admin.OutboxFilter{OrderingKey: key, Statuses: statuses[pgbox.OutboxStatus](statusFlags), Topic: topic}, Limit: limit}
+			if err := f.Filter.Validate(); err != nil {
+				return usageError{err} // a misspelt --status, as inboxctl list's
+			}
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			f := admin.OutboxListOptions{Filter: admin.OutboxFilter{OrderingKey: key, Statuses: statuses[pgbox.OutboxStatus](statusFlags), Topic: topic}, Limit: limit}
 			switch output {
 			case formatJSONL:
 				return a.admin.OutboxList(ctx, f, func(m admin.OutboxMessage) error { return writeJSONLine(a.out, m) })
