@@ -112,7 +112,13 @@ type ScheduleReplayOptions struct {
 
 	// Filter selects the messages. Of those, the ones replayable when the
 	// replay runs are replayed (Filter.ReplayableOnly is set for it).
-	// Defaults to the zero Filter: every replayable message then.
+	// Messages received after the replay is scheduled are left out:
+	// Filter.Until is set to that time (by the database clock) when it is
+	// unset or later, so that failures that keep arriving, as they do
+	// while a downstream service is still down, neither keep a throttled
+	// replay from ending nor have their attempts reset by it, over and
+	// over, so that they never go dead. Defaults to the zero Filter: every
+	// message received before the scheduling that is replayable then.
 	Filter Filter
 
 	// Note is kept in each replayed message's history, after the scheduled
@@ -175,16 +181,27 @@ func (a *Admin) scheduleReplay(ctx context.Context, tx pgx.Tx, opts ScheduleRepl
 		return nil, err
 	}
 	f := opts.Filter.ReplaySelection() // stored so: a later rule does not change what was scheduled
-	filter, err := json.Marshal(f)
-	if err != nil {
-		return nil, fmt.Errorf("schedule replay: %w", err)
-	}
 	var at any
 	if !opts.At.IsZero() {
 		at = opts.At
 	}
 	var r ScheduledReplay
-	err = a.inTx(ctx, tx, func(db dbtx) error {
+	err := a.inTx(ctx, tx, func(db dbtx) error {
+		// Bounded by the time of its scheduling (see
+		// ScheduleReplayOptions.Filter): the clock's, not the
+		// transaction's start, so that a message received earlier in the
+		// caller's transaction (ScheduleReplayTx) is in it.
+		var now time.Time
+		if err := db.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
+			return a.dbError(ctx, "schedule replay", err)
+		}
+		if f.Until.IsZero() || f.Until.After(now) {
+			f.Until = now.UTC()
+		}
+		filter, err := json.Marshal(f)
+		if err != nil {
+			return fmt.Errorf("schedule replay: %w", err)
+		}
 		var selected int64
 		if err := db.QueryRow(ctx, a.q["count"], f.args()...).Scan(&selected); err != nil {
 			return a.dbError(ctx, "schedule replay", err)

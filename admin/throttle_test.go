@@ -199,3 +199,28 @@ func TestCancelThrottledReplayPartWay(t *testing.T) {
 	require.ErrorContains(t, b.adm.CancelScheduledReplay(ctx, admin.CancelScheduledReplayOptions{ID: r.ID}),
 		"is cancelled: only a replay waiting or under way can be cancelled")
 }
+
+// A scheduled replay leaves out the messages received after it was
+// scheduled: failures that keep arriving while a downstream service is
+// still down neither keep a throttled replay from ending nor have their
+// attempts reset by it. A message received before, that fails after, is
+// replayable when the replay runs, and replayed.
+func TestScheduledReplayLeavesOutLaterArrivals(t *testing.T) {
+	t.Parallel()
+	b := setup(t, admin.Config{})
+	b.add(t, "payments", "before", 5, pgbox.InboxDead, "gateway timeout", time.Minute)
+	b.add(t, "payments", "failing-later", 1, pgbox.InboxPending, "", time.Minute)
+	r, err := b.adm.ScheduleReplay(context.Background(), admin.ScheduleReplayOptions{Rate: 1000, Filter: admin.Filter{Consumer: "payments"}})
+	require.NoError(t, err)
+	require.EqualValues(t, 5, r.Selected)
+	require.False(t, r.Filter.Until.IsZero(), "the filter keeps the time of the scheduling")
+	require.WithinDuration(t, r.CreatedAt, r.Filter.Until, time.Minute)
+
+	b.add(t, "payments", "after", 4, pgbox.InboxDead, "gateway timeout", -time.Second) // received after the scheduling
+	b.exec(t, `UPDATE /* schema */inbox SET status = 'dead', attempts = 3, last_error = 'gateway timeout' WHERE message_id = 'failing-later-1'`)
+	b.runUntilDone(t, r.ID, admin.RunDueReplaysOptions{BatchSize: 2, Tick: time.Second})
+
+	require.Equal(t, 6, b.count(t, b.pool, "replays = 1 AND status = 'pending'"), "the five, and the one received before that failed later")
+	require.Equal(t, 4, b.count(t, b.pool, "message_id LIKE 'after-%' AND status = 'dead' AND attempts = 3 AND replays = 0"),
+		"those received after it are left as they were")
+}

@@ -46,7 +46,7 @@ var (
 	ages    = regexp.MustCompile(`\b\d+d\d+h\b`)
 	seconds = regexp.MustCompile(`("oldest_(pending|unpublished)": )[0-9.]+`)
 	spaces  = regexp.MustCompile(`  +`)
-	nowLine = regexp.MustCompile(`(at |"at": ")\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d+)?Z?( UTC)?`)
+	nowLine = regexp.MustCompile(`(at |"at": "|until=)\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d+)?Z?( UTC)?`)
 )
 
 // golden compares got with testdata/name.golden (or rewrites it with
