@@ -66,6 +66,11 @@ func (f *filterFlags) filter(now time.Time) (admin.Filter, error) {
 	if out.Until, err = parseWhen("--until", f.until, now); err != nil {
 		return out, err
 	}
+	if printed, ok := printedUnit(f.until); ok {
+		// Pasted from inboxctl's output, which cuts times to the second:
+		// a message shown at that second was received within it.
+		out.Until = out.Until.Add(printed)
+	}
 	if err := out.Validate(); err != nil {
 		return out, usageError{err}
 	}
@@ -95,7 +100,7 @@ func joinStatuses[S ~string](statuses []S) string {
 }
 
 // parseWhen reads a point in time given as a duration ago ("2h", "7d") or
-// an RFC 3339 time.
+// a time (parseTime).
 func parseWhen(flag, s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
@@ -113,7 +118,26 @@ func parseWhen(flag, s string, now time.Time) (time.Time, error) {
 // or a date and time in UTC as inboxctl prints them ("2026-11-22 06:00:00
 // UTC", so that a time can be pasted from its output), with or without the
 // seconds.
-var timeLayouts = []string{time.RFC3339, "2006-01-02 15:04:05 UTC", "2006-01-02 15:04 UTC"}
+var timeLayouts = []string{time.RFC3339, printedLayouts[0].layout, printedLayouts[1].layout}
+
+// printedLayouts are inboxctl's own forms of a time, each with the unit it
+// is cut to: a time pasted from its output stands for that whole second
+// (or minute), which --until takes in.
+var printedLayouts = []struct {
+	layout string
+	unit   time.Duration
+}{{"2006-01-02 15:04:05 UTC", time.Second}, {"2006-01-02 15:04 UTC", time.Minute}}
+
+// printedUnit returns the unit s is cut to when s is a time in one of
+// printedLayouts.
+func printedUnit(s string) (time.Duration, bool) {
+	for _, p := range printedLayouts {
+		if _, err := time.Parse(p.layout, s); err == nil {
+			return p.unit, true
+		}
+	}
+	return 0, false
+}
 
 // zonelessLayouts are times without a zone: refused, since reading them as
 // UTC or as local time would each be wrong for someone, and a window hours
