@@ -400,7 +400,7 @@ deleted; running the same command again deletes the rest.`,
 				return a.printReport(output, report, fmt.Sprintf("Would delete %s. Nothing was changed (--dry-run).", what))
 			}
 			if !yes {
-				if err := a.confirm(ctx, "Delete "+what+"?", "deleted"); err != nil {
+				if err := a.confirm(ctx, fmt.Sprintf("Delete %s in schema %s?", what, a.admin.Schema()), "deleted"); err != nil {
 					return err
 				}
 			}

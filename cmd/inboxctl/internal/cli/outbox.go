@@ -222,7 +222,7 @@ ordering key until then. Name the rows by id, or pass --all-dead.`,
 			case dryRun:
 				return a.printReport(output, report, fmt.Sprintf("Would retry %s. Nothing was changed (--dry-run).", plural(n, "dead outbox row")))
 			case allDead && !yes:
-				if err := a.confirm(ctx, fmt.Sprintf("Retry %s?", plural(n, "dead outbox row")), "retried"); err != nil {
+				if err := a.confirm(ctx, fmt.Sprintf("Retry %s in schema %s?", plural(n, "dead outbox row"), a.admin.Schema()), "retried"); err != nil {
 					return err
 				}
 			}

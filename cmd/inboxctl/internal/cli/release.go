@@ -82,7 +82,7 @@ skips it; --dry-run changes nothing), and is recorded in the audit log.`,
 			case dryRun:
 				return a.printReport(output, report, fmt.Sprintf("Would release %s held by %s. Nothing was changed (--dry-run).", held, holder))
 			case !yes:
-				if err := a.confirm(ctx, fmt.Sprintf("Release %s held by %s?", held, holder), "released"); err != nil {
+				if err := a.confirm(ctx, fmt.Sprintf("Release %s held by %s in schema %s?", held, holder, a.admin.Schema()), "released"); err != nil {
 					return err
 				}
 			}
